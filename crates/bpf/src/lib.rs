@@ -1,0 +1,12 @@
+//! `rdx-bpf`: the eBPF toolchain both planes share — the instruction set (decoder, encoder,
+//! disassembler, assembler), the object loader and the reference interpreter.
+//!
+//! This crate is pure: bytes in, programs and results out. It makes no system calls, maps
+//! nothing executable and knows nothing of regions or transports, which keeps it fuzzable and
+//! usable on the control plane and in tests alike.
+
+pub mod isa;
+pub mod program;
+
+pub use isa::{Insn, RawInsn};
+pub use program::{MapDef, MapOrigin, MapType, Object, Program};
