@@ -153,7 +153,7 @@ impl RawInsn {
 
 /// Splits a byte buffer into raw slots. The length must be a multiple of 8.
 pub fn raw_from_bytes(bytes: &[u8]) -> Result<Vec<RawInsn>, DecodeError> {
-    if bytes.len() % INSN_SIZE != 0 {
+    if !bytes.len().is_multiple_of(INSN_SIZE) {
         return Err(DecodeError {
             index: bytes.len() / INSN_SIZE,
             code: 0,
