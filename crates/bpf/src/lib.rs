@@ -6,6 +6,7 @@
 //! usable on the control plane and in tests alike.
 
 pub mod isa;
+pub mod loader;
 pub mod program;
 
 pub use isa::{Insn, RawInsn};
