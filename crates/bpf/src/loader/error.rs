@@ -99,7 +99,7 @@ pub enum LoadError {
     /// An instruction failed strict decoding. `insn` counts instruction slots from the start
     /// of `section`, as `llvm-objdump -d` numbers them.
     #[error(
-        "section {section}: instruction {insn} (function {function}): {kind}, opcode {code:#04x}"
+        "section {section}: instruction {insn} (function {function}, opcode {code:#04x}): {kind}"
     )]
     BadInstruction {
         section: String,
