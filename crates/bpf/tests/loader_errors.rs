@@ -481,7 +481,8 @@ fn legacy_map_definition_outside_its_section_is_rejected() {
 /// Byte ranges worth mutating: ELF header, section and symbol tables, relocations, code, BTF.
 fn structural_ranges(bytes: &[u8]) -> Vec<std::ops::Range<usize>> {
     let file = object::File::parse(bytes).unwrap();
-    let mut ranges = Vec::from([0..64]);
+    let header = 0..64;
+    let mut ranges = vec![header];
     for s in file.sections() {
         let name = s.name().unwrap_or_default();
         let interesting = !name.starts_with(".debug") && !name.starts_with(".rel.debug");
