@@ -1,0 +1,578 @@
+//! The region: one contiguous memory area per data-plane instance, the only interface between
+//! the control plane and the data plane.
+//!
+//! Every structure here is `#[repr(C)]` with its offsets asserted at compile time, so a party
+//! that has only the header (read remotely through a transport) can compute where everything
+//! else lives. Offsets are always relative to the region's first byte; the host's mapping
+//! address ([`RegionHeader::base_address`]) is only needed to turn an offset into a pointer
+//! that *host* code can use (helper addresses, map objects, code entries).
+//!
+//! Field-by-field documentation with the protocols that use each word: `docs/region.md`.
+
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+/// `"RDXREGN1"` little-endian: the first eight bytes of every region.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"RDXREGN1");
+
+/// Bumped on every incompatible change to anything in this module.
+pub const LAYOUT_VERSION: u32 = 1;
+
+/// Granularity of data sections.
+pub const DATA_ALIGN: u64 = 4096;
+
+/// Granularity of the code arena's start and size: the largest base page size among the
+/// supported architectures (aarch64 kernels may use 64 KiB pages), so that the code arena
+/// never shares a page with writable data on any target.
+pub const CODE_ALIGN: u64 = 65536;
+
+/// Alignment of every code entry point inside the code arena. Entry offsets therefore have
+/// their low bit free, which [`HookSlot::active`] uses as the hold bit.
+pub const CODE_ENTRY_ALIGN: u64 = 16;
+
+/// Alignment of XState map objects inside the scratchpad.
+pub const MAP_ALIGN: u64 = 64;
+
+/// Target architecture of the native code a region runs.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arch {
+    X86_64 = 1,
+    Aarch64 = 2,
+}
+
+impl Arch {
+    /// The architecture this crate was compiled for, if it is one rdx supports.
+    pub const HOST: Option<Arch> = if cfg!(target_arch = "x86_64") {
+        Some(Arch::X86_64)
+    } else if cfg!(target_arch = "aarch64") {
+        Some(Arch::Aarch64)
+    } else {
+        None
+    };
+
+    pub fn from_u32(raw: u32) -> Option<Arch> {
+        match raw {
+            1 => Some(Arch::X86_64),
+            2 => Some(Arch::Aarch64),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Aarch64 => "aarch64",
+        }
+    }
+}
+
+/// Where one section lives: `[offset, offset + size)` from the region's first byte.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Section {
+    pub offset: u64,
+    pub size: u64,
+}
+
+impl Section {
+    pub fn end(&self) -> u64 {
+        self.offset.saturating_add(self.size)
+    }
+
+    pub fn contains(&self, offset: u64) -> bool {
+        offset >= self.offset && offset < self.end()
+    }
+}
+
+/// Index of each section in [`RegionHeader::sections`], in address order.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SectionId {
+    /// The host's Extension Interface Model spec, an opaque blob of `eim_len` bytes.
+    Eim = 0,
+    /// [`ContextTableHeader`] followed by [`ContextEntry`] × `context_capacity`.
+    Context = 1,
+    /// `u64` function addresses indexed by helper / host-function id (`helper_capacity`).
+    HelperTable = 2,
+    /// [`HookSlot`] × `max_hooks`.
+    Hooks = 3,
+    /// [`ThreadSlot`] × `thread_slots`.
+    Threads = 4,
+    /// [`HookCounters`] × `thread_slots` × `max_hooks` (thread-major).
+    Counters = 5,
+    /// Opaque bytes owned by the control plane's allocators (code arena and scratchpad), so
+    /// that another control plane can recover them.
+    Alloc = 6,
+    /// [`XStateMeta`] × `xstate_capacity`: map id → type, offset, size.
+    XMeta = 7,
+    /// The XState scratchpad: map objects ([`MapHeader`] + data), 64-byte aligned.
+    Scratch = 8,
+    /// Native code. Mapped read+execute in the host, never writable there.
+    Code = 9,
+}
+
+pub const SECTION_COUNT: usize = 10;
+
+impl SectionId {
+    pub const ALL: [SectionId; SECTION_COUNT] = [
+        SectionId::Eim,
+        SectionId::Context,
+        SectionId::HelperTable,
+        SectionId::Hooks,
+        SectionId::Threads,
+        SectionId::Counters,
+        SectionId::Alloc,
+        SectionId::XMeta,
+        SectionId::Scratch,
+        SectionId::Code,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SectionId::Eim => "eim",
+            SectionId::Context => "context",
+            SectionId::HelperTable => "helper table",
+            SectionId::Hooks => "hooks",
+            SectionId::Threads => "threads",
+            SectionId::Counters => "counters",
+            SectionId::Alloc => "alloc",
+            SectionId::XMeta => "xstate meta",
+            SectionId::Scratch => "scratchpad",
+            SectionId::Code => "code",
+        }
+    }
+}
+
+/// Host lifecycle, in [`RegionHeader::state`].
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegionState {
+    /// `ctx_init` is writing the region; nothing in it may be trusted yet.
+    Initializing = 0,
+    /// Written and validated by the host, not yet exposed.
+    Ready = 1,
+    /// `ctx_register` exposed it: control planes may attach.
+    Registered = 2,
+    /// `ctx_teardown` ran: hooks no longer execute extension code.
+    TornDown = 3,
+}
+
+impl RegionState {
+    pub fn from_u32(raw: u32) -> Option<RegionState> {
+        match raw {
+            0 => Some(RegionState::Initializing),
+            1 => Some(RegionState::Ready),
+            2 => Some(RegionState::Registered),
+            3 => Some(RegionState::TornDown),
+            _ => None,
+        }
+    }
+}
+
+/// Byte length of the immutable, checksummed part of the header.
+pub const HEADER_IMMUTABLE_LEN: usize = 256;
+
+/// The region header, at offset 0. Bytes `0..256` are written once by `ctx_init` and covered
+/// by `checksum`; the words after it change at run time and each is documented with the
+/// protocol that writes it.
+#[repr(C, align(64))]
+pub struct RegionHeader {
+    /// [`MAGIC`].
+    pub magic: u64,
+    /// [`LAYOUT_VERSION`] of the writer.
+    pub layout_version: u32,
+    /// [`Arch`] of the host process (and of the code it runs).
+    pub arch: u32,
+    /// `size_of::<RegionHeader>()` of the writer.
+    pub header_size: u32,
+    /// Page size of the host, for information (sections are aligned to constants, not to it).
+    pub page_size: u32,
+    /// Bytes in the region; the backing file is at least this long.
+    pub region_size: u64,
+    /// Virtual address at which the host mapped the region. Host-side addresses (helpers,
+    /// map objects, code entries) are `base_address + offset`.
+    pub base_address: u64,
+    /// Process id of the host, for diagnostics.
+    pub host_pid: u32,
+    /// Number of [`HookSlot`]s.
+    pub max_hooks: u32,
+    /// Number of [`ThreadSlot`]s (and of per-thread value copies in per-thread maps).
+    pub thread_slots: u32,
+    /// Capacity of the context table, in entries.
+    pub context_capacity: u32,
+    /// Capacity of the XState meta table, in entries (= the largest map id + 1).
+    pub xstate_capacity: u32,
+    /// Entries in the helper table (helper and host-function ids are below this).
+    pub helper_capacity: u32,
+    /// Longest time a hook caller waits on a held slot before it runs the published version
+    /// anyway (counted in [`HookSlot::hold_timeouts`]). Control planes must release holds
+    /// well within it.
+    pub hold_timeout_ns: u64,
+    /// Bytes of EIM spec at the start of the EIM section.
+    pub eim_len: u64,
+    /// Bytes at the start of the scratchpad that the host itself uses (the trace ring).
+    /// Control-plane allocations start at `sections[Scratch].offset + scratch_reserved`.
+    pub scratch_reserved: u64,
+    /// XState map id of the trace ring buffer that `trace_printk` writes to.
+    pub trace_map_id: u32,
+    pub reserved0: u32,
+    /// Section table, indexed by [`SectionId`].
+    pub sections: [Section; SECTION_COUNT],
+    /// FNV-1a 64 of bytes `0..HEADER_IMMUTABLE_LEN`.
+    pub checksum: u64,
+    /// [`RegionState`]; written by the host.
+    pub state: AtomicU32,
+    pub reserved2: u32,
+    /// Control-plane lease word: 0 when free, otherwise the holder's nonzero token. Taken and
+    /// released with compare-and-swap.
+    pub lease: AtomicU64,
+    /// Wall-clock (`CLOCK_REALTIME`) nanoseconds after which the lease may be broken.
+    pub lease_expires_ns: AtomicU64,
+    /// Incremented (fetch-and-add) by the control plane once per published transaction.
+    pub generation: AtomicU64,
+    /// Incremented by the host on every `ctx_init` of the same file, so a control plane can
+    /// tell a restarted host from the one it attached to.
+    pub host_incarnation: AtomicU64,
+    pub reserved3: [u64; 2],
+}
+
+/// Header of the context table section.
+#[repr(C, align(64))]
+pub struct ContextTableHeader {
+    /// Entries published so far. The host writes an entry, then increments `count` with
+    /// release ordering; readers load `count` with acquire and read that many entries.
+    pub count: AtomicU64,
+    pub capacity: u64,
+    pub reserved: [u64; 6],
+}
+
+/// What a [`ContextEntry`] describes.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContextKind {
+    /// A runtime helper (kernel-compatible id). Linked as `helper:<id>`.
+    Helper = 1,
+    /// A host function registered by the application. Linked as `helper:<id>` too.
+    HostFunction = 2,
+    /// A host variable: `addr` is its address, `size` its byte size. Linked as `var:<name>`.
+    HostVariable = 3,
+    /// A declared hook: `id` is its slot index, `addr` the slot's region offset and `size`
+    /// the size of its context structure.
+    Hook = 4,
+}
+
+impl ContextKind {
+    pub fn from_u32(raw: u32) -> Option<ContextKind> {
+        match raw {
+            1 => Some(ContextKind::Helper),
+            2 => Some(ContextKind::HostFunction),
+            3 => Some(ContextKind::HostVariable),
+            4 => Some(ContextKind::Hook),
+            _ => None,
+        }
+    }
+}
+
+/// Longest name a context entry can hold (NUL-padded, not necessarily NUL-terminated).
+pub const CONTEXT_NAME_LEN: usize = 40;
+
+/// One exported symbol of the host: the "GOT" the control plane links against.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ContextEntry {
+    /// [`ContextKind`].
+    pub kind: u32,
+    /// Helper / host-function id, or hook slot index.
+    pub id: u32,
+    /// Host virtual address (helpers, functions, variables) or region offset (hooks).
+    pub addr: u64,
+    /// Variable or hook-context size in bytes; 0 for functions.
+    pub size: u64,
+    pub name: [u8; CONTEXT_NAME_LEN],
+}
+
+impl ContextEntry {
+    /// The name up to its first NUL.
+    pub fn name_bytes(&self) -> &[u8] {
+        let end = self
+            .name
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(CONTEXT_NAME_LEN);
+        &self.name[..end]
+    }
+
+    /// Encodes `name` NUL-padded; `None` if it does not fit.
+    pub fn encode_name(name: &str) -> Option<[u8; CONTEXT_NAME_LEN]> {
+        let bytes = name.as_bytes();
+        if bytes.is_empty() || bytes.len() > CONTEXT_NAME_LEN || bytes.contains(&0) {
+            return None;
+        }
+        let mut out = [0u8; CONTEXT_NAME_LEN];
+        out[..bytes.len()].copy_from_slice(bytes);
+        Some(out)
+    }
+}
+
+/// The hold bit of [`HookSlot::active`].
+pub const ACTIVE_HOLD: u64 = 1;
+
+/// Encodes a published program for [`HookSlot::active`]: `version` in the high 32 bits
+/// (nonzero), the entry's region offset in the low 32 bits (16-byte aligned, so bit 0 stays
+/// free for [`ACTIVE_HOLD`]).
+pub const fn active_word(version: u32, entry_offset: u32) -> u64 {
+    ((version as u64) << 32) | entry_offset as u64
+}
+
+/// Version part of an active word (0 = nothing attached).
+pub const fn active_version(word: u64) -> u32 {
+    (word >> 32) as u32
+}
+
+/// Entry region offset of an active word.
+pub const fn active_entry_offset(word: u64) -> u32 {
+    (word as u32) & !(ACTIVE_HOLD as u32)
+}
+
+/// One hook: exactly one cache line, so that threads running different hooks never share
+/// a line that a control plane writes.
+#[repr(C, align(64))]
+pub struct HookSlot {
+    /// The published program: 0 when empty, otherwise [`active_word`] (version, entry
+    /// offset), possibly with [`ACTIVE_HOLD`]. Hosts load it with acquire ordering; control
+    /// planes change it only with 8-byte compare-and-swap, after everything the new version
+    /// needs has been written.
+    pub active: AtomicU64,
+    /// Instruction budget per run of the bound class (metered code stops when it runs out).
+    pub budget: AtomicU64,
+    /// Value the hook returns when nothing runs: empty slot, invalid slot, failed run.
+    pub default_ret: AtomicU64,
+    /// Runs that stopped abnormally (budget exhausted).
+    pub failures: AtomicU64,
+    /// Times the host found an invalid active word (entry outside the code arena).
+    pub errors: AtomicU64,
+    /// Callers that gave up waiting on a held slot.
+    pub hold_timeouts: AtomicU64,
+    /// The last invalid active word the host refused, for diagnostics.
+    pub rejected_word: AtomicU64,
+    /// 1 once the host declared this hook (its name is in the context table), else 0.
+    pub declared: AtomicU64,
+}
+
+/// One host thread that runs hooks: one cache line, written only by its owner.
+#[repr(C, align(64))]
+pub struct ThreadSlot {
+    /// 0 when free; otherwise the owner's kernel thread id + 1.
+    pub owner: AtomicU64,
+    /// Incremented when the thread enters extension code and again when it leaves: odd
+    /// means "inside". A control plane that wants to free code or XState retired at time T
+    /// waits, after a remote barrier, until every slot whose epoch was odd has changed.
+    pub epoch: AtomicU64,
+    pub reserved: [u64; 6],
+}
+
+/// Per-(thread, hook) counters, written only by the owning thread; a reader sums them over
+/// all thread slots.
+#[repr(C, align(32))]
+pub struct HookCounters {
+    /// Runs of extension code (any outcome).
+    pub runs: AtomicU64,
+    /// Runs whose duration was sampled (one in [`TIME_SAMPLE_PERIOD`]).
+    pub timed_runs: AtomicU64,
+    /// Total nanoseconds of the sampled runs.
+    pub timed_ns: AtomicU64,
+    pub reserved: u64,
+}
+
+/// One run in this many (per thread and hook) is timed; the average run time is
+/// `timed_ns / timed_runs`.
+pub const TIME_SAMPLE_PERIOD: u64 = 64;
+
+/// [`XStateMeta::state`] values.
+pub const XMETA_FREE: u32 = 0;
+/// Being written by a control plane; readers skip it.
+pub const XMETA_PENDING: u32 = 1;
+pub const XMETA_LIVE: u32 = 2;
+
+pub const XSTATE_NAME_LEN: usize = 24;
+
+/// One XState map: the meta table row with the map's id as its index.
+#[repr(C)]
+pub struct XStateMeta {
+    /// [`XMETA_FREE`], [`XMETA_PENDING`] or [`XMETA_LIVE`] (set last, with release).
+    pub state: AtomicU32,
+    /// [`MapType`] value.
+    pub map_type: u32,
+    /// Region offset of the map's [`MapHeader`].
+    pub offset: u64,
+    /// Bytes allocated for header plus data.
+    pub size: u64,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub max_entries: u32,
+    pub flags: u32,
+    pub name: [u8; XSTATE_NAME_LEN],
+}
+
+/// Map types, numbered as the kernel's `enum bpf_map_type`.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MapType {
+    Hash = 1,
+    Array = 2,
+    ProgArray = 3,
+    PerThreadHash = 5,
+    PerThreadArray = 6,
+    LpmTrie = 11,
+    RingBuf = 27,
+}
+
+impl MapType {
+    pub fn from_u32(raw: u32) -> Option<MapType> {
+        Some(match raw {
+            1 => MapType::Hash,
+            2 => MapType::Array,
+            3 => MapType::ProgArray,
+            5 => MapType::PerThreadHash,
+            6 => MapType::PerThreadArray,
+            11 => MapType::LpmTrie,
+            27 => MapType::RingBuf,
+            _ => return None,
+        })
+    }
+}
+
+/// `"MAP1"`: first word of every map object.
+pub const MAP_MAGIC: u32 = u32::from_le_bytes(*b"MAP1");
+
+/// The object at the start of every XState map, 64-byte aligned. The address that map
+/// helpers receive in `r1` (`map:<index>` relocations) is this header's host address. Data
+/// offsets are relative to the header itself, so the header is all a helper needs.
+#[repr(C, align(64))]
+pub struct MapHeader {
+    pub magic: u32,
+    /// [`MapType`].
+    pub map_type: u32,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub max_entries: u32,
+    pub flags: u32,
+    /// `key_size` rounded up to 8.
+    pub key_stride: u32,
+    /// `value_size` rounded up to 8.
+    pub value_stride: u32,
+    /// Bytes per stored element (layout depends on the type; see `docs/region.md`).
+    pub entry_stride: u32,
+    /// Hash tables: number of buckets (a power of two). Ring buffers: data bytes (a power of
+    /// two). LPM tries: node capacity.
+    pub buckets: u32,
+    /// Per-thread maps: copies of each value (= the region's `thread_slots`), else 1.
+    pub copies: u32,
+    /// The map's id (its meta table index).
+    pub id: u32,
+    /// Offset of the first data byte from this header.
+    pub data_offset: u64,
+    /// Bytes of data.
+    pub data_size: u64,
+    /// Writer lock (hash, LPM, ring-buffer producers): 0 free, else the holder's token.
+    /// Host threads and remote control planes both take it with compare-and-swap.
+    pub lock: AtomicU64,
+    /// Live elements (hash, LPM).
+    pub count: AtomicU64,
+    /// Ring buffers: producer position (bytes ever reserved).
+    pub producer_pos: AtomicU64,
+    /// Ring buffers: consumer position (bytes ever consumed).
+    pub consumer_pos: AtomicU64,
+    /// Ring buffers: records dropped for lack of space.
+    pub dropped: AtomicU64,
+    pub reserved: [u64; 3],
+}
+
+/// Layout facts a remote party needs without the Rust types.
+pub mod offsets {
+    use super::*;
+    use std::mem::offset_of;
+
+    pub const HEADER_STATE: u64 = offset_of!(RegionHeader, state) as u64;
+    pub const HEADER_LEASE: u64 = offset_of!(RegionHeader, lease) as u64;
+    pub const HEADER_LEASE_EXPIRES: u64 = offset_of!(RegionHeader, lease_expires_ns) as u64;
+    pub const HEADER_GENERATION: u64 = offset_of!(RegionHeader, generation) as u64;
+    pub const HEADER_INCARNATION: u64 = offset_of!(RegionHeader, host_incarnation) as u64;
+    pub const HOOK_ACTIVE: u64 = offset_of!(HookSlot, active) as u64;
+    pub const HOOK_BUDGET: u64 = offset_of!(HookSlot, budget) as u64;
+    pub const HOOK_DEFAULT_RET: u64 = offset_of!(HookSlot, default_ret) as u64;
+    pub const HOOK_FAILURES: u64 = offset_of!(HookSlot, failures) as u64;
+    pub const HOOK_ERRORS: u64 = offset_of!(HookSlot, errors) as u64;
+    pub const HOOK_HOLD_TIMEOUTS: u64 = offset_of!(HookSlot, hold_timeouts) as u64;
+    pub const HOOK_REJECTED: u64 = offset_of!(HookSlot, rejected_word) as u64;
+    pub const HOOK_DECLARED: u64 = offset_of!(HookSlot, declared) as u64;
+    pub const THREAD_OWNER: u64 = offset_of!(ThreadSlot, owner) as u64;
+    pub const THREAD_EPOCH: u64 = offset_of!(ThreadSlot, epoch) as u64;
+    pub const MAP_LOCK: u64 = offset_of!(MapHeader, lock) as u64;
+    pub const MAP_COUNT: u64 = offset_of!(MapHeader, count) as u64;
+    pub const MAP_PRODUCER: u64 = offset_of!(MapHeader, producer_pos) as u64;
+    pub const MAP_CONSUMER: u64 = offset_of!(MapHeader, consumer_pos) as u64;
+    pub const MAP_DROPPED: u64 = offset_of!(MapHeader, dropped) as u64;
+    pub const XMETA_STATE: u64 = offset_of!(XStateMeta, state) as u64;
+}
+
+/// Hash table elements start with this control word, a per-element seqlock:
+/// bits 0..2 the [`ELEM_EMPTY`]/[`ELEM_BUSY`]/[`ELEM_LIVE`]/[`ELEM_DELETED`] state,
+/// bits 2..64 a sequence number incremented on every change. A reader copies the element
+/// between two equal, non-busy loads of it.
+pub const ELEM_STATE_MASK: u64 = 3;
+pub const ELEM_EMPTY: u64 = 0;
+pub const ELEM_BUSY: u64 = 1;
+pub const ELEM_LIVE: u64 = 2;
+pub const ELEM_DELETED: u64 = 3;
+/// Increment of the sequence part of an element control word.
+pub const ELEM_SEQ_ONE: u64 = 4;
+
+/// Ring buffer record header (8 bytes before each record's data): length in the low 32
+/// bits plus these flags; records are padded to 8 bytes.
+pub const RINGBUF_BUSY: u32 = 1 << 31;
+pub const RINGBUF_DISCARD: u32 = 1 << 30;
+pub const RINGBUF_HDR_LEN: u64 = 8;
+
+/// Rounds `v` up to a multiple of `align` (a power of two).
+pub const fn align_up(v: u64, align: u64) -> u64 {
+    (v + align - 1) & !(align - 1)
+}
+
+/// FNV-1a 64, the header checksum.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+const _: () = {
+    use std::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<Section>() == 16);
+    assert!(offset_of!(RegionHeader, magic) == 0);
+    assert!(offset_of!(RegionHeader, layout_version) == 8);
+    assert!(offset_of!(RegionHeader, arch) == 12);
+    assert!(offset_of!(RegionHeader, region_size) == 24);
+    assert!(offset_of!(RegionHeader, base_address) == 32);
+    assert!(offset_of!(RegionHeader, hold_timeout_ns) == 64);
+    assert!(offset_of!(RegionHeader, sections) == 96);
+    assert!(offset_of!(RegionHeader, checksum) == HEADER_IMMUTABLE_LEN);
+    assert!(offset_of!(RegionHeader, state) == 264);
+    assert!(offset_of!(RegionHeader, lease) == 272);
+    assert!(offset_of!(RegionHeader, generation) == 288);
+    assert!(size_of::<RegionHeader>() == 320);
+    assert!(align_of::<RegionHeader>() == 64);
+    assert!(size_of::<ContextTableHeader>() == 64);
+    assert!(size_of::<ContextEntry>() == 64);
+    assert!(size_of::<HookSlot>() == 64);
+    assert!(align_of::<HookSlot>() == 64);
+    assert!(size_of::<ThreadSlot>() == 64);
+    assert!(size_of::<HookCounters>() == 32);
+    assert!(size_of::<XStateMeta>() == 64);
+    assert!(size_of::<MapHeader>() == 128);
+    assert!(offset_of!(MapHeader, data_offset) == 48);
+    assert!(offset_of!(MapHeader, lock) == 64);
+};

@@ -1,0 +1,32 @@
+//! `rdx-transport`: how a control plane touches a data plane's region, and the XState map
+//! logic that both planes run over that interface.
+//!
+//! - [`Transport`]: read, write, compare-and-swap, fetch-and-add, fence and a remote barrier on
+//!   region offsets, with batching ([`Op`], [`Transport::submit`]). Every remote operation
+//!   of rdx goes through it, so the shared-memory and fabric implementations are
+//!   interchangeable.
+//! - [`shm::ShmTransport`]: the embedded default — maps a target's region file and checks
+//!   its header before anything else.
+//! - [`local::LocalRegion`]: the same operations on a region this process already mapped;
+//!   the data-plane runtime uses it so that its helpers run exactly the map code a control
+//!   plane runs remotely.
+//! - [`xstate`]: map objects in the scratchpad (array, hash, per-thread array and hash,
+//!   program array, ring buffer), one module per type behind one trait.
+//!
+//! This crate must not load, verify or compile extension code, and keeps no state of its own
+//! outside the region: everything a second control plane needs is in the region.
+//!
+//! ```no_run
+//! use rdx_transport::{shm::ShmTransport, Transport};
+//! let t = ShmTransport::open("/dev/shm/rdx-1234")?;
+//! let hook0 = t.info().hook_offset(0);
+//! println!("hook 0 active word {:#x}", t.read_u64(hook0)?);
+//! # Ok::<(), rdx_transport::TransportError>(())
+//! ```
+
+pub mod local;
+pub mod shm;
+pub mod xstate;
+
+mod transport;
+pub use transport::{Op, Transport, TransportError};

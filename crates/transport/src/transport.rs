@@ -1,0 +1,121 @@
+use rdx_region::geometry::LayoutError;
+
+/// Why a remote operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("access [{offset:#x}, +{len}) outside the {region_len:#x}-byte region")]
+    OutOfBounds {
+        offset: u64,
+        len: u64,
+        region_len: u64,
+    },
+    #[error("atomic access at {offset:#x} is not 8-byte aligned")]
+    Misaligned { offset: u64 },
+    #[error("region {path}: {source}")]
+    Layout {
+        path: String,
+        #[source]
+        source: LayoutError,
+    },
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("region {path} is not ready (state {state}): {reason}")]
+    NotReady {
+        path: String,
+        state: u32,
+        reason: &'static str,
+    },
+}
+
+/// One operation of a batch; results are written into the operation itself.
+#[derive(Debug)]
+pub enum Op<'a> {
+    Read {
+        offset: u64,
+        buf: &'a mut [u8],
+    },
+    Write {
+        offset: u64,
+        data: &'a [u8],
+    },
+    CompareAndSwap {
+        offset: u64,
+        expected: u64,
+        new: u64,
+        previous: u64,
+    },
+    FetchAndAdd {
+        offset: u64,
+        delta: u64,
+        previous: u64,
+    },
+}
+
+/// One-sided access to a region, by offset from its first byte.
+///
+/// Ordering: byte reads and writes are not atomic as a whole (8-byte aligned chunks are);
+/// [`Transport::read_u64`] is an acquire load, [`Transport::write_u64`] a release store,
+/// compare-and-swap and fetch-and-add are sequentially consistent. A write followed by a
+/// compare-and-swap is seen in that order by the target, which is what publication needs.
+pub trait Transport: Send + Sync {
+    /// Bytes in the region.
+    fn region_len(&self) -> u64;
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), TransportError>;
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), TransportError>;
+    fn read_u64(&self, offset: u64) -> Result<u64, TransportError>;
+    fn write_u64(&self, offset: u64, value: u64) -> Result<(), TransportError>;
+    /// Returns the previous value; the swap happened iff it equals `expected`.
+    fn compare_and_swap(&self, offset: u64, expected: u64, new: u64)
+        -> Result<u64, TransportError>;
+    /// Returns the previous value.
+    fn fetch_and_add(&self, offset: u64, delta: u64) -> Result<u64, TransportError>;
+    /// Every operation issued before the fence completes before any issued after it.
+    fn fence(&self) -> Result<(), TransportError>;
+    /// Makes every store the target's threads issued before this call visible to us, and
+    /// our earlier stores visible to their later loads: the asymmetric half of the epoch
+    /// protocol (the hook fast path has no fence of its own). See docs/region.md.
+    fn remote_barrier(&self) -> Result<(), TransportError>;
+
+    /// Whether the bytes at `offset` equal `bytes`.
+    fn equals(&self, offset: u64, bytes: &[u8]) -> Result<bool, TransportError> {
+        let mut chunk = [0u8; 64];
+        let mut done = 0;
+        while done < bytes.len() {
+            let n = (bytes.len() - done).min(chunk.len());
+            self.read(offset + done as u64, &mut chunk[..n])?;
+            if chunk[..n] != bytes[done..done + n] {
+                return Ok(false);
+            }
+            done += n;
+        }
+        Ok(true)
+    }
+
+    /// Executes a batch. Operations of one batch may complete in any order; all have
+    /// completed when this returns. Put a [`Transport::fence`] between dependent batches.
+    fn submit(&self, ops: &mut [Op<'_>]) -> Result<(), TransportError> {
+        for op in ops.iter_mut() {
+            match op {
+                Op::Read { offset, buf } => self.read(*offset, buf)?,
+                Op::Write { offset, data } => self.write(*offset, data)?,
+                Op::CompareAndSwap {
+                    offset,
+                    expected,
+                    new,
+                    previous,
+                } => *previous = self.compare_and_swap(*offset, *expected, *new)?,
+                Op::FetchAndAdd {
+                    offset,
+                    delta,
+                    previous,
+                } => *previous = self.fetch_and_add(*offset, *delta)?,
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,319 @@
+//! XState map behaviour over a region in this process (the same code runs over a remote
+//! transport; see the runtime's cross-process tests).
+
+use proptest::prelude::*;
+use rdx_region::geometry::{encode_header, HeaderInfo, RegionParams};
+use rdx_region::layout::{Arch, MapType, SectionId};
+use rdx_transport::local::LocalRegion;
+use rdx_transport::xstate::{
+    self, ringbuf, Copies, MapError, MapSpec, UPDATE_ANY, UPDATE_EXIST, UPDATE_NOEXIST,
+};
+use rdx_transport::Transport;
+
+struct Region {
+    _mem: Vec<u64>,
+    t: LocalRegion,
+    info: HeaderInfo,
+}
+
+fn region() -> Region {
+    let params = RegionParams {
+        scratch_size: 1 << 20,
+        code_size: 1 << 16,
+        thread_slots: 4,
+        ..RegionParams::default()
+    };
+    let (head, info) = encode_header(&params, Arch::X86_64, 0, 0, 0, 0, 0, 0).unwrap();
+    let mut mem = vec![0u64; info.region_size as usize / 8];
+    // SAFETY: `mem` lives as long as the returned Region and is 8-aligned.
+    let t = unsafe { LocalRegion::from_raw(mem.as_mut_ptr() as *mut u8, info.region_size) };
+    t.write(0, &head).unwrap();
+    Region { _mem: mem, t, info }
+}
+
+fn spec(map_type: MapType, key: u32, value: u32, max: u32) -> MapSpec {
+    MapSpec {
+        map_type,
+        key_size: key,
+        value_size: value,
+        max_entries: max,
+        flags: 0,
+        name: format!("{map_type:?}").to_lowercase(),
+    }
+}
+
+fn at(r: &Region, n: u64) -> u64 {
+    r.info.section(SectionId::Scratch).offset + n * 4096
+}
+
+#[test]
+fn hash_update_lookup_delete_and_flags() {
+    let r = region();
+    let m = xstate::create(&r.t, &r.info, 3, at(&r, 0), &spec(MapType::Hash, 8, 16, 4)).unwrap();
+    let k = 7u64.to_le_bytes();
+    let mut out = [0u8; 16];
+    assert!(!xstate::lookup(&r.t, &m, &k, &mut out).unwrap());
+    assert!(matches!(
+        xstate::update(&r.t, &m, &k, &[1; 16], UPDATE_EXIST, Copies::All, 1),
+        Err(MapError::NotFound)
+    ));
+    xstate::update(&r.t, &m, &k, &[1; 16], UPDATE_NOEXIST, Copies::All, 1).unwrap();
+    assert!(matches!(
+        xstate::update(&r.t, &m, &k, &[2; 16], UPDATE_NOEXIST, Copies::All, 1),
+        Err(MapError::Exists)
+    ));
+    xstate::update(&r.t, &m, &k, &[2; 16], UPDATE_ANY, Copies::All, 1).unwrap();
+    assert!(xstate::lookup(&r.t, &m, &k, &mut out).unwrap());
+    assert_eq!(out, [2; 16]);
+    for i in 100..103u64 {
+        xstate::update(
+            &r.t,
+            &m,
+            &i.to_le_bytes(),
+            &[3; 16],
+            UPDATE_ANY,
+            Copies::All,
+            1,
+        )
+        .unwrap();
+    }
+    assert!(matches!(
+        xstate::update(
+            &r.t,
+            &m,
+            &200u64.to_le_bytes(),
+            &[3; 16],
+            UPDATE_ANY,
+            Copies::All,
+            1
+        ),
+        Err(MapError::Full { max_entries: 4, .. })
+    ));
+    xstate::delete(&r.t, &m, &k, 1).unwrap();
+    assert!(matches!(
+        xstate::delete(&r.t, &m, &k, 1),
+        Err(MapError::NotFound)
+    ));
+    xstate::update(
+        &r.t,
+        &m,
+        &200u64.to_le_bytes(),
+        &[4; 16],
+        UPDATE_ANY,
+        Copies::All,
+        1,
+    )
+    .unwrap();
+    assert_eq!(xstate::keys(&r.t, &m).unwrap().len(), 4);
+    let opened = xstate::open(&r.t, &r.info, 3).unwrap();
+    assert_eq!(opened.name, "hash");
+    assert_eq!(opened.map, m);
+    assert!(matches!(
+        xstate::update(&r.t, &m, &[0; 4], &[4; 16], UPDATE_ANY, Copies::All, 1),
+        Err(MapError::Invalid(_))
+    ));
+}
+
+#[test]
+fn creation_is_refused_for_bad_placement_and_reused_ids() {
+    let r = region();
+    let s = spec(MapType::Array, 4, 8, 16);
+    assert!(matches!(
+        xstate::create(&r.t, &r.info, 0, at(&r, 0) + 8, &s),
+        Err(MapError::Invalid(_))
+    ));
+    assert!(matches!(
+        xstate::create(&r.t, &r.info, 0, 64, &s),
+        Err(MapError::Invalid(_))
+    ));
+    xstate::create(&r.t, &r.info, 0, at(&r, 0), &s).unwrap();
+    assert!(matches!(
+        xstate::create(&r.t, &r.info, 0, at(&r, 1), &s),
+        Err(MapError::Invalid(_))
+    ));
+    assert!(matches!(
+        xstate::create(&r.t, &r.info, 1, at(&r, 1), &spec(MapType::Array, 8, 8, 1)),
+        Err(MapError::Invalid(_))
+    ));
+}
+
+#[test]
+fn corrupt_map_header_is_detected() {
+    let r = region();
+    let m = xstate::create(&r.t, &r.info, 0, at(&r, 0), &spec(MapType::Hash, 4, 4, 8)).unwrap();
+    // Claim more buckets than the data holds.
+    r.t.write(m.offset + 36, &1024u32.to_le_bytes()).unwrap();
+    assert!(matches!(
+        xstate::open(&r.t, &r.info, 0),
+        Err(MapError::Corrupt { id: 0, .. })
+    ));
+}
+
+#[test]
+fn arrays_and_per_thread_copies() {
+    let r = region();
+    let a = xstate::create(
+        &r.t,
+        &r.info,
+        0,
+        at(&r, 0),
+        &spec(MapType::PerThreadArray, 4, 4, 8),
+    )
+    .unwrap();
+    assert_eq!(a.copies, 4);
+    xstate::update(
+        &r.t,
+        &a,
+        &2u32.to_le_bytes(),
+        &9u32.to_le_bytes(),
+        UPDATE_ANY,
+        Copies::One(1),
+        1,
+    )
+    .unwrap();
+    let mut out = vec![0u8; a.lookup_len()];
+    assert!(xstate::lookup(&r.t, &a, &2u32.to_le_bytes(), &mut out).unwrap());
+    assert_eq!(&out[8..12], &9u32.to_le_bytes());
+    assert_eq!(&out[0..4], &[0; 4]);
+    assert!(!xstate::lookup(&r.t, &a, &8u32.to_le_bytes(), &mut out).unwrap());
+    assert_eq!(xstate::keys(&r.t, &a).unwrap().len(), 8);
+
+    let h = xstate::create(
+        &r.t,
+        &r.info,
+        1,
+        at(&r, 1),
+        &spec(MapType::PerThreadHash, 4, 8, 8),
+    )
+    .unwrap();
+    xstate::update(
+        &r.t,
+        &h,
+        &5u32.to_le_bytes(),
+        &7u64.to_le_bytes(),
+        UPDATE_ANY,
+        Copies::All,
+        1,
+    )
+    .unwrap();
+    xstate::update(
+        &r.t,
+        &h,
+        &5u32.to_le_bytes(),
+        &8u64.to_le_bytes(),
+        UPDATE_ANY,
+        Copies::One(3),
+        1,
+    )
+    .unwrap();
+    let mut out = vec![0u8; h.lookup_len()];
+    assert!(xstate::lookup(&r.t, &h, &5u32.to_le_bytes(), &mut out).unwrap());
+    assert_eq!(&out[0..8], &7u64.to_le_bytes());
+    assert_eq!(&out[24..32], &8u64.to_le_bytes());
+}
+
+#[test]
+fn ring_buffer_wraps_and_keeps_order() {
+    let r = region();
+    let m = xstate::create(
+        &r.t,
+        &r.info,
+        0,
+        at(&r, 0),
+        &spec(MapType::RingBuf, 0, 0, 4096),
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    for round in 0..50u32 {
+        for i in 0..10u32 {
+            let rec = vec![(round * 10 + i) as u8; 1 + (i as usize * 37) % 200];
+            assert!(ringbuf::output(&r.t, &m, &rec, 1).unwrap());
+        }
+        ringbuf::consume(&r.t, &m, |rec| seen.push(rec[0])).unwrap();
+    }
+    assert_eq!(seen, (0..500u32).map(|v| v as u8).collect::<Vec<_>>());
+    // Full ring: records are dropped and counted, not overwritten.
+    let mut accepted = 0;
+    while ringbuf::output(&r.t, &m, &[1; 100], 1).unwrap() {
+        accepted += 1;
+    }
+    assert!(accepted > 30);
+    assert_eq!(ringbuf::dropped(&r.t, &m).unwrap(), 1);
+    // A reserved, uncommitted record stops the consumer; discard skips it.
+    let mut n = 0;
+    ringbuf::consume(&r.t, &m, |_| n += 1).unwrap();
+    assert_eq!(n, accepted);
+    let a = ringbuf::reserve(&r.t, &m, 8, 1).unwrap().unwrap();
+    assert!(ringbuf::output(&r.t, &m, &[5; 8], 1).unwrap());
+    assert_eq!(ringbuf::consume(&r.t, &m, |_| {}).unwrap(), 0);
+    ringbuf::commit(&r.t, &m, a, true).unwrap();
+    let mut got = Vec::new();
+    assert_eq!(
+        ringbuf::consume(&r.t, &m, |rec| got.push(rec.to_vec())).unwrap(),
+        1
+    );
+    assert_eq!(got, vec![vec![5; 8]]);
+}
+
+#[test]
+fn remote_readers_never_see_torn_hash_values() {
+    let r = region();
+    let m = xstate::create(&r.t, &r.info, 0, at(&r, 0), &spec(MapType::Hash, 4, 64, 16)).unwrap();
+    let key = 1u32.to_le_bytes();
+    xstate::update(&r.t, &m, &key, &[0; 64], UPDATE_ANY, Copies::All, 1).unwrap();
+    let t = r.t;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..20_000u32 {
+                let v = [(i % 251) as u8; 64];
+                xstate::update(&t, &m, &key, &v, UPDATE_ANY, Copies::All, 2).unwrap();
+                if i % 7 == 0 {
+                    xstate::delete(&t, &m, &key, 2).unwrap();
+                    xstate::update(&t, &m, &key, &v, UPDATE_ANY, Copies::All, 2).unwrap();
+                }
+            }
+        });
+        let mut out = [0u8; 64];
+        for _ in 0..20_000 {
+            if xstate::lookup(&t, &m, &key, &mut out).unwrap() {
+                assert!(out.iter().all(|&b| b == out[0]), "torn value {out:?}");
+            }
+        }
+    });
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn hash_behaves_like_a_bounded_map(ops in proptest::collection::vec((0u8..3, 0u16..40, any::<u32>()), 1..300)) {
+        let r = region();
+        let m = xstate::create(&r.t, &r.info, 0, at(&r, 0), &spec(MapType::Hash, 2, 4, 16)).unwrap();
+        let mut model = std::collections::BTreeMap::new();
+        for (op, k, v) in ops {
+            let key = k.to_le_bytes();
+            match op {
+                0 => {
+                    let res = xstate::update(&r.t, &m, &key, &v.to_le_bytes(), UPDATE_ANY, Copies::All, 1);
+                    if model.contains_key(&k) || model.len() < 16 {
+                        res.unwrap();
+                        model.insert(k, v);
+                    } else {
+                        prop_assert!(matches!(res, Err(MapError::Full { .. })), "expected Full");
+                    }
+                }
+                1 => {
+                    let res = xstate::delete(&r.t, &m, &key, 1);
+                    prop_assert_eq!(res.is_ok(), model.remove(&k).is_some());
+                }
+                _ => {
+                    let mut out = [0u8; 4];
+                    let found = xstate::lookup(&r.t, &m, &key, &mut out).unwrap();
+                    prop_assert_eq!(found.then(|| u32::from_le_bytes(out)), model.get(&k).copied());
+                }
+            }
+        }
+        let mut keys: Vec<u16> = xstate::keys(&r.t, &m).unwrap().iter().map(|k| u16::from_le_bytes([k[0], k[1]])).collect();
+        keys.sort();
+        prop_assert_eq!(keys, model.keys().copied().collect::<Vec<_>>());
+    }
+}
