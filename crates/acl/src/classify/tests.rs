@@ -1,0 +1,213 @@
+use super::*;
+use crate::field::Field;
+use crate::policy::Action;
+use crate::rule::{AddrRange, PacketKey, Rule};
+use crate::synth::{self, Mix};
+use proptest::prelude::*;
+
+const MAPPED: u128 = 0xffff << 32;
+
+/// Rules over tiny domains so that random rules overlap a lot.
+fn small_rule() -> impl Strategy<Value = Rule> {
+    (
+        (
+            proptest::option::of((0u32..16, prop_oneof![Just(28u32), Just(30), Just(32)])),
+            proptest::option::of((0u32..16, prop_oneof![Just(29u32), Just(32)])),
+        ),
+        (
+            proptest::option::of((0u16..6, 0u16..3)),
+            proptest::option::of(0u16..4),
+        ),
+        (
+            proptest::option::of((0u32..6, 0u32..2)),
+            proptest::option::of(0u32..4),
+        ),
+        (
+            proptest::option::of(any::<u8>()),
+            proptest::option::of((0u64..8, 0u64..4)),
+        ),
+        (any::<u16>(), any::<bool>()),
+    )
+        .prop_map(
+            |((sip, dip), (sport, dport), (dqpn, lqpn), (ops, va), (absent, deny))| {
+                let mut r = Rule::any(if deny { Action::Deny } else { Action::Allow }, 0, 0);
+                let need = |r: &mut Rule, f: Field| r.absent_ok &= !(1 << f.index());
+                if let Some((a, len)) = sip {
+                    let host = if len == 32 { 0 } else { u32::MAX >> len };
+                    let base = (a << 2) & !host;
+                    r.sip = AddrRange::new(MAPPED | base as u128, MAPPED | (base | host) as u128);
+                    need(&mut r, Field::Sip);
+                }
+                if let Some((a, len)) = dip {
+                    let host = if len == 32 { 0 } else { u32::MAX >> len };
+                    let base = (a << 2) & !host;
+                    r.dip = AddrRange::new(MAPPED | base as u128, MAPPED | (base | host) as u128);
+                    need(&mut r, Field::Dip);
+                }
+                if let Some((lo, w)) = sport {
+                    (r.sport_lo, r.sport_hi) = (lo, lo + w);
+                    need(&mut r, Field::Sport);
+                }
+                if let Some(p) = dport {
+                    (r.dport_lo, r.dport_hi) = (p, p);
+                    need(&mut r, Field::Dport);
+                }
+                if let Some((lo, w)) = dqpn {
+                    (r.dqpn_lo, r.dqpn_hi) = (lo, lo + w);
+                    need(&mut r, Field::DQpn);
+                }
+                if let Some(q) = lqpn {
+                    (r.lqpn_lo, r.lqpn_hi) = (q, q);
+                    need(&mut r, Field::LQpn);
+                }
+                if let Some(bits) = ops {
+                    r.opcode_mask = [bits as u64 & 0x1f_ffff, 0, 0, 0];
+                    if bits == 0 {
+                        r.opcode_mask[0] = 1;
+                    }
+                }
+                if let Some((lo, w)) = va {
+                    (r.va_lo, r.va_hi) = (lo, lo + w);
+                    need(&mut r, Field::Va);
+                }
+                // Randomly allow absence on a few constrained fields too.
+                r.absent_ok |= absent & ((1 << Field::Va.index()) | (1 << Field::LQpn.index()));
+                r
+            },
+        )
+}
+
+fn small_packet() -> impl Strategy<Value = PacketKey> {
+    (
+        (
+            proptest::option::of(0u128..64),
+            proptest::option::of(0u128..64),
+        ),
+        (
+            proptest::option::of(0u128..9),
+            proptest::option::of(0u128..5),
+        ),
+        (
+            proptest::option::of(0u128..8),
+            proptest::option::of(0u128..5),
+        ),
+        (0u128..0x15, proptest::option::of(0u128..13)),
+    )
+        .prop_map(|((sip, dip), (sport, dport), (dqpn, lqpn), (op, va))| {
+            let mut k = PacketKey::default();
+            let mut put = |f: Field, v: Option<u128>| {
+                if let Some(v) = v {
+                    k.set(f, v);
+                }
+            };
+            put(Field::Sip, sip.map(|a| MAPPED | a));
+            put(Field::Dip, dip.map(|a| MAPPED | a));
+            put(Field::Sport, sport);
+            put(Field::Dport, dport);
+            put(Field::DQpn, dqpn);
+            put(Field::LQpn, lqpn);
+            put(Field::Opcode, Some(op));
+            put(Field::Va, va);
+            k
+        })
+}
+
+fn numbered(mut rules: Vec<Rule>) -> Vec<Rule> {
+    for (i, r) in rules.iter_mut().enumerate() {
+        r.priority = i as u32;
+        r.policy = i as u32;
+    }
+    rules
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn tuple_space_agrees_with_linear_scan(
+        rules in proptest::collection::vec(small_rule(), 0..60),
+        packets in proptest::collection::vec(small_packet(), 1..80),
+    ) {
+        let rules = numbered(rules);
+        let oracle = LinearScan::new(&rules);
+        let tss = TupleSpace::new(rules.clone());
+        for k in &packets {
+            prop_assert_eq!(tss.classify(k), oracle.classify(k), "packet {:?}", k);
+        }
+    }
+
+    #[test]
+    fn hot_tier_agrees_with_linear_scan(
+        rules in proptest::collection::vec(small_rule(), 1..60),
+        packets in proptest::collection::vec(small_packet(), 1..40),
+        order in proptest::collection::vec(0usize..1000, 200..400),
+        capacity in 1usize..12,
+    ) {
+        let rules = numbered(rules);
+        let oracle = LinearScan::new(&rules);
+        let tss = TupleSpace::new(rules.clone());
+        let mut tier = HotTier::new(capacity, 17);
+        // Skewed: a few packets repeat most of the time.
+        for (n, i) in order.iter().enumerate() {
+            let k = if n % 5 == 0 { &packets[i % packets.len()] } else { &packets[i % 3 % packets.len()] };
+            prop_assert_eq!(tier.classify(&tss, k), oracle.classify(k));
+        }
+    }
+
+    #[test]
+    fn updates_agree_with_a_rebuild(
+        rules in proptest::collection::vec(small_rule(), 1..50),
+        replacements in proptest::collection::vec((0usize..50, small_rule()), 1..20),
+        packets in proptest::collection::vec(small_packet(), 1..60),
+    ) {
+        let mut rules = numbered(rules);
+        let mut tss = TupleSpace::new(rules.clone());
+        let mut updates = Vec::new();
+        for (at, mut r) in replacements {
+            let p = at % rules.len();
+            r.priority = p as u32;
+            r.policy = p as u32;
+            rules[p] = r;
+            updates.push(r);
+        }
+        tss.replace_rules(&updates);
+        let oracle = LinearScan::new(&rules);
+        for k in &packets {
+            prop_assert_eq!(tss.classify(k), oracle.classify(k));
+        }
+    }
+}
+
+#[test]
+fn synthetic_rules_agree_and_the_hot_tier_hits_on_skewed_traffic() {
+    let rules = synth::rules(3000, 7);
+    let tss = TupleSpace::new(rules.clone());
+    let oracle = LinearScan::new(&rules);
+    let packets = synth::traffic(
+        &rules,
+        20_000,
+        Mix::Skewed {
+            hot_pct: 80,
+            flows: 16,
+        },
+        9,
+    );
+    let mut tier = HotTier::new(64, 2048);
+    let mut matched = 0;
+    for k in &packets {
+        let want = oracle.classify(k);
+        matched += want.is_some() as usize;
+        assert_eq!(tss.classify(k), want);
+        assert_eq!(tier.classify(&tss, k), want);
+    }
+    assert!(
+        matched > packets.len() / 2,
+        "traffic must exercise rules: {matched}"
+    );
+    let s = tier.stats();
+    assert!(
+        s.hot_hits > s.misses,
+        "hot tier should absorb skewed traffic: {s:?}"
+    );
+    assert!(tss.stats().tuples > 4);
+}

@@ -1,0 +1,33 @@
+//! RDMA-aware access control for rdx.
+//!
+//! This crate owns everything about the ACL that does not need a running data plane:
+//!
+//! - [`policy`]: the policy language (parse, normalise, check with warnings);
+//! - [`packet`]: zero-copy parsing of RoCEv2 and native InfiniBand packets, including CM MADs;
+//! - [`cm`]: the per-connection state that gives RTU/REJ/DREQ/DREP their queue pairs;
+//! - [`rule`]: the fixed-size `#[repr(C)]` rule layout that lives in XState;
+//! - [`compile`]: policies to rules;
+//! - [`classify`]: the linear-scan oracle, the tuple-space classifier and its hot tier;
+//! - [`engine`]: the per-packet pipeline (parse, CM state, classify, count);
+//! - [`pcap`] and [`api`]: what `rdx acl check|compile|test` call.
+//!
+//! It must not load programs, touch a region or talk to the kernel: deployment belongs to the
+//! control plane, which consumes the rule image produced here.
+//!
+//! ```
+//! let set = rdx_acl::policy::parse(
+//!     "policy p { predicate = match(opcode in {CAS, FAA}) action = deny } apply(p)",
+//! ).unwrap();
+//! let rules = rdx_acl::compile::compile(&set).unwrap();
+//! assert_eq!(rules.rules.len(), 1);
+//! ```
+
+pub mod classify;
+pub mod compile;
+pub mod craft;
+pub mod field;
+pub mod packet;
+pub mod policy;
+pub mod rule;
+pub mod set;
+pub mod synth;
