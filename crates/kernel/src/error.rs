@@ -1,0 +1,140 @@
+use std::io;
+use std::path::PathBuf;
+
+/// Everything that can go wrong talking to the kernel's BPF subsystem.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum KernelError {
+    /// The `bpf()` system call cannot be used here. Tests skip on this error (and print it);
+    /// every other error is a failure.
+    #[error("the bpf() system call is unavailable: {operation} failed with {errno}: {hint}")]
+    Unavailable {
+        operation: &'static str,
+        errno: Errno,
+        hint: &'static str,
+    },
+    /// libbpf could not open or parse the object file.
+    #[error("cannot open eBPF object {path}: {message}")]
+    ObjectOpen { path: PathBuf, message: String },
+    /// libbpf opened the object but loading it into the kernel failed; `log` holds the verifier
+    /// log of the first program the kernel rejected, if any.
+    #[error(
+        "cannot load eBPF object {path} into the kernel: {message}{}",
+        log_suffix(log)
+    )]
+    ObjectLoad {
+        path: PathBuf,
+        message: String,
+        log: String,
+    },
+    /// The object has no program of that name.
+    #[error("eBPF object {path} has no program named {name:?} (it has {available:?})")]
+    NoSuchProgram {
+        path: PathBuf,
+        name: String,
+        available: Vec<String>,
+    },
+    /// The object has no map of that name.
+    #[error("eBPF object {path} has no map named {name:?} (it has {available:?})")]
+    NoSuchMap {
+        path: PathBuf,
+        name: String,
+        available: Vec<String>,
+    },
+    /// `BPF_PROG_LOAD` of a raw instruction array failed (usually the verifier said no).
+    #[error(
+        "the kernel rejected program {name:?} ({insns} instructions): {errno}{}",
+        log_suffix(log)
+    )]
+    ProgramRejected {
+        name: String,
+        insns: usize,
+        errno: Errno,
+        log: String,
+    },
+    /// The caller's input cannot be passed to the kernel at all.
+    #[error("invalid input for {what}: {reason}")]
+    InvalidInput { what: String, reason: String },
+    /// A map operation failed.
+    #[error("map {map:?}: {operation} failed with {errno}")]
+    Map {
+        map: String,
+        operation: &'static str,
+        errno: Errno,
+    },
+    /// `BPF_PROG_TEST_RUN` failed.
+    #[error("BPF_PROG_TEST_RUN of program {program:?} failed with {errno}")]
+    TestRun { program: String, errno: Errno },
+}
+
+fn log_suffix(log: &str) -> String {
+    if log.trim().is_empty() {
+        String::new()
+    } else {
+        format!("\n--- verifier log ---\n{}", log.trim_end())
+    }
+}
+
+/// An `errno` value with its name, for messages that can be acted on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    /// The errno of a libbpf/syscall return value (`-errno`), or of `errno` itself.
+    pub(crate) fn from_ret(ret: i32) -> Self {
+        if ret < 0 {
+            Errno(-ret)
+        } else {
+            Errno(io::Error::last_os_error().raw_os_error().unwrap_or(0))
+        }
+    }
+
+    /// True for the errors that mean "this process may not use bpf() at all".
+    pub fn means_unavailable(self) -> bool {
+        matches!(self.0, libc::EPERM | libc::EACCES | libc::ENOSYS)
+    }
+
+    fn hint(self) -> &'static str {
+        match self.0 {
+            libc::EPERM | libc::EACCES => {
+                "the process lacks CAP_BPF/CAP_SYS_ADMIN (run as root) or a seccomp/LSM policy forbids bpf()"
+            }
+            libc::ENOSYS => "the kernel was built without CONFIG_BPF_SYSCALL",
+            libc::EINVAL => "the kernel does not support this request",
+            _ => "unexpected error from the bpf() system call",
+        }
+    }
+}
+
+impl std::fmt::Display for Errno {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "errno {} ({})",
+            self.0,
+            io::Error::from_raw_os_error(self.0)
+        )
+    }
+}
+
+impl KernelError {
+    /// Turns a failure of the availability probe into [`KernelError::Unavailable`].
+    pub(crate) fn into_unavailable(self, operation: &'static str) -> KernelError {
+        let errno = match &self {
+            KernelError::ProgramRejected { errno, .. }
+            | KernelError::TestRun { errno, .. }
+            | KernelError::Map { errno, .. } => *errno,
+            _ => Errno(libc::EINVAL),
+        };
+        KernelError::Unavailable {
+            operation,
+            errno,
+            hint: errno.hint(),
+        }
+    }
+
+    /// True if this error means the kernel side cannot be used in this process (skip, do not
+    /// fail).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, KernelError::Unavailable { .. })
+    }
+}
