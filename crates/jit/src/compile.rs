@@ -1,0 +1,413 @@
+//! The compiler driver: splits a program into eBPF functions, has [`crate::translate`] lower
+//! each to Cranelift IR, compiles them for the requested [`Arch`] and lays the machine code
+//! out as one relocatable [`Artifact`].
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use cranelift_codegen::control::ControlPlane;
+use cranelift_codegen::ir::{ExternalName, UserExternalName};
+use cranelift_codegen::isa::{self, OwnedTargetIsa};
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_codegen::{binemit::Reloc, FinalizedRelocTarget};
+use rdx_bpf::isa::{encode, raw_to_bytes, Insn, STACK_SIZE};
+use target_lexicon::Triple;
+
+use crate::artifact::{
+    sha256, Artifact, Metadata, RelocKind, Relocation, Symbol, FLAG_ENTRY_LENGTH_ARG,
+    FLAG_HELPER_TABLE, FLAG_NEEDS_BUDGET,
+};
+use crate::target::Arch;
+use crate::translate::{self, FuncPlan, NS_FUNC, NS_SYMBOL};
+
+/// How generated code reaches helpers and host functions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum HelperCalls {
+    /// Each helper id is its own relocated 64-bit address (`helper:<id>`). The fastest form:
+    /// one constant load and an indirect call.
+    #[default]
+    Direct,
+    /// Helpers are entries of a table of 64-bit addresses (`var:rdx_helper_table`, entry `id`
+    /// at byte `8 * id`) holding `table_len` entries. Code that lives at the same address in
+    /// several processes (cross-sandbox calls) uses this so that each process can have its
+    /// own helper implementations behind one table address. Also what `callx` needs.
+    Table { table_len: u32 },
+}
+
+/// The entry point's native signature.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum EntryAbi {
+    /// `r0 = entry(ctx, run_state)`: [`rdx_region::abi::EntryFn`]. `r2`..`r9` start at zero.
+    #[default]
+    Standard,
+    /// `r0 = entry(ctx, run_state, len)` with `r2 = len`: the conformance-suite convention
+    /// (r1 = memory, r2 = its length). Calling a standard entry with a third argument is
+    /// harmless on both supported calling conventions, so test harnesses always pass it.
+    WithLength,
+}
+
+/// Everything besides the bytecode that decides the generated code. Part of the artifact's
+/// options hash.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CompileOptions {
+    pub arch: Arch,
+    /// Meter executed instructions against [`rdx_region::abi::RunState::budget`]. Required
+    /// whenever the verifier could not bound the run.
+    pub needs_budget: bool,
+    pub helper_calls: HelperCalls,
+    pub entry_abi: EntryAbi,
+    /// Identity of the EIM extension class the program was verified against; it only enters
+    /// the options hash so that a cache keyed by that hash never mixes classes.
+    pub eim_class: String,
+    /// Run Cranelift's IR verifier on every function (slower; for tests and debugging).
+    pub verify_ir: bool,
+}
+
+impl CompileOptions {
+    pub fn new(arch: Arch) -> Self {
+        Self {
+            arch,
+            needs_budget: false,
+            helper_calls: HelperCalls::Direct,
+            entry_abi: EntryAbi::Standard,
+            eim_class: String::new(),
+            verify_ir: cfg!(debug_assertions),
+        }
+    }
+
+    fn hash(&self) -> [u8; 32] {
+        // A stable textual rendering: the hash must not depend on Rust's Hash implementation.
+        let text = format!(
+            "arch={};budget={};helpers={:?};entry={:?};class={}",
+            self.arch, self.needs_budget, self.helper_calls, self.entry_abi, self.eim_class
+        );
+        sha256(&[text.as_bytes()])
+    }
+}
+
+/// Why a program could not be compiled. Instruction indices are slot indices of the program.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    #[error("program is empty")]
+    Empty,
+    #[error("instruction {pc}: {what} is not supported by the JIT")]
+    Unsupported { pc: usize, what: String },
+    #[error("instruction {pc}: jump to {target} leaves the function starting at {function}")]
+    JumpOutsideFunction {
+        pc: usize,
+        target: i64,
+        function: usize,
+    },
+    #[error("function starting at {function} can run past its last instruction {pc}")]
+    FallsOffEnd { function: usize, pc: usize },
+    #[error("instruction {pc}: the second slot of lddw is executed")]
+    LddwSecondSlot { pc: usize },
+    #[error("instruction {pc}: local calls recurse (function at {function} reaches itself)")]
+    Recursion { pc: usize, function: usize },
+    #[error("cannot build a code generator for {arch}: {reason}")]
+    Isa { arch: Arch, reason: String },
+    #[error("code generation failed for the function starting at {function}: {reason}")]
+    Codegen { function: usize, reason: String },
+    #[error("unexpected relocation {kind} in generated code")]
+    UnexpectedReloc { kind: String },
+}
+
+/// Compile-time statistics, for benchmarks and `rdx compile`.
+#[derive(Clone, Debug, Default)]
+pub struct CompileStats {
+    pub insns: usize,
+    pub functions: usize,
+    pub code_bytes: usize,
+    pub elapsed: Duration,
+}
+
+/// A Cranelift code generator for one target, reusable across compilations.
+pub struct Compiler {
+    isa: OwnedTargetIsa,
+    arch: Arch,
+}
+
+impl Compiler {
+    pub fn new(arch: Arch) -> Result<Self, CompileError> {
+        let isa_err = |reason: String| CompileError::Isa { arch, reason };
+        let triple: Triple = arch.triple().parse().map_err(|e| isa_err(format!("{e}")))?;
+        let mut flags = settings::builder();
+        for (k, v) in [
+            ("opt_level", "speed"),
+            // Every address the code uses is an absolute relocation the linker fills in, so
+            // code can be placed anywhere; no GOT, no PLT.
+            ("is_pic", "false"),
+            ("enable_verifier", "false"),
+            ("preserve_frame_pointers", "true"),
+        ] {
+            flags.set(k, v).map_err(|e| isa_err(format!("{k}: {e}")))?;
+        }
+        let builder = isa::lookup(triple).map_err(|e| isa_err(e.to_string()))?;
+        let isa = builder
+            .finish(settings::Flags::new(flags))
+            .map_err(|e| isa_err(e.to_string()))?;
+        Ok(Self { isa, arch })
+    }
+
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+
+    /// Compiles a decoded, verified program (slot-indexed, subprograms appended).
+    pub fn compile(
+        &self,
+        insns: &[Insn],
+        opts: &CompileOptions,
+    ) -> Result<(Artifact, CompileStats), CompileError> {
+        let start = Instant::now();
+        if opts.arch != self.arch {
+            return Err(CompileError::Isa {
+                arch: opts.arch,
+                reason: format!("this compiler targets {}", self.arch),
+            });
+        }
+        if insns.is_empty() {
+            return Err(CompileError::Empty);
+        }
+        let plans = plan_functions(insns)?;
+        let depth = max_call_depth(&plans, insns)?;
+
+        let mut symbols: Vec<Symbol> = Vec::new();
+        let mut code: Vec<u8> = Vec::new();
+        let mut func_offsets = vec![0u32; plans.len()];
+        // Calls between our own functions, patched once every function has an offset.
+        let mut local_calls: Vec<(u32, Reloc, u32, i64)> = Vec::new();
+        let mut relocations = Vec::new();
+        let mut ctx = cranelift_codegen::Context::new();
+        let mut fctx = cranelift_frontend::FunctionBuilderContext::new();
+
+        for (fi, plan) in plans.iter().enumerate() {
+            ctx.clear();
+            translate::translate_function(
+                &mut ctx.func,
+                &mut fctx,
+                &*self.isa,
+                insns,
+                &plans,
+                fi,
+                opts,
+                &mut symbols,
+            )?;
+            if opts.verify_ir {
+                ctx.verify(&*self.isa).map_err(|e| CompileError::Codegen {
+                    function: plan.start,
+                    reason: format!("IR verifier: {e}"),
+                })?;
+            }
+            let names = ctx.func.params.user_named_funcs().clone();
+            let compiled = ctx
+                .compile(&*self.isa, &mut ControlPlane::default())
+                .map_err(|e| CompileError::Codegen {
+                    function: plan.start,
+                    reason: format!("{:?}", e.inner),
+                })?;
+            while !code.len().is_multiple_of(16) {
+                // Pad with trapping bytes where the architecture has a one-byte trap, so a
+                // stray jump into padding stops instead of sliding.
+                code.push(if self.arch == Arch::X86_64 { 0xcc } else { 0 });
+            }
+            let base = code.len() as u32;
+            func_offsets[fi] = base;
+            code.extend_from_slice(compiled.code_buffer());
+            for r in compiled.buffer.relocs() {
+                let offset = base + r.offset;
+                match &r.target {
+                    FinalizedRelocTarget::ExternalName(ExternalName::User(nref)) => {
+                        let UserExternalName { namespace, index } = names[*nref].clone();
+                        match (namespace, r.kind) {
+                            (NS_FUNC, Reloc::X86CallPCRel4 | Reloc::Arm64Call) => {
+                                local_calls.push((offset, r.kind, index, r.addend))
+                            }
+                            (NS_SYMBOL, Reloc::Abs8) => relocations.push(Relocation {
+                                offset,
+                                kind: RelocKind::Abs64,
+                                symbol: index,
+                                addend: r.addend,
+                            }),
+                            (_, kind) => {
+                                return Err(CompileError::UnexpectedReloc {
+                                    kind: format!("{kind:?} to namespace {namespace}"),
+                                })
+                            }
+                        }
+                    }
+                    FinalizedRelocTarget::Func(target) if r.kind == Reloc::Abs8 => relocations
+                        .push(Relocation {
+                            offset,
+                            kind: RelocKind::CodeAbs64,
+                            symbol: 0,
+                            addend: (base + target) as i64 + r.addend,
+                        }),
+                    other => {
+                        return Err(CompileError::UnexpectedReloc {
+                            kind: format!("{:?} to {other:?}", r.kind),
+                        })
+                    }
+                }
+            }
+        }
+
+        for (offset, kind, callee, addend) in local_calls {
+            let target = func_offsets[callee as usize] as i64;
+            let at = offset as usize;
+            match kind {
+                Reloc::X86CallPCRel4 => {
+                    let rel = i32::try_from(target + addend - offset as i64).map_err(|_| {
+                        CompileError::UnexpectedReloc {
+                            kind: "call displacement beyond 2 GiB".into(),
+                        }
+                    })?;
+                    code[at..at + 4].copy_from_slice(&rel.to_le_bytes());
+                }
+                Reloc::Arm64Call => {
+                    let delta = target + addend - offset as i64;
+                    if delta % 4 != 0 || !(-(1 << 27)..(1 << 27)).contains(&delta) {
+                        return Err(CompileError::UnexpectedReloc {
+                            kind: "aarch64 call displacement out of range".into(),
+                        });
+                    }
+                    let mut word = u32::from_le_bytes(code[at..at + 4].try_into().unwrap());
+                    word = (word & !0x03ff_ffff) | (((delta >> 2) as u32) & 0x03ff_ffff);
+                    code[at..at + 4].copy_from_slice(&word.to_le_bytes());
+                }
+                _ => unreachable!("filtered above"),
+            }
+        }
+
+        let mut flags = 0;
+        if opts.needs_budget {
+            flags |= FLAG_NEEDS_BUDGET;
+        }
+        if opts.entry_abi == EntryAbi::WithLength {
+            flags |= FLAG_ENTRY_LENGTH_ARG;
+        }
+        if matches!(opts.helper_calls, HelperCalls::Table { .. }) {
+            flags |= FLAG_HELPER_TABLE;
+        }
+        let source = raw_to_bytes(&encode(insns));
+        let artifact = Artifact {
+            meta: Metadata {
+                arch: self.arch,
+                flags,
+                entry_offset: func_offsets[0],
+                stack_bytes: (depth * STACK_SIZE) as u32,
+                functions: plans.len() as u32,
+                insn_count: insns.len() as u32,
+                source_hash: sha256(&[&source]),
+                options_hash: opts.hash(),
+            },
+            code,
+            symbols,
+            relocations,
+        };
+        let stats = CompileStats {
+            insns: insns.len(),
+            functions: plans.len(),
+            code_bytes: artifact.code.len(),
+            elapsed: start.elapsed(),
+        };
+        Ok((artifact, stats))
+    }
+}
+
+/// Compiles a program for `opts.arch` with a fresh [`Compiler`].
+pub fn compile(insns: &[Insn], opts: &CompileOptions) -> Result<Artifact, CompileError> {
+    Ok(Compiler::new(opts.arch)?.compile(insns, opts)?.0)
+}
+
+/// Finds the eBPF functions: the entry at 0 and every local-call target, each running up to
+/// the next function's start.
+fn plan_functions(insns: &[Insn]) -> Result<Vec<FuncPlan>, CompileError> {
+    let mut starts = BTreeSet::new();
+    starts.insert(0usize);
+    for (pc, insn) in insns.iter().enumerate() {
+        if let Some(t) = insn.call_target(pc) {
+            if t < 0 || t as usize >= insns.len() {
+                return Err(CompileError::Unsupported {
+                    pc,
+                    what: format!("call to {t} outside the program"),
+                });
+            }
+            starts.insert(t as usize);
+        }
+    }
+    let starts: Vec<usize> = starts.into_iter().collect();
+    let plans: Vec<FuncPlan> = starts
+        .iter()
+        .enumerate()
+        .map(|(i, &start)| FuncPlan {
+            start,
+            end: starts.get(i + 1).copied().unwrap_or(insns.len()),
+        })
+        .collect();
+    for plan in &plans {
+        for (pc, insn) in insns.iter().enumerate().take(plan.end).skip(plan.start) {
+            if let Some(t) = insn.jump_target(pc) {
+                if t < plan.start as i64 || t >= plan.end as i64 {
+                    return Err(CompileError::JumpOutsideFunction {
+                        pc,
+                        target: t,
+                        function: plan.start,
+                    });
+                }
+            }
+        }
+    }
+    Ok(plans)
+}
+
+fn function_index(plans: &[FuncPlan], start: usize) -> usize {
+    plans
+        .binary_search_by_key(&start, |p| p.start)
+        .expect("call targets are function starts")
+}
+
+/// Longest chain of frames (entry = 1); refuses recursion, which eBPF forbids and which would
+/// make stack use unbounded.
+fn max_call_depth(plans: &[FuncPlan], insns: &[Insn]) -> Result<usize, CompileError> {
+    fn visit(
+        f: usize,
+        plans: &[FuncPlan],
+        insns: &[Insn],
+        on_path: &mut Vec<bool>,
+        memo: &mut Vec<Option<usize>>,
+    ) -> Result<usize, CompileError> {
+        if let Some(d) = memo[f] {
+            return Ok(d);
+        }
+        on_path[f] = true;
+        let mut deepest = 0;
+        for (pc, insn) in insns
+            .iter()
+            .enumerate()
+            .take(plans[f].end)
+            .skip(plans[f].start)
+        {
+            if let Some(t) = insn.call_target(pc) {
+                let g = function_index(plans, t as usize);
+                if on_path[g] {
+                    return Err(CompileError::Recursion {
+                        pc,
+                        function: plans[g].start,
+                    });
+                }
+                deepest = deepest.max(visit(g, plans, insns, on_path, memo)?);
+            }
+        }
+        on_path[f] = false;
+        memo[f] = Some(deepest + 1);
+        Ok(deepest + 1)
+    }
+    let mut on_path = vec![false; plans.len()];
+    let mut memo = vec![None; plans.len()];
+    visit(0, plans, insns, &mut on_path, &mut memo)
+}
+
+pub(crate) fn callee_index(plans: &[FuncPlan], start: usize) -> usize {
+    function_index(plans, start)
+}

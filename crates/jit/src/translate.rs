@@ -1,0 +1,878 @@
+//! eBPF → Cranelift IR for one eBPF function.
+//!
+//! The mapping from eBPF state to IR is deliberately plain, because deoptimisation exits
+//! (see `docs/jit.md`) must be able to rebuild the exact eBPF state at any instruction:
+//! - each register `r0`..`r10` is one Cranelift [`Variable`] of type `i64`, named by its index
+//!   in [`Translator::regs`]; `r10` is defined once, at entry, as the frame's top;
+//! - each eBPF frame's 512-byte stack is one explicit Cranelift stack slot of this function;
+//! - every eBPF instruction that starts a basic block has its own Cranelift block
+//!   ([`Translator::blocks`], indexed by slot), and the current slot index is known while
+//!   each instruction is lowered.
+
+use std::collections::HashMap;
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::immediates::Imm64;
+use cranelift_codegen::ir::types::{I16, I32, I64, I8};
+use cranelift_codegen::ir::{
+    AbiParam, AtomicRmwOp, Block, ExtFuncData, ExternalName, FuncRef, Function, GlobalValue,
+    GlobalValueData, InstBuilder, MemFlagsData, SigRef, Signature, StackSlot, StackSlotData,
+    StackSlotKind, Type, UserExternalName, UserFuncName, Value,
+};
+use cranelift_codegen::isa::TargetIsa;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use rdx_bpf::isa::{
+    AluOp, AtomicOp, ByteOrder, CallTarget, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width,
+    NUM_REGS, STACK_SIZE,
+};
+use rdx_region::abi::RunStatus;
+
+use crate::artifact::{Symbol, HELPER_TABLE_SYMBOL};
+use crate::compile::{callee_index, CompileError, CompileOptions, EntryAbi, HelperCalls};
+
+/// External-name namespace of our own eBPF functions (index = function number).
+pub(crate) const NS_FUNC: u32 = 0;
+/// External-name namespace of artifact symbols (index = position in the symbol table).
+pub(crate) const NS_SYMBOL: u32 = 1;
+
+/// Byte offsets in [`rdx_region::abi::RunState`].
+const RUN_BUDGET: i32 = 0;
+const RUN_STATUS: i32 = 8;
+
+/// One eBPF function: slots `start..end` of the program.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FuncPlan {
+    pub start: usize,
+    pub end: usize,
+}
+
+fn mem() -> MemFlagsData {
+    // eBPF loads may be unaligned (packet data) and the verifier, not a trap handler, is what
+    // makes them safe: no `aligned`, no `notrap` promises to the code generator.
+    MemFlagsData::new()
+}
+
+fn run_mem() -> MemFlagsData {
+    MemFlagsData::trusted()
+}
+
+struct Translator<'a, 'b> {
+    b: FunctionBuilder<'a>,
+    insns: &'b [Insn],
+    plans: &'b [FuncPlan],
+    plan: FuncPlan,
+    opts: &'b CompileOptions,
+    symbols: &'b mut Vec<Symbol>,
+    regs: [Variable; NUM_REGS],
+    /// Remaining instruction budget, kept in a register between calls and exits.
+    budget: Option<Variable>,
+    run_state: Value,
+    stack: StackSlot,
+    /// Cranelift block of each slot that starts a basic block (`None` otherwise).
+    blocks: Vec<Option<Block>>,
+    exhausted: Option<Block>,
+    /// Back-edge meter blocks to emit after the body: (block, charge, destination).
+    meters: Vec<(Block, u64, Block)>,
+    helper_sig: SigRef,
+    local_sig: SigRef,
+    helper_funcs: HashMap<u32, FuncRef>,
+    local_funcs: HashMap<usize, FuncRef>,
+    globals: HashMap<(Symbol, i64), GlobalValue>,
+    ptr: Type,
+}
+
+fn int_sig(isa: &dyn TargetIsa, params: usize) -> Signature {
+    let mut sig = Signature::new(isa.default_call_conv());
+    sig.params.extend((0..params).map(|_| AbiParam::new(I64)));
+    sig.returns.push(AbiParam::new(I64));
+    sig
+}
+
+/// Lowers function `fi` of `plans` into `func`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn translate_function(
+    func: &mut Function,
+    fctx: &mut FunctionBuilderContext,
+    isa: &dyn TargetIsa,
+    insns: &[Insn],
+    plans: &[FuncPlan],
+    fi: usize,
+    opts: &CompileOptions,
+    symbols: &mut Vec<Symbol>,
+) -> Result<(), CompileError> {
+    let plan = plans[fi];
+    let is_entry = fi == 0;
+    let nparams = if is_entry {
+        match opts.entry_abi {
+            EntryAbi::Standard => 2,
+            EntryAbi::WithLength => 3,
+        }
+    } else {
+        // r1..r5, then the run state.
+        6
+    };
+    func.signature = int_sig(isa, nparams);
+    func.name = UserFuncName::user(NS_FUNC, fi as u32);
+
+    let mut b = FunctionBuilder::new(func, fctx);
+    let regs: [Variable; NUM_REGS] = std::array::from_fn(|_| b.declare_var(I64));
+    let budget = opts.needs_budget.then(|| b.declare_var(I64));
+    let stack = b.create_sized_stack_slot(StackSlotData::new(
+        StackSlotKind::ExplicitSlot,
+        STACK_SIZE as u32,
+        4,
+    ));
+    let helper_sig = b.import_signature(int_sig(isa, 5));
+    let local_sig = b.import_signature(int_sig(isa, 6));
+
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    let params = b.block_params(entry).to_vec();
+    let zero = b.ins().iconst(I64, 0);
+    for r in &regs[..10] {
+        b.def_var(*r, zero);
+    }
+    let run_state;
+    if is_entry {
+        b.def_var(regs[1], params[0]);
+        run_state = params[1];
+        if opts.entry_abi == EntryAbi::WithLength {
+            b.def_var(regs[2], params[2]);
+        }
+    } else {
+        for i in 0..5 {
+            b.def_var(regs[i + 1], params[i]);
+        }
+        run_state = params[5];
+    }
+    let ptr = isa.pointer_type();
+    let stack_base = b.ins().stack_addr(ptr, stack, 0);
+    let frame_top = b.ins().iadd_imm_s(stack_base, STACK_SIZE as i64);
+    b.def_var(regs[10], frame_top);
+    if let Some(v) = budget {
+        let left = b.ins().load(I64, run_mem(), run_state, RUN_BUDGET);
+        b.def_var(v, left);
+    }
+
+    let mut blocks = vec![None; plan.end - plan.start];
+    for pc in plan.start..plan.end {
+        let insn = &insns[pc];
+        if let Some(t) = insn.jump_target(pc) {
+            let t = t as usize;
+            if blocks[t - plan.start].is_none() {
+                blocks[t - plan.start] = Some(b.create_block());
+            }
+        }
+        let ends_block = matches!(insn, Insn::Ja { .. } | Insn::Jmp { .. } | Insn::Exit);
+        if ends_block && pc + 1 < plan.end && blocks[pc + 1 - plan.start].is_none() {
+            blocks[pc + 1 - plan.start] = Some(b.create_block());
+        }
+    }
+
+    let mut t = Translator {
+        b,
+        insns,
+        plans,
+        plan,
+        opts,
+        symbols,
+        regs,
+        budget,
+        run_state,
+        stack,
+        blocks,
+        exhausted: None,
+        meters: Vec::new(),
+        helper_sig,
+        local_sig,
+        helper_funcs: HashMap::new(),
+        local_funcs: HashMap::new(),
+        globals: HashMap::new(),
+        ptr,
+    };
+    // Straight-line code is bounded by the function's length: charge it once per entry, and
+    // each loop's length at its back-edge. The total charged is then never less than the
+    // number of instructions executed.
+    t.charge((plan.end - plan.start) as u64);
+    t.body()?;
+    t.deferred_blocks();
+    t.b.seal_all_blocks();
+    t.b.finalize(isa.frontend_config());
+    Ok(())
+}
+
+impl Translator<'_, '_> {
+    fn reg(&mut self, r: Reg) -> Value {
+        self.b.use_var(self.regs[r.index()])
+    }
+
+    fn set(&mut self, r: Reg, v: Value) {
+        self.b.def_var(self.regs[r.index()], v);
+    }
+
+    fn block_at(&self, pc: usize) -> Block {
+        self.blocks[pc - self.plan.start].expect("every jump target and fall-through has a block")
+    }
+
+    fn body(&mut self) -> Result<(), CompileError> {
+        let mut open = true;
+        let mut pc = self.plan.start;
+        while pc < self.plan.end {
+            if let Some(block) = self.blocks[pc - self.plan.start] {
+                if open {
+                    self.b.ins().jump(block, &[]);
+                }
+                self.b.switch_to_block(block);
+                open = true;
+            }
+            let insn = self.insns[pc];
+            if !open {
+                // Unreachable slot not starting a block (cannot happen: every slot after a
+                // terminator starts a block), kept defensive.
+                pc += 1;
+                continue;
+            }
+            open = self.insn(pc, insn)?;
+            pc += if matches!(insn, Insn::LoadImm64 { .. }) {
+                2
+            } else {
+                1
+            };
+        }
+        if open {
+            return Err(CompileError::FallsOffEnd {
+                function: self.plan.start,
+                pc: self.plan.end - 1,
+            });
+        }
+        Ok(())
+    }
+
+    /// Lowers one instruction; returns whether the current block continues.
+    fn insn(&mut self, pc: usize, insn: Insn) -> Result<bool, CompileError> {
+        match insn {
+            Insn::Alu {
+                width,
+                op,
+                dst,
+                src,
+            } => self.alu(width, op, dst, src),
+            Insn::Endian { order, bits, dst } => self.endian(order, bits, dst),
+            Insn::Ja { .. } => {
+                let target = insn.jump_target(pc).unwrap() as usize;
+                let dest = self.edge(pc, target);
+                self.b.ins().jump(dest, &[]);
+                return Ok(false);
+            }
+            Insn::Jmp {
+                width,
+                cond,
+                dst,
+                src,
+                ..
+            } => {
+                let target = insn.jump_target(pc).unwrap() as usize;
+                if pc + 1 >= self.plan.end {
+                    return Err(CompileError::FallsOffEnd {
+                        function: self.plan.start,
+                        pc,
+                    });
+                }
+                let c = self.condition(width, cond, dst, src);
+                let taken = self.edge(pc, target);
+                let next = self.block_at(pc + 1);
+                self.b.ins().brif(c, taken, &[], next, &[]);
+                return Ok(false);
+            }
+            Insn::Call(target) => self.call(pc, target)?,
+            Insn::Exit => {
+                self.store_budget();
+                let r0 = self.reg(Reg(0));
+                self.b.ins().return_(&[r0]);
+                return Ok(false);
+            }
+            Insn::Load {
+                size,
+                sign_extend,
+                dst,
+                base,
+                off,
+            } => {
+                let v = self.load(size, sign_extend, base, off);
+                self.set(dst, v);
+            }
+            Insn::Store {
+                size,
+                base,
+                off,
+                src,
+            } => {
+                let v = match src {
+                    Operand::Reg(r) => self.reg(r),
+                    Operand::Imm(i) => self.b.ins().iconst(I64, i as i64),
+                };
+                self.store(size, base, off, v);
+            }
+            Insn::Atomic {
+                size,
+                op,
+                fetch,
+                base,
+                off,
+                src,
+            } => self.atomic(size, op, fetch, base, off, src),
+            Insn::LoadImm64 {
+                dst,
+                kind,
+                imm_lo,
+                imm_hi,
+            } => {
+                let v = match kind {
+                    ImmKind::Imm => self.b.ins().iconst(I64, Insn::imm64(imm_lo, imm_hi) as i64),
+                    ImmKind::MapIdx => self.symbol_value(Symbol::Map(imm_lo as u32), 0),
+                    ImmKind::MapIdxValue => {
+                        self.symbol_value(Symbol::MapValue(imm_lo as u32), imm_hi as u32 as i64)
+                    }
+                    other => {
+                        return Err(CompileError::Unsupported {
+                            pc,
+                            what: format!(
+                                "lddw of kind {other:?} (the loader resolves maps to indices)"
+                            ),
+                        })
+                    }
+                };
+                self.set(dst, v);
+            }
+            Insn::LoadImm64Hi => return Err(CompileError::LddwSecondSlot { pc }),
+        }
+        Ok(true)
+    }
+
+    /// The block a jump from `pc` to `target` enters: the target itself, or for a back-edge
+    /// of metered code a block that charges the loop's length first.
+    fn edge(&mut self, pc: usize, target: usize) -> Block {
+        let dest = self.block_at(target);
+        if self.budget.is_none() || target > pc {
+            return dest;
+        }
+        let meter = self.b.create_block();
+        self.meters.push((meter, (pc - target + 1) as u64, dest));
+        meter
+    }
+
+    /// Emits the blocks created while the body was lowered: back-edge meters, then the
+    /// shared exhausted exit.
+    fn deferred_blocks(&mut self) {
+        for (meter, amount, dest) in std::mem::take(&mut self.meters) {
+            self.b.switch_to_block(meter);
+            self.charge(amount);
+            self.b.ins().jump(dest, &[]);
+        }
+        if let Some(block) = self.exhausted {
+            self.b.switch_to_block(block);
+            let zero = self.b.ins().iconst(I64, 0);
+            self.b
+                .ins()
+                .store(run_mem(), zero, self.run_state, RUN_BUDGET);
+            let status = self
+                .b
+                .ins()
+                .iconst(I32, RunStatus::BudgetExhausted as u32 as i64);
+            self.b
+                .ins()
+                .store(run_mem(), status, self.run_state, RUN_STATUS);
+            self.b.ins().return_(&[zero]);
+        }
+    }
+
+    /// Subtracts `amount` from the budget, leaving through the exhausted block if it does
+    /// not cover it. No-op for unmetered code.
+    fn charge(&mut self, amount: u64) {
+        let Some(var) = self.budget else { return };
+        let left = self.b.use_var(var);
+        let enough =
+            self.b
+                .ins()
+                .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, left, amount as i64);
+        let cont = self.b.create_block();
+        let exhausted = self.exhausted_block();
+        self.b.ins().brif(enough, cont, &[], exhausted, &[]);
+        self.b.switch_to_block(cont);
+        let rest = self.b.ins().iadd_imm_s(left, -(amount as i64));
+        self.b.def_var(var, rest);
+    }
+
+    fn exhausted_block(&mut self) -> Block {
+        if let Some(b) = self.exhausted {
+            return b;
+        }
+        let block = self.b.create_block();
+        self.b.set_cold_block(block);
+        self.exhausted = Some(block);
+        block
+    }
+
+    fn store_budget(&mut self) {
+        if let Some(var) = self.budget {
+            let left = self.b.use_var(var);
+            self.b
+                .ins()
+                .store(run_mem(), left, self.run_state, RUN_BUDGET);
+        }
+    }
+
+    fn operand(&mut self, width: Width, src: Operand) -> Value {
+        match (src, width) {
+            (Operand::Reg(r), Width::W64) => self.reg(r),
+            (Operand::Reg(r), Width::W32) => {
+                let v = self.reg(r);
+                self.b.ins().ireduce(I32, v)
+            }
+            (Operand::Imm(i), Width::W64) => self.b.ins().iconst(I64, i as i64),
+            (Operand::Imm(i), Width::W32) => self.b.ins().iconst(I32, i as u32 as i64),
+        }
+    }
+
+    fn dst_value(&mut self, width: Width, dst: Reg) -> Value {
+        let v = self.reg(dst);
+        match width {
+            Width::W64 => v,
+            Width::W32 => self.b.ins().ireduce(I32, v),
+        }
+    }
+
+    fn write(&mut self, width: Width, dst: Reg, v: Value) {
+        let v = match width {
+            Width::W64 => v,
+            Width::W32 => self.b.ins().uextend(I64, v),
+        };
+        self.set(dst, v);
+    }
+
+    fn alu(&mut self, width: Width, op: AluOp, dst: Reg, src: Operand) {
+        let ty = match width {
+            Width::W64 => I64,
+            Width::W32 => I32,
+        };
+        let bits = ty.bits() as i64;
+        let v = match op {
+            AluOp::Mov => self.operand(width, src),
+            AluOp::MovSx(from) => {
+                let s = match src {
+                    Operand::Reg(r) => self.reg(r),
+                    Operand::Imm(i) => self.b.ins().iconst(I64, i as i64),
+                };
+                let narrow = match from {
+                    8 => I8,
+                    16 => I16,
+                    _ => I32,
+                };
+                let n = self.b.ins().ireduce(narrow, s);
+                if narrow == ty {
+                    n
+                } else {
+                    self.b.ins().sextend(ty, n)
+                }
+            }
+            AluOp::Neg => {
+                let a = self.dst_value(width, dst);
+                self.b.ins().ineg(a)
+            }
+            AluOp::Lsh | AluOp::Rsh | AluOp::Arsh => {
+                let a = self.dst_value(width, dst);
+                let i = self.b.ins();
+                match (op, src) {
+                    (AluOp::Lsh, Operand::Imm(k)) => i.ishl_imm_u(a, k as i64 & (bits - 1)),
+                    (AluOp::Rsh, Operand::Imm(k)) => i.ushr_imm_u(a, k as i64 & (bits - 1)),
+                    (_, Operand::Imm(k)) => i.sshr_imm_u(a, k as i64 & (bits - 1)),
+                    (_, Operand::Reg(_)) => {
+                        // Cranelift shifts take the amount modulo the type's width, exactly
+                        // eBPF's masking.
+                        let s = self.operand(width, src);
+                        let i = self.b.ins();
+                        match op {
+                            AluOp::Lsh => i.ishl(a, s),
+                            AluOp::Rsh => i.ushr(a, s),
+                            _ => i.sshr(a, s),
+                        }
+                    }
+                }
+            }
+            AluOp::Div | AluOp::Mod | AluOp::SDiv | AluOp::SMod => {
+                let a = self.dst_value(width, dst);
+                self.division(ty, op, a, src)
+            }
+            _ => {
+                let a = self.dst_value(width, dst);
+                let s = self.operand(width, src);
+                let i = self.b.ins();
+                match op {
+                    AluOp::Add => i.iadd(a, s),
+                    AluOp::Sub => i.isub(a, s),
+                    AluOp::Mul => i.imul(a, s),
+                    AluOp::Or => i.bor(a, s),
+                    AluOp::And => i.band(a, s),
+                    AluOp::Xor => i.bxor(a, s),
+                    _ => unreachable!("handled above"),
+                }
+            }
+        };
+        self.write(width, dst, v);
+    }
+
+    /// eBPF division never traps: `x / 0 = 0`, `x % 0 = x`, and signed `MIN / -1 = MIN`,
+    /// `MIN % -1 = 0`. Cranelift's `udiv`/`sdiv` trap on those, so the divisor is made safe
+    /// first and the special cases are selected afterwards; a constant divisor needs none of
+    /// it.
+    fn division(&mut self, ty: Type, op: AluOp, a: Value, src: Operand) -> Value {
+        let signed = matches!(op, AluOp::SDiv | AluOp::SMod);
+        let is_div = matches!(op, AluOp::Div | AluOp::SDiv);
+        if let Operand::Imm(k) = src {
+            // Sign-extended, as eBPF does for ALU64 immediates; ALU32 uses the low 32 bits.
+            let k = k as i64;
+            let i = self.b.ins();
+            return match (k, is_div, signed) {
+                (0, true, _) => i.iconst(ty, 0),
+                (0, false, _) => a,
+                (-1, true, true) => i.ineg(a),
+                (-1, false, true) => i.iconst(ty, 0),
+                _ => {
+                    let kv = if ty == I32 {
+                        i.iconst(I32, k as u32 as i64)
+                    } else {
+                        i.iconst(I64, k)
+                    };
+                    let i = self.b.ins();
+                    match (is_div, signed) {
+                        (true, false) => i.udiv(a, kv),
+                        (false, false) => i.urem(a, kv),
+                        (true, true) => i.sdiv(a, kv),
+                        (false, true) => i.srem(a, kv),
+                    }
+                }
+            };
+        }
+        let d = self.operand(if ty == I32 { Width::W32 } else { Width::W64 }, src);
+        let one = self.b.ins().iconst(ty, 1);
+        let zero = self.b.ins().iconst(ty, 0);
+        let d_zero = self.b.ins().icmp_imm_s(IntCC::Equal, d, 0);
+        if !signed {
+            let safe = self.b.ins().select(d_zero, one, d);
+            return if is_div {
+                let q = self.b.ins().udiv(a, safe);
+                self.b.ins().select(d_zero, zero, q)
+            } else {
+                let r = self.b.ins().urem(a, safe);
+                self.b.ins().select(d_zero, a, r)
+            };
+        }
+        let d_minus1 = self.b.ins().icmp_imm_s(IntCC::Equal, d, -1);
+        let special = self.b.ins().bor(d_zero, d_minus1);
+        let safe = self.b.ins().select(special, one, d);
+        if is_div {
+            let q = self.b.ins().sdiv(a, safe);
+            let neg = self.b.ins().ineg(a);
+            let q = self.b.ins().select(d_minus1, neg, q);
+            self.b.ins().select(d_zero, zero, q)
+        } else {
+            let r = self.b.ins().srem(a, safe);
+            let r = self.b.ins().select(d_minus1, zero, r);
+            self.b.ins().select(d_zero, a, r)
+        }
+    }
+
+    fn endian(&mut self, order: ByteOrder, bits: u8, dst: Reg) {
+        let v = self.reg(dst);
+        let narrow = match bits {
+            16 => Some(I16),
+            32 => Some(I32),
+            _ => None,
+        };
+        let out = match (order, narrow) {
+            // Both supported targets are little-endian: `le` only truncates.
+            (ByteOrder::ToLe, None) => v,
+            (ByteOrder::ToLe, Some(ty)) => {
+                let n = self.b.ins().ireduce(ty, v);
+                self.b.ins().uextend(I64, n)
+            }
+            (_, None) => self.b.ins().bswap(v),
+            (_, Some(ty)) => {
+                let n = self.b.ins().ireduce(ty, v);
+                let s = self.b.ins().bswap(n);
+                self.b.ins().uextend(I64, s)
+            }
+        };
+        self.set(dst, out);
+    }
+
+    fn condition(&mut self, width: Width, cond: JmpCond, dst: Reg, src: Operand) -> Value {
+        let a = self.dst_value(width, dst);
+        let s = self.operand(width, src);
+        let cc = match cond {
+            JmpCond::Set => {
+                let m = self.b.ins().band(a, s);
+                return self.b.ins().icmp_imm_s(IntCC::NotEqual, m, 0);
+            }
+            JmpCond::Eq => IntCC::Equal,
+            JmpCond::Ne => IntCC::NotEqual,
+            JmpCond::Gt => IntCC::UnsignedGreaterThan,
+            JmpCond::Ge => IntCC::UnsignedGreaterThanOrEqual,
+            JmpCond::Lt => IntCC::UnsignedLessThan,
+            JmpCond::Le => IntCC::UnsignedLessThanOrEqual,
+            JmpCond::Sgt => IntCC::SignedGreaterThan,
+            JmpCond::Sge => IntCC::SignedGreaterThanOrEqual,
+            JmpCond::Slt => IntCC::SignedLessThan,
+            JmpCond::Sle => IntCC::SignedLessThanOrEqual,
+        };
+        self.b.ins().icmp(cc, a, s)
+    }
+
+    /// A frame-pointer access that stays inside this frame's stack: lowered as a stack-slot
+    /// access so the code generator addresses it off the native stack pointer.
+    fn stack_offset(&self, base: Reg, off: i16, size: Size) -> Option<i32> {
+        let at = STACK_SIZE as i64 + off as i64;
+        (base.index() == 10 && at >= 0 && at + size.bytes() as i64 <= STACK_SIZE as i64)
+            .then_some(at as i32)
+    }
+
+    fn load(&mut self, size: Size, sign_extend: bool, base: Reg, off: i16) -> Value {
+        let ty = match size {
+            Size::B => I8,
+            Size::H => I16,
+            Size::W => I32,
+            Size::DW => I64,
+        };
+        let raw = if let Some(at) = self.stack_offset(base, off, size) {
+            self.b.ins().stack_load(self.ptr, ty, self.stack, at)
+        } else {
+            let addr = self.reg(base);
+            self.b.ins().load(ty, mem(), addr, off as i32)
+        };
+        if ty == I64 {
+            raw
+        } else if sign_extend {
+            self.b.ins().sextend(I64, raw)
+        } else {
+            self.b.ins().uextend(I64, raw)
+        }
+    }
+
+    fn store(&mut self, size: Size, base: Reg, off: i16, v: Value) {
+        let ty = match size {
+            Size::B => I8,
+            Size::H => I16,
+            Size::W => I32,
+            Size::DW => I64,
+        };
+        let v = if ty == I64 {
+            v
+        } else {
+            self.b.ins().ireduce(ty, v)
+        };
+        if let Some(at) = self.stack_offset(base, off, size) {
+            self.b.ins().stack_store(self.ptr, v, self.stack, at);
+        } else {
+            let addr = self.reg(base);
+            self.b.ins().store(mem(), v, addr, off as i32);
+        }
+    }
+
+    fn atomic(&mut self, size: Size, op: AtomicOp, fetch: bool, base: Reg, off: i16, src: Reg) {
+        let ty = if size == Size::W { I32 } else { I64 };
+        let b = self.reg(base);
+        let addr = self.b.ins().iadd_imm_s(b, off as i64);
+        let narrow = |t: &mut Self, v: Value| {
+            if ty == I32 {
+                t.b.ins().ireduce(I32, v)
+            } else {
+                v
+            }
+        };
+        let widen = |t: &mut Self, v: Value| {
+            if ty == I32 {
+                t.b.ins().uextend(I64, v)
+            } else {
+                v
+            }
+        };
+        let s = self.reg(src);
+        let s = narrow(self, s);
+        // Atomics on eBPF memory are aligned by the verifier; Cranelift requires the flag.
+        let flags = MemFlagsData::new().with_aligned();
+        if op == AtomicOp::CmpXchg {
+            let expected = self.reg(Reg(0));
+            let expected = narrow(self, expected);
+            let old = self.b.ins().atomic_cas(flags, addr, expected, s);
+            let old = widen(self, old);
+            self.set(Reg(0), old);
+            return;
+        }
+        let rmw = match op {
+            AtomicOp::Add => AtomicRmwOp::Add,
+            AtomicOp::Or => AtomicRmwOp::Or,
+            AtomicOp::And => AtomicRmwOp::And,
+            AtomicOp::Xor => AtomicRmwOp::Xor,
+            AtomicOp::Xchg => AtomicRmwOp::Xchg,
+            AtomicOp::CmpXchg => unreachable!("handled above"),
+        };
+        let old = self.b.ins().atomic_rmw(ty, flags, rmw, addr, s);
+        if fetch {
+            let old = widen(self, old);
+            self.set(src, old);
+        }
+    }
+
+    fn symbol_index(&mut self, sym: Symbol) -> u32 {
+        match self.symbols.iter().position(|s| *s == sym) {
+            Some(i) => i as u32,
+            None => {
+                self.symbols.push(sym);
+                (self.symbols.len() - 1) as u32
+            }
+        }
+    }
+
+    fn external_name(&mut self, namespace: u32, index: u32) -> ExternalName {
+        let r = self
+            .b
+            .func
+            .declare_imported_user_function(UserExternalName::new(namespace, index));
+        ExternalName::user(r)
+    }
+
+    fn symbol_value(&mut self, sym: Symbol, addend: i64) -> Value {
+        let key = (sym.clone(), addend);
+        let gv = match self.globals.get(&key) {
+            Some(gv) => *gv,
+            None => {
+                let index = self.symbol_index(sym);
+                let name = self.external_name(NS_SYMBOL, index);
+                let gv = self.b.create_global_value(GlobalValueData::Symbol {
+                    name,
+                    offset: Imm64::new(addend),
+                    colocated: false,
+                    tls: false,
+                });
+                self.globals.insert(key, gv);
+                gv
+            }
+        };
+        self.b.ins().symbol_value(self.ptr, gv)
+    }
+
+    fn args(&mut self) -> Vec<Value> {
+        (1..=5).map(|i| self.reg(Reg(i))).collect()
+    }
+
+    fn call(&mut self, pc: usize, target: CallTarget) -> Result<(), CompileError> {
+        match target {
+            CallTarget::Helper(id) => {
+                let id = u32::try_from(id).map_err(|_| CompileError::Unsupported {
+                    pc,
+                    what: format!("helper id {id}"),
+                })?;
+                let args = self.args();
+                let call = match self.opts.helper_calls {
+                    HelperCalls::Direct => {
+                        let f = match self.helper_funcs.get(&id) {
+                            Some(f) => *f,
+                            None => {
+                                let index = self.symbol_index(Symbol::Helper(id));
+                                let name = self.external_name(NS_SYMBOL, index);
+                                let f = self.b.import_function(ExtFuncData {
+                                    name,
+                                    signature: self.helper_sig,
+                                    colocated: false,
+                                    patchable: false,
+                                });
+                                self.helper_funcs.insert(id, f);
+                                f
+                            }
+                        };
+                        self.b.ins().call(f, &args)
+                    }
+                    HelperCalls::Table { table_len } => {
+                        if id >= table_len {
+                            return Err(CompileError::Unsupported {
+                                pc,
+                                what: format!(
+                                    "helper {id} beyond the {table_len}-entry helper table"
+                                ),
+                            });
+                        }
+                        let table = self.symbol_value(Symbol::Var(HELPER_TABLE_SYMBOL.into()), 0);
+                        let f = self.b.ins().load(
+                            I64,
+                            run_mem().with_readonly(),
+                            table,
+                            (id * 8) as i32,
+                        );
+                        self.b.ins().call_indirect(self.helper_sig, f, &args)
+                    }
+                };
+                let r0 = self.b.inst_results(call)[0];
+                self.set(Reg(0), r0);
+            }
+            CallTarget::Local(_) => {
+                let start = self.insns[pc].call_target(pc).unwrap() as usize;
+                let callee = callee_index(self.plans, start);
+                let f = match self.local_funcs.get(&callee) {
+                    Some(f) => *f,
+                    None => {
+                        let name = self.external_name(NS_FUNC, callee as u32);
+                        let f = self.b.import_function(ExtFuncData {
+                            name,
+                            signature: self.local_sig,
+                            colocated: true,
+                            patchable: false,
+                        });
+                        self.local_funcs.insert(callee, f);
+                        f
+                    }
+                };
+                let mut args = self.args();
+                args.push(self.run_state);
+                self.store_budget();
+                let call = self.b.ins().call(f, &args);
+                let r0 = self.b.inst_results(call)[0];
+                self.set(Reg(0), r0);
+                if let Some(var) = self.budget {
+                    // The callee charged the shared budget in memory and, if it ran out,
+                    // set the status: reload, and unwind at once on exhaustion.
+                    let left = self
+                        .b
+                        .ins()
+                        .load(I64, run_mem(), self.run_state, RUN_BUDGET);
+                    self.b.def_var(var, left);
+                    let status = self
+                        .b
+                        .ins()
+                        .load(I32, run_mem(), self.run_state, RUN_STATUS);
+                    let cont = self.b.create_block();
+                    let unwind = self.b.create_block();
+                    self.b.set_cold_block(unwind);
+                    self.b.ins().brif(status, unwind, &[], cont, &[]);
+                    self.b.switch_to_block(unwind);
+                    let zero = self.b.ins().iconst(I64, 0);
+                    self.b.ins().return_(&[zero]);
+                    self.b.switch_to_block(cont);
+                }
+            }
+            CallTarget::Kfunc(id) => {
+                return Err(CompileError::Unsupported {
+                    pc,
+                    what: format!("kfunc call (BTF id {id})"),
+                })
+            }
+            CallTarget::Reg(r) => {
+                return Err(CompileError::Unsupported {
+                    pc,
+                    what: format!("callx {r}"),
+                })
+            }
+        }
+        Ok(())
+    }
+}
