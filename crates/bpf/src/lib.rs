@@ -5,8 +5,13 @@
 //! nothing executable and knows nothing of regions or transports, which keeps it fuzzable and
 //! usable on the control plane and in tests alike.
 
+pub mod asm;
+pub mod disasm;
+pub mod helpers;
+pub mod interp;
 pub mod isa;
 pub mod loader;
+pub mod maps;
 pub mod program;
 
 pub use isa::{Insn, RawInsn};

@@ -1,0 +1,567 @@
+//! Helper functions: the registry the interpreter calls through, the standard helpers, and
+//! their native (`extern "C"`) twins for JIT-compiled code.
+//!
+//! A helper is a Rust function from a [`HelperCtx`] and the five argument registers to `r0`.
+//! The context gives it checked access to program memory (in the interpreter's checked mode
+//! every pointer argument is bounds-checked like a load or store), the maps of the program
+//! (validated: a map argument must be the address of one of them) and the run's context.
+//!
+//! Native code calls [`native_helper`]`(id)`: the same helpers with the C ABI of
+//! [`rdx_region::abi::HelperFn`], trusting their arguments as the kernel trusts a verified
+//! program. Maps are the same objects in both tiers: `r1` of the map helpers is
+//! [`Map::address`], which is what `lddw` of a map reference loads in both.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use crate::interp::context::ContextModel;
+use crate::interp::memory::{Access, Regions};
+use crate::maps::{Map, MapSet};
+use rdx_region::abi::HelperFn;
+
+/// Standard helper ids, as in the kernel's `enum bpf_func_id`.
+pub mod id {
+    pub const MAP_LOOKUP_ELEM: i32 = 1;
+    pub const MAP_UPDATE_ELEM: i32 = 2;
+    pub const MAP_DELETE_ELEM: i32 = 3;
+    pub const KTIME_GET_NS: i32 = 5;
+    pub const TRACE_PRINTK: i32 = 6;
+    pub const GET_PRANDOM_U32: i32 = 7;
+    pub const GET_SMP_PROCESSOR_ID: i32 = 8;
+    pub const SKB_LOAD_BYTES: i32 = 26;
+    /// The conformance suite's "unwind" helper (shares the number of `ktime_get_ns`; it only
+    /// exists in [`super::Helpers::conformance`]).
+    pub const CONFORMANCE_UNWIND: i32 = 5;
+}
+
+/// Why a helper failed. A failing helper stops the program with an error naming the call.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HelperError {
+    #[error("{len}-byte {what} at {addr:#x} is outside the program's memory")]
+    OutOfBounds {
+        what: &'static str,
+        addr: u64,
+        len: u64,
+    },
+    #[error("{len}-byte write at {addr:#x} targets read-only memory")]
+    ReadOnly { addr: u64, len: u64 },
+    #[error("{0:#x} is not the address of one of the program's maps")]
+    NotAMap(u64),
+    #[error("this helper needs a packet context")]
+    NoContext,
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A helper as the interpreter calls it.
+pub type HelperImpl = fn(&mut HelperCtx<'_, '_>, [u64; 5]) -> Result<u64, HelperError>;
+
+/// Per-VM state the standard helpers use: the `bpf_trace_printk` log and the random
+/// generator.
+#[derive(Debug)]
+pub struct HelperEnv {
+    trace: Mutex<Vec<String>>,
+    rng: AtomicU64,
+}
+
+impl HelperEnv {
+    pub fn new(seed: u64) -> Self {
+        Self {
+            trace: Mutex::new(Vec::new()),
+            rng: AtomicU64::new(seed | 1),
+        }
+    }
+
+    /// Takes every line `bpf_trace_printk` produced so far.
+    pub fn take_trace(&self) -> Vec<String> {
+        std::mem::take(&mut *self.trace.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn next_random(&self) -> u32 {
+        // xorshift64*: fast, deterministic from the seed, good enough for sampling decisions.
+        let mut x = self.rng.load(Ordering::Relaxed);
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng.store(x, Ordering::Relaxed);
+        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32
+    }
+}
+
+/// What a helper sees of the running program.
+pub struct HelperCtx<'r, 'c> {
+    pub(crate) regions: &'r Regions<'r>,
+    pub(crate) checked: bool,
+    pub(crate) context: Option<&'c mut dyn ContextModel>,
+    pub(crate) env: &'r HelperEnv,
+    pub(crate) stop: bool,
+}
+
+impl HelperCtx<'_, '_> {
+    fn check(&self, addr: u64, len: u64, write: bool) -> Result<(), HelperError> {
+        if !self.checked {
+            return Ok(());
+        }
+        match self.regions.access(addr, len, write) {
+            Access::Plain => Ok(()),
+            Access::ReadOnly => Err(HelperError::ReadOnly { addr, len }),
+            Access::Context | Access::Denied => Err(HelperError::OutOfBounds {
+                what: if write { "write" } else { "read" },
+                addr,
+                len,
+            }),
+        }
+    }
+
+    /// Copies `len` bytes of program memory at `addr`.
+    pub fn read(&self, addr: u64, len: u64) -> Result<Vec<u8>, HelperError> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        self.check(addr, len, false)?;
+        let mut out = vec![0u8; len as usize];
+        // SAFETY: in checked mode the range was just checked against the run's regions; in
+        // unchecked mode the caller of `run_unchecked` guaranteed a verified program, whose
+        // helper arguments the verifier proved valid.
+        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len()) };
+        Ok(out)
+    }
+
+    /// Copies `bytes` into program memory at `addr`.
+    pub fn write(&self, addr: u64, bytes: &[u8]) -> Result<(), HelperError> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.check(addr, bytes.len() as u64, true)?;
+        // SAFETY: as in `read`.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) };
+        Ok(())
+    }
+
+    /// The map whose address a program passed.
+    pub fn map(&self, addr: u64) -> Result<&Map, HelperError> {
+        self.regions
+            .maps
+            .by_address(addr)
+            .map(|m| &**m)
+            .ok_or(HelperError::NotAMap(addr))
+    }
+
+    /// The program's maps.
+    pub fn maps(&self) -> &MapSet {
+        self.regions.maps
+    }
+
+    /// Ends the program after this helper returns; its result becomes `r0`.
+    pub fn stop_program(&mut self) {
+        self.stop = true;
+    }
+
+    /// The run's context model, if the program was started with one.
+    pub fn context(&mut self) -> Option<&mut (dyn ContextModel + '_)> {
+        match &mut self.context {
+            Some(c) => Some(&mut **c),
+            None => None,
+        }
+    }
+
+    pub fn env(&self) -> &HelperEnv {
+        self.env
+    }
+}
+
+/// Helpers by id.
+#[derive(Clone, Default)]
+pub struct Helpers {
+    by_id: BTreeMap<i32, (&'static str, HelperImpl)>,
+}
+
+impl std::fmt::Debug for Helpers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.by_id.iter().map(|(id, (name, _))| (id, name)))
+            .finish()
+    }
+}
+
+impl Helpers {
+    /// No helpers at all.
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    /// The standard kernel-numbered helpers rdx implements: map lookup/update/delete (1-3),
+    /// `ktime_get_ns` (5), `trace_printk` (6), `get_prandom_u32` (7),
+    /// `get_smp_processor_id` (8), `skb_load_bytes` (26).
+    pub fn standard() -> Self {
+        let mut h = Self::empty();
+        h.register(id::MAP_LOOKUP_ELEM, "bpf_map_lookup_elem", map_lookup_elem);
+        h.register(id::MAP_UPDATE_ELEM, "bpf_map_update_elem", map_update_elem);
+        h.register(id::MAP_DELETE_ELEM, "bpf_map_delete_elem", map_delete_elem);
+        h.register(id::KTIME_GET_NS, "bpf_ktime_get_ns", ktime_get_ns);
+        h.register(id::TRACE_PRINTK, "bpf_trace_printk", trace_printk);
+        h.register(id::GET_PRANDOM_U32, "bpf_get_prandom_u32", get_prandom_u32);
+        h.register(
+            id::GET_SMP_PROCESSOR_ID,
+            "bpf_get_smp_processor_id",
+            get_smp_processor_id,
+        );
+        h.register(id::SKB_LOAD_BYTES, "bpf_skb_load_bytes", skb_load_bytes);
+        h
+    }
+
+    /// The helpers the bpf_conformance vectors expect: only helper 5, "unwind", which returns
+    /// its first argument and ends the program when that is zero.
+    pub fn conformance() -> Self {
+        let mut h = Self::empty();
+        h.register(id::CONFORMANCE_UNWIND, "unwind", conformance_unwind);
+        h
+    }
+
+    /// Adds or replaces helper `id`.
+    pub fn register(&mut self, id: i32, name: &'static str, f: HelperImpl) {
+        self.by_id.insert(id, (name, f));
+    }
+
+    pub fn get(&self, id: i32) -> Option<HelperImpl> {
+        self.by_id.get(&id).map(|(_, f)| *f)
+    }
+
+    pub fn name(&self, id: i32) -> Option<&'static str> {
+        self.by_id.get(&id).map(|(n, _)| *n)
+    }
+
+    pub fn ids(&self) -> impl Iterator<Item = i32> + '_ {
+        self.by_id.keys().copied()
+    }
+}
+
+/// Errno values helpers return (negated), as the kernel's do.
+const EFAULT: i64 = 14;
+const EINVAL: i64 = 22;
+
+fn map_lookup_elem(cx: &mut HelperCtx<'_, '_>, a: [u64; 5]) -> Result<u64, HelperError> {
+    let map = cx.map(a[0])?;
+    let key = cx.read(a[1], map.def().key_size as u64)?;
+    Ok(map.lookup_ptr(&key).map_or(0, |p| p as u64))
+}
+
+fn map_update_elem(cx: &mut HelperCtx<'_, '_>, a: [u64; 5]) -> Result<u64, HelperError> {
+    let map = cx.map(a[0])?;
+    let key = cx.read(a[1], map.def().key_size as u64)?;
+    let value = cx.read(a[2], map.def().value_size as u64)?;
+    Ok(match map.update(&key, &value, a[3]) {
+        Ok(()) => 0,
+        Err(e) => e.errno() as u64,
+    })
+}
+
+fn map_delete_elem(cx: &mut HelperCtx<'_, '_>, a: [u64; 5]) -> Result<u64, HelperError> {
+    let map = cx.map(a[0])?;
+    let key = cx.read(a[1], map.def().key_size as u64)?;
+    Ok(match map.delete(&key) {
+        Ok(()) => 0,
+        Err(e) => e.errno() as u64,
+    })
+}
+
+/// Monotonic nanoseconds, shared by the interpreter and native code so both tiers read the
+/// same clock.
+pub fn monotonic_ns() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    // Offset by one second so that a program never sees time 0, as on a booted machine.
+    START.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1_000_000_000
+}
+
+fn ktime_get_ns(_: &mut HelperCtx<'_, '_>, _: [u64; 5]) -> Result<u64, HelperError> {
+    Ok(monotonic_ns())
+}
+
+fn get_prandom_u32(cx: &mut HelperCtx<'_, '_>, _: [u64; 5]) -> Result<u64, HelperError> {
+    Ok(cx.env.next_random() as u64)
+}
+
+fn get_smp_processor_id(_: &mut HelperCtx<'_, '_>, _: [u64; 5]) -> Result<u64, HelperError> {
+    Ok(0)
+}
+
+/// Longest `%s` argument `bpf_trace_printk` follows, as the kernel limits it.
+const MAX_TRACE_STR: usize = 64;
+
+/// Formats a `bpf_trace_printk` format string: `%d %i %u %x %X %c %p %s %%` with optional
+/// `l`/`ll`/`h`/`hh` length modifiers, at most three arguments. `read_str` fetches a
+/// NUL-terminated string for `%s`.
+pub fn format_trace(
+    fmt: &[u8],
+    args: [u64; 3],
+    mut read_str: impl FnMut(u64) -> Result<Vec<u8>, HelperError>,
+) -> Result<String, HelperError> {
+    let fmt = match fmt.iter().position(|&b| b == 0) {
+        Some(n) => &fmt[..n],
+        None => fmt,
+    };
+    let mut out = String::new();
+    let mut next = 0;
+    let mut i = 0;
+    let bad = |why: &str| HelperError::Invalid(format!("bpf_trace_printk: {why}"));
+    while i < fmt.len() {
+        let c = fmt[i];
+        i += 1;
+        if c != b'%' {
+            out.push(c as char);
+            continue;
+        }
+        if fmt.get(i) == Some(&b'%') {
+            out.push('%');
+            i += 1;
+            continue;
+        }
+        let mut bits = 32;
+        while let Some(&m) = fmt.get(i) {
+            match m {
+                b'l' => bits = 64,
+                b'h' => bits = bits.min(16),
+                _ => break,
+            }
+            i += 1;
+        }
+        let conv = *fmt
+            .get(i)
+            .ok_or_else(|| bad("format ends inside a conversion"))?;
+        i += 1;
+        let arg = *args
+            .get(next)
+            .ok_or_else(|| bad("more than three conversions"))?;
+        next += 1;
+        let v = if bits == 64 { arg } else { arg & 0xffff_ffff };
+        let signed = |v: u64| -> i64 {
+            if bits == 64 {
+                v as i64
+            } else {
+                v as u32 as i32 as i64
+            }
+        };
+        match conv {
+            b'd' | b'i' => out.push_str(&signed(v).to_string()),
+            b'u' => out.push_str(&v.to_string()),
+            b'x' => out.push_str(&format!("{v:x}")),
+            b'X' => out.push_str(&format!("{v:X}")),
+            b'c' => out.push(v as u8 as char),
+            b'p' => out.push_str(&format!("0x{arg:x}")),
+            b's' => {
+                let s = read_str(arg)?;
+                out.push_str(&String::from_utf8_lossy(&s));
+            }
+            other => return Err(bad(&format!("unsupported conversion %{}", other as char))),
+        }
+    }
+    Ok(out)
+}
+
+fn trace_printk(cx: &mut HelperCtx<'_, '_>, a: [u64; 5]) -> Result<u64, HelperError> {
+    let fmt = cx.read(a[0], a[1])?;
+    let line = format_trace(&fmt, [a[2], a[3], a[4]], |addr| {
+        // Read byte by byte so that a string ending right at a region's end is fine.
+        let mut s = Vec::new();
+        for k in 0..MAX_TRACE_STR as u64 {
+            let b = cx.read(addr + k, 1)?[0];
+            if b == 0 {
+                break;
+            }
+            s.push(b);
+        }
+        Ok(s)
+    })?;
+    let n = line.len() as u64;
+    cx.env
+        .trace
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(line.trim_end_matches('\n').to_string());
+    Ok(n)
+}
+
+fn skb_load_bytes(cx: &mut HelperCtx<'_, '_>, a: [u64; 5]) -> Result<u64, HelperError> {
+    let (offset, to, len) = (a[1] as u32 as usize, a[2], a[3] as u32 as usize);
+    let ctx = cx.context().ok_or(HelperError::NoContext)?;
+    let chunk = ctx
+        .packet_bytes()
+        .get(offset..offset.saturating_add(len))
+        .map(|s| s.to_vec());
+    match chunk {
+        Some(bytes) => {
+            cx.write(to, &bytes)?;
+            Ok(0)
+        }
+        None => {
+            // The kernel zeroes the destination on failure.
+            cx.write(to, &vec![0; len])?;
+            Ok((-EFAULT) as u64)
+        }
+    }
+}
+
+fn conformance_unwind(cx: &mut HelperCtx<'_, '_>, a: [u64; 5]) -> Result<u64, HelperError> {
+    if a[0] == 0 {
+        cx.stop_program();
+    }
+    Ok(a[0])
+}
+
+// ---- native twins ---------------------------------------------------------------------------
+
+/// # Safety
+/// `map` must be a live [`Map::address`]; `key` must point to `key_size` readable bytes.
+unsafe extern "C" fn native_map_lookup_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: the verifier proved `map` is a map reference and `key` is key_size readable
+    // bytes; the map outlives every program that references it.
+    let map = unsafe { Map::from_address(map) };
+    let key = unsafe { std::slice::from_raw_parts(key as *const u8, map.def().key_size as usize) };
+    map.lookup_ptr(key).map_or(0, |p| p as u64)
+}
+
+/// # Safety
+/// As for lookup, and `value` must point to `value_size` readable bytes.
+unsafe extern "C" fn native_map_update_elem(
+    map: u64,
+    key: u64,
+    value: u64,
+    flags: u64,
+    _: u64,
+) -> u64 {
+    // SAFETY: as in `native_map_lookup_elem`.
+    let map = unsafe { Map::from_address(map) };
+    let key = unsafe { std::slice::from_raw_parts(key as *const u8, map.def().key_size as usize) };
+    let value =
+        unsafe { std::slice::from_raw_parts(value as *const u8, map.def().value_size as usize) };
+    match map.update(key, value, flags) {
+        Ok(()) => 0,
+        Err(e) => e.errno() as u64,
+    }
+}
+
+/// # Safety
+/// As for lookup.
+unsafe extern "C" fn native_map_delete_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: as in `native_map_lookup_elem`.
+    let map = unsafe { Map::from_address(map) };
+    let key = unsafe { std::slice::from_raw_parts(key as *const u8, map.def().key_size as usize) };
+    match map.delete(key) {
+        Ok(()) => 0,
+        Err(e) => e.errno() as u64,
+    }
+}
+
+unsafe extern "C" fn native_ktime_get_ns(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    monotonic_ns()
+}
+
+unsafe extern "C" fn native_get_prandom_u32(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    static NATIVE_RNG: OnceLock<HelperEnv> = OnceLock::new();
+    NATIVE_RNG
+        .get_or_init(|| HelperEnv::new(0x9e37_79b9_7f4a_7c15))
+        .next_random() as u64
+}
+
+unsafe extern "C" fn native_get_smp_processor_id(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    0
+}
+
+/// # Safety
+/// `fmt` must point to `fmt_size` readable bytes and `%s` arguments to NUL-terminated strings.
+unsafe extern "C" fn native_trace_printk(fmt: u64, fmt_size: u64, a: u64, b: u64, c: u64) -> u64 {
+    // SAFETY: the verifier proved the format buffer readable.
+    let fmt = unsafe { std::slice::from_raw_parts(fmt as *const u8, fmt_size as usize) };
+    let line = format_trace(fmt, [a, b, c], |addr| {
+        let mut s = Vec::new();
+        for k in 0..MAX_TRACE_STR {
+            // SAFETY: the verifier proved `%s` arguments readable up to their NUL.
+            let byte = unsafe { *((addr as usize + k) as *const u8) };
+            if byte == 0 {
+                break;
+            }
+            s.push(byte);
+        }
+        Ok(s)
+    });
+    match line {
+        Ok(line) => {
+            eprintln!("bpf_trace_printk: {}", line.trim_end_matches('\n'));
+            line.len() as u64
+        }
+        Err(_) => (-EINVAL) as u64,
+    }
+}
+
+/// The native (C ABI) version of standard helper `id`, for JIT-compiled code: map helpers
+/// (1-3, `r1` = [`Map::address`]), `ktime_get_ns` (5), `trace_printk` (6, printed to stderr),
+/// `get_prandom_u32` (7), `get_smp_processor_id` (8). Helpers that need the interpreter's
+/// context model (`skb_load_bytes`) have no native twin.
+pub fn native_helper(id: i32) -> Option<HelperFn> {
+    Some(match id {
+        id::MAP_LOOKUP_ELEM => native_map_lookup_elem,
+        id::MAP_UPDATE_ELEM => native_map_update_elem,
+        id::MAP_DELETE_ELEM => native_map_delete_elem,
+        id::KTIME_GET_NS => native_ktime_get_ns,
+        id::TRACE_PRINTK => native_trace_printk,
+        id::GET_PRANDOM_U32 => native_get_prandom_u32,
+        id::GET_SMP_PROCESSOR_ID => native_get_smp_processor_id,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::program::{MapDef, MapOrigin, MapType};
+
+    #[test]
+    fn trace_format() {
+        let s = format_trace(b"x=%d y=%lx %s %%\n\0junk", [u64::MAX, 255, 7], |a| {
+            assert_eq!(a, 7);
+            Ok(b"str".to_vec())
+        })
+        .unwrap();
+        assert_eq!(s, "x=-1 y=ff str %\n");
+        assert!(format_trace(b"%d %d %d %d", [0; 3], |_| Ok(vec![])).is_err());
+        assert!(format_trace(b"%q", [0; 3], |_| Ok(vec![])).is_err());
+    }
+
+    #[test]
+    fn native_map_helpers_share_the_map() {
+        let map = Map::new(&MapDef {
+            name: "h".into(),
+            map_type: MapType::Hash,
+            key_size: 4,
+            value_size: 8,
+            max_entries: 4,
+            flags: 0,
+            origin: MapOrigin::Btf,
+            initial_value: None,
+            read_only: false,
+        })
+        .unwrap();
+        let update = native_helper(id::MAP_UPDATE_ELEM).unwrap();
+        let lookup = native_helper(id::MAP_LOOKUP_ELEM).unwrap();
+        let key = 9u32.to_le_bytes();
+        let value = 77u64.to_le_bytes();
+        // SAFETY: live map, valid key and value buffers.
+        let rc = unsafe {
+            update(
+                map.address(),
+                key.as_ptr() as u64,
+                value.as_ptr() as u64,
+                0,
+                0,
+            )
+        };
+        assert_eq!(rc, 0);
+        assert_eq!(map.lookup(&key).unwrap(), value);
+        // SAFETY: as above.
+        let p = unsafe { lookup(map.address(), key.as_ptr() as u64, 0, 0, 0) };
+        assert_eq!(p, map.lookup_ptr(&key).unwrap() as u64);
+        assert!(native_helper(12345).is_none());
+    }
+}

@@ -1,0 +1,427 @@
+//! Context models: what `r1` points to when a program starts, and how loads and stores in that
+//! structure are served.
+//!
+//! The kernel never lets a program read its context structure directly: the verifier rewrites
+//! every context access (for `struct __sk_buff` and `struct xdp_md`, a 32-bit load of `data`
+//! becomes a 64-bit load of the real packet pointer). A [`ContextModel`] plays that role for
+//! the interpreter: `r1` holds the address of a private, never-read buffer of
+//! [`ContextModel::size`] bytes, and every load or store that lands in it is passed to the
+//! model instead of memory. Packet bytes are real memory the model owns; their addresses are
+//! what the model's `data`/`data_end` fields return.
+
+use crate::isa::Size;
+
+/// Why the model refused a context access.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ContextError {
+    #[error("{size}-byte read at context offset {offset} is not a readable field")]
+    BadRead { offset: usize, size: usize },
+    #[error("{size}-byte write at context offset {offset} is not a writable field")]
+    BadWrite { offset: usize, size: usize },
+}
+
+/// A memory area a context hands out pointers to (the packet, its metadata).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PacketRegion {
+    pub addr: u64,
+    pub len: u64,
+    pub writable: bool,
+}
+
+/// A program context the interpreter serves accesses to.
+pub trait ContextModel {
+    /// Size of the structure as the program sees it (`sizeof(struct __sk_buff)`, ...).
+    fn size(&self) -> usize;
+    /// A load of `size` bytes at `offset` in the structure.
+    fn load(&self, offset: usize, size: Size) -> Result<u64, ContextError>;
+    /// A store of the low `size` bytes of `value` at `offset`.
+    fn store(&mut self, offset: usize, size: Size, value: u64) -> Result<(), ContextError>;
+    /// The packet memory the context's pointers address, if any. The interpreter takes this
+    /// once at the start of a run; the model must not move or resize the packet during it.
+    fn packet(&mut self) -> Option<PacketRegion>;
+    /// The packet bytes, for helpers that copy out of the packet (`bpf_skb_load_bytes`).
+    fn packet_bytes(&self) -> &[u8];
+    /// The private buffer whose address `r1` holds; never read or written through.
+    fn anchor(&self) -> *const u8;
+}
+
+/// Reads `size` bytes at `offset` of a little-endian image of a structure.
+fn image_read(image: &[u8], offset: usize, size: Size) -> u64 {
+    let mut b = [0u8; 8];
+    b[..size.bytes()].copy_from_slice(&image[offset..offset + size.bytes()]);
+    u64::from_le_bytes(b)
+}
+
+/// A model backed by a fixed image of the structure plus a table of field permissions.
+#[derive(Clone, Copy)]
+struct Field {
+    offset: usize,
+    size: usize,
+    writable: bool,
+}
+
+fn field_at(fields: &[Field], offset: usize, size: usize) -> Option<Field> {
+    fields
+        .iter()
+        .copied()
+        .find(|f| offset >= f.offset && offset + size <= f.offset + f.size)
+}
+
+/// `struct __sk_buff`, as a socket filter or tc program sees it.
+///
+/// Readable: `len`, `pkt_type`, `mark`, `queue_mapping`, `protocol`, `vlan_present`,
+/// `vlan_tci`, `vlan_proto`, `priority`, `ingress_ifindex`, `ifindex`, `tc_index`, `cb[5]`,
+/// `hash`, `napi_id`, and the packet pointers `data`, `data_end`, `data_meta` (32-bit loads
+/// yielding full 64-bit pointers). Writable: `mark`, `priority`, `tc_index`, `cb[5]`.
+/// (The kernel hides `data`/`data_end` from socket filters, which reach packet bytes through
+/// `bpf_skb_load_bytes`; tc programs may read them. rdx's model serves both.)
+#[derive(Debug, Clone)]
+pub struct SkBuff {
+    pub pkt_type: u32,
+    pub mark: u32,
+    pub queue_mapping: u32,
+    /// `skb->protocol`: the EtherType in network byte order, as the kernel stores it.
+    pub protocol: u32,
+    pub vlan_present: u32,
+    pub vlan_tci: u32,
+    pub vlan_proto: u32,
+    pub priority: u32,
+    pub ingress_ifindex: u32,
+    pub ifindex: u32,
+    pub tc_index: u32,
+    pub cb: [u32; 5],
+    pub hash: u32,
+    pub napi_id: u32,
+    packet: Vec<u8>,
+    anchor: Box<[u64; SkBuff::SIZE / 8]>,
+}
+
+impl SkBuff {
+    /// `sizeof(struct __sk_buff)`.
+    pub const SIZE: usize = 192;
+    pub const OFF_LEN: usize = 0;
+    pub const OFF_PKT_TYPE: usize = 4;
+    pub const OFF_MARK: usize = 8;
+    pub const OFF_QUEUE_MAPPING: usize = 12;
+    pub const OFF_PROTOCOL: usize = 16;
+    pub const OFF_VLAN_PRESENT: usize = 20;
+    pub const OFF_VLAN_TCI: usize = 24;
+    pub const OFF_VLAN_PROTO: usize = 28;
+    pub const OFF_PRIORITY: usize = 32;
+    pub const OFF_INGRESS_IFINDEX: usize = 36;
+    pub const OFF_IFINDEX: usize = 40;
+    pub const OFF_TC_INDEX: usize = 44;
+    pub const OFF_CB: usize = 48;
+    pub const OFF_HASH: usize = 68;
+    pub const OFF_DATA: usize = 76;
+    pub const OFF_DATA_END: usize = 80;
+    pub const OFF_NAPI_ID: usize = 84;
+    pub const OFF_DATA_META: usize = 140;
+
+    const FIELDS: &'static [Field] = &[
+        Field {
+            offset: 0,
+            size: 8,
+            writable: false,
+        }, // len, pkt_type
+        Field {
+            offset: 8,
+            size: 4,
+            writable: true,
+        }, // mark
+        Field {
+            offset: 12,
+            size: 20,
+            writable: false,
+        }, // queue_mapping .. vlan_proto
+        Field {
+            offset: 32,
+            size: 4,
+            writable: true,
+        }, // priority
+        Field {
+            offset: 36,
+            size: 8,
+            writable: false,
+        }, // ingress_ifindex, ifindex
+        Field {
+            offset: 44,
+            size: 4,
+            writable: true,
+        }, // tc_index
+        Field {
+            offset: 48,
+            size: 20,
+            writable: true,
+        }, // cb[5]
+        Field {
+            offset: 68,
+            size: 4,
+            writable: false,
+        }, // hash
+        Field {
+            offset: 84,
+            size: 4,
+            writable: false,
+        }, // napi_id
+    ];
+
+    /// A buffer holding `packet` (starting at the network or link layer, as the caller
+    /// decides) with every other field zero.
+    pub fn new(packet: Vec<u8>) -> Self {
+        Self {
+            pkt_type: 0,
+            mark: 0,
+            queue_mapping: 0,
+            protocol: 0,
+            vlan_present: 0,
+            vlan_tci: 0,
+            vlan_proto: 0,
+            priority: 0,
+            ingress_ifindex: 0,
+            ifindex: 0,
+            tc_index: 0,
+            cb: [0; 5],
+            hash: 0,
+            napi_id: 0,
+            packet,
+            anchor: Box::new([0; Self::SIZE / 8]),
+        }
+    }
+
+    /// The `__sk_buff` a socket filter sees under the kernel's `BPF_PROG_TEST_RUN` for the
+    /// Ethernet frame `frame`: the kernel runs `eth_type_trans` on the loopback device, so the
+    /// data starts after the 14-byte Ethernet header, `len` excludes it, `protocol` is the
+    /// frame's EtherType, `pkt_type` follows from the destination MAC (the loopback address
+    /// is all zeroes) and `ifindex` is 1. Returns `None` for frames shorter than 14 bytes,
+    /// which the kernel rejects too.
+    pub fn socket_filter_test_run(frame: &[u8]) -> Option<Self> {
+        const ETH_HLEN: usize = 14;
+        if frame.len() < ETH_HLEN {
+            return None;
+        }
+        let dst = &frame[..6];
+        let pkt_type = if dst[0] & 1 != 0 {
+            if dst.iter().all(|&b| b == 0xff) {
+                1 // PACKET_BROADCAST
+            } else {
+                2 // PACKET_MULTICAST
+            }
+        } else if dst.iter().all(|&b| b == 0) {
+            0 // PACKET_HOST: matches the loopback device's address
+        } else {
+            3 // PACKET_OTHERHOST
+        };
+        let mut skb = Self::new(frame[ETH_HLEN..].to_vec());
+        skb.protocol = u16::from_le_bytes([frame[12], frame[13]]) as u32;
+        skb.pkt_type = pkt_type;
+        skb.ifindex = 1;
+        Some(skb)
+    }
+
+    pub fn packet_data(&self) -> &[u8] {
+        &self.packet
+    }
+
+    pub fn packet_data_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.packet
+    }
+
+    fn image(&self) -> [u8; Self::SIZE] {
+        let mut img = [0u8; Self::SIZE];
+        let mut put = |off: usize, v: u32| img[off..off + 4].copy_from_slice(&v.to_le_bytes());
+        put(Self::OFF_LEN, self.packet.len() as u32);
+        put(Self::OFF_PKT_TYPE, self.pkt_type);
+        put(Self::OFF_MARK, self.mark);
+        put(Self::OFF_QUEUE_MAPPING, self.queue_mapping);
+        put(Self::OFF_PROTOCOL, self.protocol);
+        put(Self::OFF_VLAN_PRESENT, self.vlan_present);
+        put(Self::OFF_VLAN_TCI, self.vlan_tci);
+        put(Self::OFF_VLAN_PROTO, self.vlan_proto);
+        put(Self::OFF_PRIORITY, self.priority);
+        put(Self::OFF_INGRESS_IFINDEX, self.ingress_ifindex);
+        put(Self::OFF_IFINDEX, self.ifindex);
+        put(Self::OFF_TC_INDEX, self.tc_index);
+        for (i, cb) in self.cb.iter().enumerate() {
+            put(Self::OFF_CB + 4 * i, *cb);
+        }
+        put(Self::OFF_HASH, self.hash);
+        put(Self::OFF_NAPI_ID, self.napi_id);
+        img
+    }
+}
+
+impl ContextModel for SkBuff {
+    fn size(&self) -> usize {
+        Self::SIZE
+    }
+
+    fn load(&self, offset: usize, size: Size) -> Result<u64, ContextError> {
+        let data = self.packet.as_ptr() as u64;
+        match (offset, size) {
+            (Self::OFF_DATA, Size::W) | (Self::OFF_DATA_META, Size::W) => return Ok(data),
+            (Self::OFF_DATA_END, Size::W) => return Ok(data + self.packet.len() as u64),
+            _ => {}
+        }
+        let bad = ContextError::BadRead {
+            offset,
+            size: size.bytes(),
+        };
+        field_at(Self::FIELDS, offset, size.bytes()).ok_or(bad)?;
+        Ok(image_read(&self.image(), offset, size))
+    }
+
+    fn store(&mut self, offset: usize, size: Size, value: u64) -> Result<(), ContextError> {
+        let bad = ContextError::BadWrite {
+            offset,
+            size: size.bytes(),
+        };
+        let f = field_at(Self::FIELDS, offset, size.bytes()).ok_or(bad.clone())?;
+        // Only whole 32-bit fields may be written, as in the kernel.
+        if !f.writable || size != Size::W || !offset.is_multiple_of(4) {
+            return Err(bad);
+        }
+        let v = value as u32;
+        match offset {
+            Self::OFF_MARK => self.mark = v,
+            Self::OFF_PRIORITY => self.priority = v,
+            Self::OFF_TC_INDEX => self.tc_index = v,
+            o => self.cb[(o - Self::OFF_CB) / 4] = v,
+        }
+        Ok(())
+    }
+
+    fn packet(&mut self) -> Option<PacketRegion> {
+        Some(PacketRegion {
+            addr: self.packet.as_mut_ptr() as u64,
+            len: self.packet.len() as u64,
+            writable: true,
+        })
+    }
+
+    fn packet_bytes(&self) -> &[u8] {
+        &self.packet
+    }
+
+    fn anchor(&self) -> *const u8 {
+        self.anchor.as_ptr() as *const u8
+    }
+}
+
+/// `struct xdp_md`: `data`, `data_end`, `data_meta` (32-bit loads yielding 64-bit pointers),
+/// `ingress_ifindex`, `rx_queue_index`, `egress_ifindex`; nothing is writable.
+#[derive(Debug, Clone)]
+pub struct XdpMd {
+    pub ingress_ifindex: u32,
+    pub rx_queue_index: u32,
+    pub egress_ifindex: u32,
+    packet: Vec<u8>,
+    anchor: Box<[u64; XdpMd::SIZE / 8]>,
+}
+
+impl XdpMd {
+    /// `sizeof(struct xdp_md)`.
+    pub const SIZE: usize = 24;
+    pub const OFF_DATA: usize = 0;
+    pub const OFF_DATA_END: usize = 4;
+    pub const OFF_DATA_META: usize = 8;
+    pub const OFF_INGRESS_IFINDEX: usize = 12;
+    pub const OFF_RX_QUEUE_INDEX: usize = 16;
+    pub const OFF_EGRESS_IFINDEX: usize = 20;
+
+    /// The `xdp_md` the kernel's `BPF_PROG_TEST_RUN` builds for `packet`: received on queue 0
+    /// of the loopback device (`ingress_ifindex` 1), no metadata.
+    pub fn new(packet: Vec<u8>) -> Self {
+        Self {
+            ingress_ifindex: 1,
+            rx_queue_index: 0,
+            egress_ifindex: 0,
+            packet,
+            anchor: Box::new([0; Self::SIZE / 8]),
+        }
+    }
+
+    pub fn packet_data(&self) -> &[u8] {
+        &self.packet
+    }
+}
+
+impl ContextModel for XdpMd {
+    fn size(&self) -> usize {
+        Self::SIZE
+    }
+
+    fn load(&self, offset: usize, size: Size) -> Result<u64, ContextError> {
+        let data = self.packet.as_ptr() as u64;
+        if size != Size::W || !offset.is_multiple_of(4) || offset >= Self::SIZE {
+            return Err(ContextError::BadRead {
+                offset,
+                size: size.bytes(),
+            });
+        }
+        Ok(match offset {
+            Self::OFF_DATA | Self::OFF_DATA_META => data,
+            Self::OFF_DATA_END => data + self.packet.len() as u64,
+            Self::OFF_INGRESS_IFINDEX => self.ingress_ifindex as u64,
+            Self::OFF_RX_QUEUE_INDEX => self.rx_queue_index as u64,
+            _ => self.egress_ifindex as u64,
+        })
+    }
+
+    fn store(&mut self, offset: usize, size: Size, _value: u64) -> Result<(), ContextError> {
+        Err(ContextError::BadWrite {
+            offset,
+            size: size.bytes(),
+        })
+    }
+
+    fn packet(&mut self) -> Option<PacketRegion> {
+        Some(PacketRegion {
+            addr: self.packet.as_mut_ptr() as u64,
+            len: self.packet.len() as u64,
+            writable: true,
+        })
+    }
+
+    fn packet_bytes(&self) -> &[u8] {
+        &self.packet
+    }
+
+    fn anchor(&self) -> *const u8 {
+        self.anchor.as_ptr() as *const u8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skb_fields_and_pointers() {
+        let mut frame = vec![0u8; 20];
+        frame[12] = 0x08;
+        let mut skb = SkBuff::socket_filter_test_run(&frame).unwrap();
+        assert_eq!(skb.load(SkBuff::OFF_LEN, Size::W).unwrap(), 6);
+        assert_eq!(skb.load(SkBuff::OFF_PROTOCOL, Size::W).unwrap(), 0x8);
+        assert_eq!(skb.load(SkBuff::OFF_IFINDEX, Size::W).unwrap(), 1);
+        let data = skb.load(SkBuff::OFF_DATA, Size::W).unwrap();
+        let end = skb.load(SkBuff::OFF_DATA_END, Size::W).unwrap();
+        assert_eq!(end - data, 6);
+        assert!(skb.load(SkBuff::OFF_DATA, Size::H).is_err());
+        assert!(skb.load(100, Size::W).is_err());
+        skb.store(SkBuff::OFF_CB + 8, Size::W, 42).unwrap();
+        assert_eq!(skb.load(SkBuff::OFF_CB + 8, Size::W).unwrap(), 42);
+        assert!(skb.store(SkBuff::OFF_LEN, Size::W, 1).is_err());
+        assert!(SkBuff::socket_filter_test_run(&[0; 13]).is_none());
+    }
+
+    #[test]
+    fn xdp_fields() {
+        let mut xdp = XdpMd::new(vec![1, 2, 3]);
+        let d = xdp.load(XdpMd::OFF_DATA, Size::W).unwrap();
+        assert_eq!(xdp.load(XdpMd::OFF_DATA_END, Size::W).unwrap(), d + 3);
+        assert_eq!(xdp.load(XdpMd::OFF_INGRESS_IFINDEX, Size::W).unwrap(), 1);
+        assert!(xdp.store(0, Size::W, 0).is_err());
+        assert_eq!(xdp.packet().unwrap().len, 3);
+    }
+}

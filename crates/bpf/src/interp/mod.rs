@@ -1,0 +1,231 @@
+//! The reference interpreter: the semantics every other tier (JIT, kernel) is compared against.
+//!
+//! A [`Vm`] is built once per program ([`Vm::new`]): the slot-indexed instructions are lowered
+//! to a flat pre-decoded form (one 16-byte op per slot, immediates extended, jump targets
+//! absolute, helpers and map references resolved), then run any number of times, from any
+//! number of threads, in one of two modes:
+//!
+//! - **checked** ([`Vm::run_checked`]): every load, store, atomic and helper pointer argument
+//!   is checked against the regions the program may touch — its stack frames, the input
+//!   bytes or the context structure, the packet, and the values of its maps (read-only for
+//!   `.rodata`). Reading a register that holds no value is an error too (`r1`-`r5` after a
+//!   call, `r0` before it is set, `r6`-`r9` at function entry). Every failure is a
+//!   [`RunError`] naming the instruction and the address; nothing is undefined behaviour.
+//!   This is the mode for unverified programs and for tests.
+//! - **unchecked** ([`Vm::run_unchecked`]): no bounds checks, for programs the verifier
+//!   accepted for this kind of context. Context accesses still go through the model and the
+//!   step limit, call depth and atomic alignment are still enforced; the contract is in the
+//!   function's safety section.
+//!
+//! Semantics follow RFC 9669: 32-bit operations zero-extend, shift amounts are masked, division
+//! by zero yields 0 and modulo by zero leaves the dividend; each local call gets a fresh
+//! 512-byte stack frame (up to [`MAX_FRAMES`] nested) and preserves `r6`-`r9`.
+//!
+//! The context is one of [`Input`]: nothing (`r1` = `r2` = 0), plain bytes (`r1` = their
+//! address, `r2` = their length, as the conformance suite runs programs), or a
+//! [`ContextModel`] such as [`SkBuff`] or [`XdpMd`], which serves the program's context loads
+//! the way the kernel's context-access conversion does.
+//!
+//! ```
+//! use rdx_bpf::asm::assemble;
+//! use rdx_bpf::helpers::Helpers;
+//! use rdx_bpf::interp::{Config, Input, Vm};
+//! use rdx_bpf::maps::MapSet;
+//!
+//! let insns = assemble("ldxw %r0, [%r1+4]\nadd %r0, %r2\nexit").unwrap();
+//! let vm = Vm::new(&insns, &MapSet::default(), &Helpers::standard(), Config::default()).unwrap();
+//! let mut mem = [0, 0, 0, 0, 40, 0, 0, 0];
+//! assert_eq!(vm.run_checked(Input::Bytes(&mut mem)).unwrap(), 48);
+//! // Reading past the input is an error naming the instruction, never undefined behaviour.
+//! let err = vm.run_checked(Input::Bytes(&mut mem[..6])).unwrap_err();
+//! assert_eq!(err.pc, 0);
+//! ```
+
+pub mod context;
+mod exec;
+pub(crate) mod memory;
+mod ops;
+
+pub use context::{ContextError, ContextModel, PacketRegion, SkBuff, XdpMd};
+
+use crate::helpers::{HelperEnv, HelperError, HelperImpl, Helpers};
+use crate::isa::{ImmKind, Reg};
+use crate::maps::{MapSet, ResolveError};
+
+/// Deepest nesting of local calls (frames, including the entry function), as in the kernel.
+pub const MAX_FRAMES: usize = 8;
+
+/// Run-time limits and settings of a [`Vm`].
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Instructions a run may execute before it stops with [`RunErrorKind::StepLimit`].
+    pub max_steps: u64,
+    /// Seed of `bpf_get_prandom_u32`'s generator, for reproducible runs.
+    pub rng_seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            // About a second of interpretation: enough for any real program, and an
+            // unverified infinite loop stops instead of hanging the caller.
+            max_steps: 1 << 30,
+            rng_seed: 0x5eed_0fbd_f00d,
+        }
+    }
+}
+
+/// What `r1` (and `r2`) hold when the program starts.
+pub enum Input<'a> {
+    /// `r1` = `r2` = 0.
+    Empty,
+    /// Plain memory: `r1` = its address, `r2` = its length; the program may read and write it.
+    Bytes(&'a mut [u8]),
+    /// A modelled context structure: `r1` = its address; loads and stores in it are served by
+    /// the model, and the packet it describes becomes accessible memory.
+    Context(&'a mut dyn ContextModel),
+}
+
+/// Why a program could not be prepared.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("instruction {pc}: {kind}")]
+pub struct PrepareError {
+    pub pc: usize,
+    pub kind: PrepareErrorKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PrepareErrorKind {
+    #[error("program is empty")]
+    Empty,
+    #[error("program of {0} instructions is too long")]
+    TooLong(usize),
+    #[error("jump or call target {0} is not an instruction of the program")]
+    BadTarget(i64),
+    #[error("call to unknown helper {0}")]
+    UnknownHelper(i64),
+    #[error("kernel function calls (kfunc {0}) are not supported")]
+    Kfunc(i32),
+    #[error("lddw of kind {0:?} cannot be resolved outside the kernel")]
+    UnsupportedLddw(ImmKind),
+    #[error("map reference: {0}")]
+    Map(ResolveError),
+    #[error("malformed instruction: {0}")]
+    Malformed(&'static str),
+}
+
+/// Why a run stopped with an error.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("instruction {pc}: {kind}")]
+pub struct RunError {
+    /// Slot index of the instruction that failed.
+    pub pc: usize,
+    pub kind: RunErrorKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RunErrorKind {
+    #[error("{size}-byte {} at {addr:#x} is outside the program's memory", if *.write { "write" } else { "read" })]
+    OutOfBounds { addr: u64, size: usize, write: bool },
+    #[error("{size}-byte write at {addr:#x} targets read-only memory")]
+    ReadOnly { addr: u64, size: usize },
+    #[error("atomic {size}-byte access at {addr:#x} is not naturally aligned")]
+    MisalignedAtomic { addr: u64, size: usize },
+    #[error("context access: {0}")]
+    Context(#[from] ContextError),
+    #[error("atomic operation on the context structure at {addr:#x}")]
+    AtomicOnContext { addr: u64 },
+    #[error("{0} is read before it holds a value")]
+    UninitRegister(Reg),
+    #[error("step limit of {0} instructions reached")]
+    StepLimit(u64),
+    #[error("call depth exceeds {MAX_FRAMES} frames")]
+    CallDepth,
+    #[error("callx to {0:#x}, which is not a known helper")]
+    BadCallx(u64),
+    #[error("helper {id}: {error}")]
+    Helper { id: i64, error: HelperError },
+    #[error("execution reached the second slot of an lddw")]
+    IntoLddw,
+    #[error("execution fell off the end of the program")]
+    FellOff,
+}
+
+/// A prepared program with its maps and helpers.
+pub struct Vm {
+    ops: Box<[ops::Op]>,
+    masks: Box<[ops::RegMasks]>,
+    helper_table: Box<[HelperImpl]>,
+    helpers: Helpers,
+    maps: MapSet,
+    env: HelperEnv,
+    config: Config,
+}
+
+impl std::fmt::Debug for Vm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vm")
+            .field("slots", &(self.ops.len() - 1))
+            .field("maps", &self.maps)
+            .field("helpers", &self.helpers)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Vm {
+    /// Prepares `insns` (slot-indexed, as [`crate::isa::decode`] and the loader produce them).
+    /// Map references (`lddw` of [`ImmKind::MapIdx`] / [`ImmKind::MapIdxValue`]) index
+    /// `maps`; helper calls must name helpers of `helpers`.
+    pub fn new(
+        insns: &[crate::isa::Insn],
+        maps: &MapSet,
+        helpers: &Helpers,
+        config: Config,
+    ) -> Result<Vm, PrepareError> {
+        let compiled = ops::compile(insns, maps, helpers)?;
+        Ok(Vm {
+            ops: compiled.ops,
+            masks: compiled.masks,
+            helper_table: compiled.helpers,
+            helpers: helpers.clone(),
+            maps: maps.clone(),
+            env: HelperEnv::new(config.rng_seed),
+            config,
+        })
+    }
+
+    /// Runs with every memory access and register read checked. Returns `r0`.
+    pub fn run_checked(&self, input: Input<'_>) -> Result<u64, RunError> {
+        exec::run::<true>(self, input)
+    }
+
+    /// Runs without bounds checks. Returns `r0`.
+    ///
+    /// # Safety
+    /// The program must have been accepted by rdx's verifier for the kind of `input` given
+    /// (its memory accesses are then within the regions checked mode would allow, helper
+    /// arguments are valid, and every register is written before it is read). Under that
+    /// contract the run has no undefined behaviour. Context accesses, atomic alignment, the
+    /// call depth and the step limit are checked in this mode as well.
+    pub unsafe fn run_unchecked(&self, input: Input<'_>) -> Result<u64, RunError> {
+        exec::run::<false>(self, input)
+    }
+
+    /// The maps the program uses (shared with every other user of the same [`MapSet`]).
+    pub fn maps(&self) -> &MapSet {
+        &self.maps
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Takes the lines `bpf_trace_printk` printed so far.
+    pub fn take_trace(&self) -> Vec<String> {
+        self.env.take_trace()
+    }
+}
+
+#[cfg(test)]
+mod tests;
