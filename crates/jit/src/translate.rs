@@ -71,6 +71,10 @@ struct Translator<'a, 'b> {
     /// Cranelift block of each slot that starts a basic block (`None` otherwise).
     blocks: Vec<Option<Block>>,
     exhausted: Option<Block>,
+    bad_helper: Option<Block>,
+    /// Whether a callee can stop the run (budget or a bad `callx`), so that callers must
+    /// check the status after every local call.
+    may_stop: bool,
     /// Back-edge meter blocks to emit after the body: (block, charge, destination).
     meters: Vec<(Block, u64, Block)>,
     helper_sig: SigRef,
@@ -183,6 +187,11 @@ pub(crate) fn translate_function(
         stack,
         blocks,
         exhausted: None,
+        bad_helper: None,
+        may_stop: opts.needs_budget
+            || insns
+                .iter()
+                .any(|i| matches!(i, Insn::Call(CallTarget::Reg(_)))),
         meters: Vec::new(),
         helper_sig,
         local_sig,
@@ -376,15 +385,21 @@ impl Translator<'_, '_> {
             self.b
                 .ins()
                 .store(run_mem(), zero, self.run_state, RUN_BUDGET);
-            let status = self
-                .b
-                .ins()
-                .iconst(I32, RunStatus::BudgetExhausted as u32 as i64);
-            self.b
-                .ins()
-                .store(run_mem(), status, self.run_state, RUN_STATUS);
-            self.b.ins().return_(&[zero]);
+            self.stop(RunStatus::BudgetExhausted);
         }
+        if let Some(block) = self.bad_helper {
+            self.b.switch_to_block(block);
+            self.store_budget();
+            self.stop(RunStatus::BadHelper);
+        }
+    }
+
+    /// Ends the run abnormally: records `status` and returns 0.
+    fn stop(&mut self, status: RunStatus) {
+        let s = self.b.ins().iconst(I32, status as u32 as i64);
+        self.b.ins().store(run_mem(), s, self.run_state, RUN_STATUS);
+        let zero = self.b.ins().iconst(I64, 0);
+        self.b.ins().return_(&[zero]);
     }
 
     /// Subtracts `amount` from the budget, leaving through the exhausted block if it does
@@ -839,13 +854,15 @@ impl Translator<'_, '_> {
                 let r0 = self.b.inst_results(call)[0];
                 self.set(Reg(0), r0);
                 if let Some(var) = self.budget {
-                    // The callee charged the shared budget in memory and, if it ran out,
-                    // set the status: reload, and unwind at once on exhaustion.
+                    // The callee charged the shared budget in memory: reload it.
                     let left = self
                         .b
                         .ins()
                         .load(I64, run_mem(), self.run_state, RUN_BUDGET);
                     self.b.def_var(var, left);
+                }
+                if self.may_stop {
+                    // A callee that stopped the run set the status: unwind at once.
                     let status = self
                         .b
                         .ins()
@@ -867,10 +884,37 @@ impl Translator<'_, '_> {
                 })
             }
             CallTarget::Reg(r) => {
-                return Err(CompileError::Unsupported {
-                    pc,
-                    what: format!("callx {r}"),
-                })
+                let HelperCalls::Table { table_len } = self.opts.helper_calls else {
+                    return Err(CompileError::Unsupported {
+                        pc,
+                        what: format!("callx {r} without a helper table (HelperCalls::Table)"),
+                    });
+                };
+                let id = self.reg(r);
+                let in_table =
+                    self.b
+                        .ins()
+                        .icmp_imm_u(IntCC::UnsignedLessThan, id, table_len as i64);
+                let bad = match self.bad_helper {
+                    Some(b) => b,
+                    None => {
+                        let b = self.b.create_block();
+                        self.b.set_cold_block(b);
+                        self.bad_helper = Some(b);
+                        b
+                    }
+                };
+                let cont = self.b.create_block();
+                self.b.ins().brif(in_table, cont, &[], bad, &[]);
+                self.b.switch_to_block(cont);
+                let table = self.symbol_value(Symbol::Var(HELPER_TABLE_SYMBOL.into()), 0);
+                let offset = self.b.ins().ishl_imm_u(id, 3);
+                let slot = self.b.ins().iadd(table, offset);
+                let f = self.b.ins().load(I64, run_mem().with_readonly(), slot, 0);
+                let args = self.args();
+                let call = self.b.ins().call_indirect(self.helper_sig, f, &args);
+                let r0 = self.b.inst_results(call)[0];
+                self.set(Reg(0), r0);
             }
         }
         Ok(())

@@ -41,6 +41,8 @@ pub enum RunStatus {
     Ok = 0,
     /// The instruction budget ran out; the return value is meaningless.
     BudgetExhausted = 1,
+    /// A `callx` named a helper outside the helper table; the return value is meaningless.
+    BadHelper = 2,
 }
 
 /// A linked extension entry point: `r0 = entry(ctx, run_state)`.

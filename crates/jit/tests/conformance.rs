@@ -1,0 +1,157 @@
+//! Every bpf_conformance vector through the JIT on this host, compared with the expected
+//! result and with the interpreter on the same input.
+//!
+//! Vectors live outside the repository: `RDX_CONFORMANCE_DIR`, or `../../../shared/conformance`
+//! relative to this crate. Missing vectors fail the test.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use rdx_bpf::asm::TestVector;
+use rdx_bpf::helpers::Helpers;
+use rdx_bpf::interp::{Config, Input, Vm};
+use rdx_bpf::maps::MapSet;
+use rdx_jit::{Arch, CompileOptions, Compiler, EntryAbi, ExecutableCode, HelperCalls, Symbol};
+use rdx_region::abi::RunState;
+
+/// Helper 5 of the conformance suite ("unwind"): returns its first argument.
+unsafe extern "C" fn unwind(a: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    a
+}
+
+const TABLE_LEN: u32 = 16;
+
+fn conformance_dir() -> PathBuf {
+    let dir = std::env::var_os("RDX_CONFORMANCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance")
+        });
+    assert!(
+        dir.join("tests").is_dir(),
+        "conformance vectors not found at {}",
+        dir.display()
+    );
+    dir
+}
+
+fn vectors() -> Vec<(String, TestVector)> {
+    let mut files: Vec<_> = std::fs::read_dir(conformance_dir().join("tests"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "data"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            let text = String::from_utf8_lossy(&std::fs::read(&p).unwrap()).into_owned();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            let v = TestVector::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            (name, v)
+        })
+        .collect()
+}
+
+fn interpret(v: &TestVector) -> Result<u64, String> {
+    let insns = v.program()?;
+    let vm = Vm::new(
+        &insns,
+        &MapSet::default(),
+        &Helpers::conformance(),
+        Config::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut mem = v.mem.clone().unwrap_or_default();
+    let input = if v.mem.is_some() {
+        Input::Bytes(&mut mem)
+    } else {
+        Input::Empty
+    };
+    vm.run_checked(input).map_err(|e| e.to_string())
+}
+
+fn jit(
+    compiler: &Compiler,
+    v: &TestVector,
+    helper_calls: HelperCalls,
+    table: &[u64],
+) -> Result<u64, String> {
+    let insns = v.program()?;
+    let mut opts = CompileOptions::new(compiler.arch());
+    opts.entry_abi = EntryAbi::WithLength;
+    opts.helper_calls = helper_calls;
+    let (artifact, _) = compiler.compile(&insns, &opts).map_err(|e| e.to_string())?;
+    let mut syms = HashMap::new();
+    syms.insert(Symbol::Helper(5), unwind as *const () as u64);
+    syms.insert(
+        Symbol::Var("rdx_helper_table".into()),
+        table.as_ptr() as u64,
+    );
+    let code =
+        ExecutableCode::load_bytes(&artifact.to_bytes(), &syms).map_err(|e| e.to_string())?;
+    let mut mem = v.mem.clone().unwrap_or_default();
+    let (ptr, len) = if v.mem.is_some() {
+        (mem.as_mut_ptr(), mem.len() as u64)
+    } else {
+        (std::ptr::null_mut(), 0)
+    };
+    let mut run = RunState::new(0);
+    // SAFETY: the vectors are conformance programs that touch only their memory and stack;
+    // each has just run to completion in the checked interpreter.
+    let r0 = unsafe { code.call_with_len(ptr, &mut run, len) };
+    if run.status != 0 {
+        return Err(format!("stopped with status {}", run.status));
+    }
+    Ok(r0)
+}
+
+#[test]
+fn every_vector_matches_the_interpreter_and_the_expected_result() {
+    let host = Arch::host().expect("supported host");
+    let compiler = Compiler::new(host).unwrap();
+    let mut table = vec![0u64; TABLE_LEN as usize];
+    table[5] = unwind as *const () as u64;
+    let all = vectors();
+    assert!(
+        all.len() >= 313,
+        "expected at least 313 vectors, found {}",
+        all.len()
+    );
+    let mut failures = Vec::new();
+    for (name, v) in &all {
+        let want = v.result.expect("positive vectors carry a result");
+        match interpret(v) {
+            Ok(r) if r == want => {}
+            other => failures.push(format!(
+                "{name}: interpreter gave {other:?}, expected {want:#x}"
+            )),
+        }
+        let uses_callx = v.program().unwrap().iter().any(|i| {
+            matches!(
+                i,
+                rdx_bpf::isa::Insn::Call(rdx_bpf::isa::CallTarget::Reg(_))
+            )
+        });
+        let mut modes = vec![HelperCalls::Table {
+            table_len: TABLE_LEN,
+        }];
+        if !uses_callx {
+            modes.push(HelperCalls::Direct);
+        }
+        for mode in modes {
+            match jit(&compiler, v, mode, &table) {
+                Ok(r) if r == want => {}
+                other => failures.push(format!(
+                    "{name} ({mode:?}): JIT gave {other:?}, expected {want:#x}"
+                )),
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
