@@ -24,6 +24,7 @@
 //! # Ok::<(), rdx_transport::TransportError>(())
 //! ```
 
+pub mod context;
 pub mod local;
 pub mod shm;
 pub mod xstate;

@@ -246,7 +246,7 @@ fn ring_buffer_wraps_and_keeps_order() {
     let a = ringbuf::reserve(&r.t, &m, 8, 1).unwrap().unwrap();
     assert!(ringbuf::output(&r.t, &m, &[5; 8], 1).unwrap());
     assert_eq!(ringbuf::consume(&r.t, &m, |_| {}).unwrap(), 0);
-    ringbuf::commit(&r.t, &m, a, true).unwrap();
+    ringbuf::commit(&r.t, a, true).unwrap();
     let mut got = Vec::new();
     assert_eq!(
         ringbuf::consume(&r.t, &m, |rec| got.push(rec.to_vec())).unwrap(),

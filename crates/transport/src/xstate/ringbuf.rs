@@ -55,7 +55,9 @@ pub fn reserve<T: Transport + ?Sized>(
             prod += pad;
         }
         let hdr = m.data + (prod & (size - 1));
-        t.write_u64(hdr, len | RINGBUF_BUSY as u64)?;
+        // The high half says how far back the map header is, so that `commit` can find the
+        // map from a record pointer alone (what the submit/discard helpers receive).
+        t.write_u64(hdr, ((hdr - m.offset) << 32) | len | RINGBUF_BUSY as u64)?;
         t.write_u64(m.offset + offsets::MAP_PRODUCER, prod + rec)?;
         Ok(Some(hdr + RINGBUF_HDR_LEN))
     })();
@@ -63,25 +65,24 @@ pub fn reserve<T: Transport + ?Sized>(
     r
 }
 
-/// Makes a reserved record visible to the consumer (or skipped, if `discard`).
-pub fn commit<T: Transport + ?Sized>(
-    t: &T,
-    m: &MapRef,
-    data: u64,
-    discard: bool,
-) -> Result<(), MapError> {
-    check(m)?;
-    let hdr = data
-        .checked_sub(RINGBUF_HDR_LEN)
-        .filter(|h| *h >= m.data && *h < m.data + m.data_size);
-    let Some(hdr) = hdr else {
-        return invalid(format!("{data:#x} is not a record of ring buffer {}", m.id));
-    };
+/// Makes the reserved record whose data starts at region offset `data` visible to the
+/// consumer (or skipped, if `discard`). The map is found from the record itself.
+pub fn commit<T: Transport + ?Sized>(t: &T, data: u64, discard: bool) -> Result<(), MapError> {
+    let bad = || MapError::Invalid(format!("{data:#x} is not a reserved ring buffer record"));
+    let hdr = data.checked_sub(RINGBUF_HDR_LEN).ok_or_else(bad)?;
+    if hdr % 8 != 0 {
+        return Err(bad());
+    }
     let w = t.read_u64(hdr)?;
     if w & RINGBUF_BUSY as u64 == 0 {
-        return invalid(format!("record at {data:#x} already committed"));
+        return Err(bad());
     }
-    let len = w & !(RINGBUF_BUSY as u64) & 0xffff_ffff;
+    let m = MapRef::read(t, hdr.checked_sub(w >> 32).ok_or_else(bad)?)?;
+    check(&m)?;
+    if hdr < m.data || hdr >= m.data + m.data_size {
+        return Err(bad());
+    }
+    let len = w & 0x3fff_ffff;
     t.write_u64(hdr, len | if discard { RINGBUF_DISCARD as u64 } else { 0 })?;
     Ok(())
 }
@@ -97,7 +98,7 @@ pub fn output<T: Transport + ?Sized>(
         return Ok(false);
     };
     t.write(at, data)?;
-    commit(t, m, at, false)?;
+    commit(t, at, false)?;
     Ok(true)
 }
 

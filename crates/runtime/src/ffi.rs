@@ -1,0 +1,318 @@
+//! The C ABI (`include/rdx.h`). Every function is thread-safe; errors are negative errno
+//! values, with a message for the calling thread in [`rdx_last_error`].
+
+use crate::{HookSpec, Runtime, RuntimeError};
+use rdx_region::abi::HelperFn;
+use std::cell::RefCell;
+use std::ffi::{c_char, CStr, CString};
+use std::time::Duration;
+
+/// Opaque runtime handle.
+pub struct RdxRuntime {
+    rt: Runtime,
+    path: CString,
+}
+
+/// Opaque hook handle: owns a reference to its runtime.
+pub struct RdxHook {
+    rt: Runtime,
+    index: u32,
+    default_return: u64,
+}
+
+/// `rdx_init` options; zero fields take defaults.
+#[repr(C)]
+pub struct RdxOptions {
+    /// Region file path (NUL-terminated) or null for `/dev/shm/rdx-<pid>-<n>`.
+    pub path: *const c_char,
+    /// EIM spec bytes (may be null when `eim_len` is 0).
+    pub eim: *const u8,
+    pub eim_len: usize,
+    pub max_hooks: u32,
+    pub thread_slots: u32,
+    pub code_size: u64,
+    pub scratch_size: u64,
+    pub hold_timeout_ns: u64,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn fail(e: RuntimeError) -> i32 {
+    let code = match &e {
+        RuntimeError::Io { source, .. } | RuntimeError::AddressClash { source, .. } => {
+            source.raw_os_error().unwrap_or(libc::EIO)
+        }
+        RuntimeError::HookExists(_) | RuntimeError::Duplicate { .. } => libc::EEXIST,
+        RuntimeError::NoSuchHook(_) => libc::ENOENT,
+        RuntimeError::TooManyHooks(_) | RuntimeError::ContextFull(_) => libc::ENOSPC,
+        RuntimeError::TornDown => libc::ESHUTDOWN,
+        _ => libc::EINVAL,
+    };
+    set_error(&e.to_string());
+    -code
+}
+
+fn set_error(msg: &str) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|l| *l.borrow_mut() = c);
+}
+
+/// # Safety
+/// `s` is null or a NUL-terminated string.
+unsafe fn str_arg<'a>(s: *const c_char, what: &str) -> Result<&'a str, i32> {
+    if s.is_null() {
+        set_error(&format!("{what} is null"));
+        return Err(-libc::EINVAL);
+    }
+    // SAFETY: by the caller's contract.
+    unsafe { CStr::from_ptr(s) }.to_str().map_err(|_| {
+        set_error(&format!("{what} is not UTF-8"));
+        -libc::EINVAL
+    })
+}
+
+/// The calling thread's last error message (valid until its next failing call).
+#[no_mangle]
+pub extern "C" fn rdx_last_error() -> *const c_char {
+    LAST_ERROR.with(|l| l.borrow().as_ptr())
+}
+
+/// `ctx_init`. Writes the new handle to `*out`.
+///
+/// # Safety
+/// `opts` is null or valid; `out` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn rdx_init(opts: *const RdxOptions, out: *mut *mut RdxRuntime) -> i32 {
+    if out.is_null() {
+        set_error("out is null");
+        return -libc::EINVAL;
+    }
+    let mut b = Runtime::builder();
+    // SAFETY: by the caller's contract.
+    if let Some(o) = unsafe { opts.as_ref() } {
+        if !o.path.is_null() {
+            // SAFETY: by the caller's contract.
+            match unsafe { str_arg(o.path, "path") } {
+                Ok(p) => b = b.path(p),
+                Err(e) => return e,
+            }
+        }
+        if !o.eim.is_null() && o.eim_len > 0 {
+            // SAFETY: by the caller's contract.
+            b = b.eim_spec(unsafe { std::slice::from_raw_parts(o.eim, o.eim_len) }.to_vec());
+        }
+        if o.max_hooks > 0 {
+            b = b.max_hooks(o.max_hooks);
+        }
+        if o.thread_slots > 0 {
+            b = b.thread_slots(o.thread_slots);
+        }
+        if o.code_size > 0 {
+            b = b.code_size(o.code_size);
+        }
+        if o.scratch_size > 0 {
+            b = b.scratch_size(o.scratch_size);
+        }
+        if o.hold_timeout_ns > 0 {
+            b = b.hold_timeout(Duration::from_nanos(o.hold_timeout_ns));
+        }
+    }
+    match b.build() {
+        Ok(rt) => {
+            let path = CString::new(rt.path().as_os_str().as_encoded_bytes()).unwrap_or_default();
+            // SAFETY: `out` is valid for a write.
+            unsafe { *out = Box::into_raw(Box::new(RdxRuntime { rt, path })) };
+            0
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// The region file path (owned by the runtime handle).
+///
+/// # Safety
+/// `rt` is a live handle from [`rdx_init`].
+#[no_mangle]
+pub unsafe extern "C" fn rdx_region_path(rt: *const RdxRuntime) -> *const c_char {
+    // SAFETY: by the caller's contract.
+    unsafe { &*rt }.path.as_ptr()
+}
+
+/// `ctx_register` with file mode `mode` (0 = 0600).
+///
+/// # Safety
+/// `rt` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn rdx_register(rt: *const RdxRuntime, mode: u32) -> i32 {
+    // SAFETY: by the caller's contract.
+    let rt = unsafe { &*rt };
+    match rt
+        .rt
+        .register_with_mode(if mode == 0 { 0o600 } else { mode })
+    {
+        Ok(()) => 0,
+        Err(e) => fail(e),
+    }
+}
+
+/// Declares a hook and writes its handle to `*out`.
+///
+/// # Safety
+/// `rt` is a live handle, `name` a NUL-terminated string, `out` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn rdx_declare_hook(
+    rt: *const RdxRuntime,
+    name: *const c_char,
+    context_size: u64,
+    default_return: u64,
+    out: *mut *mut RdxHook,
+) -> i32 {
+    // SAFETY: by the caller's contract.
+    let (rt, name) = match (unsafe { &*rt }, unsafe { str_arg(name, "hook name") }) {
+        (rt, Ok(n)) => (rt, n),
+        (_, Err(e)) => return e,
+    };
+    let spec = HookSpec::new(context_size).default_return(default_return);
+    match rt.rt.declare_hook(name, spec) {
+        Ok(h) => {
+            let index = h.index();
+            // SAFETY: `out` is valid for a write.
+            unsafe {
+                *out = Box::into_raw(Box::new(RdxHook {
+                    rt: rt.rt.clone(),
+                    index,
+                    default_return,
+                }))
+            };
+            0
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// Runs a hook on `ctx`: the program's `r0`, or the hook's default.
+///
+/// # Safety
+/// `hook` is a live handle; `ctx` points to the context structure the hook was declared
+/// with.
+#[no_mangle]
+pub unsafe extern "C" fn rdx_run_hook(hook: *const RdxHook, ctx: *mut u8) -> u64 {
+    // SAFETY: by the caller's contract.
+    let h = unsafe { &*hook };
+    crate::hook::Hook::new(&h.rt.inner, h.index, h.default_return).run_raw(ctx)
+}
+
+/// Exports a host function as helper id `id`.
+///
+/// # Safety
+/// `rt` is a live handle, `name` NUL-terminated, `func` a function with the helper ABI.
+#[no_mangle]
+pub unsafe extern "C" fn rdx_register_function(
+    rt: *const RdxRuntime,
+    name: *const c_char,
+    id: u32,
+    func: HelperFn,
+) -> i32 {
+    // SAFETY: by the caller's contract.
+    let (rt, name) = match (unsafe { &*rt }, unsafe { str_arg(name, "function name") }) {
+        (rt, Ok(n)) => (rt, n),
+        (_, Err(e)) => return e,
+    };
+    match rt.rt.register_function(name, id, func) {
+        Ok(()) => 0,
+        Err(e) => fail(e),
+    }
+}
+
+/// Exports a host variable.
+///
+/// # Safety
+/// `rt` is a live handle, `name` NUL-terminated, `addr` valid for `size` bytes for the life
+/// of the process.
+#[no_mangle]
+pub unsafe extern "C" fn rdx_register_variable(
+    rt: *const RdxRuntime,
+    name: *const c_char,
+    addr: *mut u8,
+    size: u64,
+) -> i32 {
+    // SAFETY: by the caller's contract.
+    let (rt, name) = match (unsafe { &*rt }, unsafe { str_arg(name, "variable name") }) {
+        (rt, Ok(n)) => (rt, n),
+        (_, Err(e)) => return e,
+    };
+    // SAFETY: forwarded contract.
+    match unsafe { rt.rt.register_variable(name, addr, size) } {
+        Ok(()) => 0,
+        Err(e) => fail(e),
+    }
+}
+
+/// Counters of a hook.
+#[repr(C)]
+#[derive(Default)]
+pub struct RdxHookStats {
+    pub runs: u64,
+    pub failures: u64,
+    pub errors: u64,
+    pub hold_timeouts: u64,
+    pub active: u64,
+}
+
+/// # Safety
+/// `hook` is a live handle, `out` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn rdx_hook_stats(hook: *const RdxHook, out: *mut RdxHookStats) -> i32 {
+    // SAFETY: by the caller's contract.
+    let h = unsafe { &*hook };
+    let s = crate::hook::Hook::new(&h.rt.inner, h.index, h.default_return).stats();
+    // SAFETY: by the caller's contract.
+    unsafe {
+        *out = RdxHookStats {
+            runs: s.runs,
+            failures: s.failures,
+            errors: s.errors,
+            hold_timeouts: s.hold_timeouts,
+            active: s.active,
+        }
+    };
+    0
+}
+
+/// Frees a hook handle.
+///
+/// # Safety
+/// `hook` came from [`rdx_declare_hook`] and is not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn rdx_hook_free(hook: *mut RdxHook) {
+    if !hook.is_null() {
+        // SAFETY: by the caller's contract.
+        drop(unsafe { Box::from_raw(hook) });
+    }
+}
+
+/// `ctx_teardown`: stops running extensions, waits up to `wait_ms` for threads inside them,
+/// removes the region file if `unlink` is nonzero and frees the handle. Returns 0, or 1 if
+/// some thread was still inside extension code when the wait ended.
+///
+/// # Safety
+/// `rt` came from [`rdx_init`] and is not used afterwards (hook handles stay valid and
+/// return their defaults).
+#[no_mangle]
+pub unsafe extern "C" fn rdx_teardown(rt: *mut RdxRuntime, wait_ms: u32, unlink: i32) -> i32 {
+    // SAFETY: by the caller's contract.
+    let rt = unsafe { Box::from_raw(rt) };
+    let r = match rt.rt.teardown(Duration::from_millis(wait_ms as u64)) {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(e) => return fail(e),
+    };
+    if unlink != 0 {
+        if let Err(e) = rt.rt.unlink() {
+            return fail(e);
+        }
+    }
+    r
+}

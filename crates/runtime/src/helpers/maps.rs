@@ -1,0 +1,205 @@
+//! Map, ring buffer and tail-call helpers.
+
+use super::{host_token, EINVAL};
+use crate::hook::entry_of;
+use crate::thread::{self, ThreadState};
+use rdx_region::layout::{MapHeader, MapType};
+use rdx_transport::xstate::{self, ringbuf, Copies, MapRef};
+use rdx_transport::Transport;
+use std::mem::size_of;
+
+/// Maximum tail calls in one run, as in the kernel.
+pub const MAX_TAIL_CALLS: u32 = 33;
+
+/// The map whose header is at host address `addr`, for the running thread's runtime.
+#[inline]
+fn map_at(addr: u64) -> Option<(&'static mut ThreadState, MapRef)> {
+    let ts = thread::current()?;
+    let inner = &ts.inner;
+    let offset = addr.checked_sub(inner.base)?;
+    if offset.checked_add(size_of::<MapHeader>() as u64)? > inner.data.region_len() {
+        return None;
+    }
+    let mut b = [0u8; size_of::<MapHeader>()];
+    inner.data.read(offset, &mut b).ok()?;
+    let m = MapRef::from_header_bytes(&b, offset, inner.data.region_len()).ok()?;
+    Some((ts, m))
+}
+
+/// # Safety
+/// `ptr` must be readable for `len` bytes (the verifier proved it for the program).
+unsafe fn bytes<'a>(ptr: u64, len: usize) -> &'a [u8] {
+    // SAFETY: by the caller's contract.
+    unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
+}
+
+/// `bpf_map_lookup_elem(map, key)`: the value's address in the region, or 0.
+pub(crate) unsafe extern "C" fn map_lookup_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
+    let Some((ts, m)) = map_at(map) else { return 0 };
+    // SAFETY: the verifier proved `key` readable for the map's key size.
+    let key = unsafe { bytes(key, m.key_size as usize) };
+    let copy = if m.copies > 1 { ts.slot_index } else { 0 };
+    match xstate::lookup_ref(&ts.inner.data, &m, key, copy) {
+        Ok(Some(off)) => ts.inner.base + off,
+        _ => 0,
+    }
+}
+
+/// `bpf_map_update_elem(map, key, value, flags)`: 0 or a negative errno.
+pub(crate) unsafe extern "C" fn map_update_elem(
+    map: u64,
+    key: u64,
+    value: u64,
+    flags: u64,
+    _: u64,
+) -> u64 {
+    let Some((ts, m)) = map_at(map) else {
+        return EINVAL;
+    };
+    // SAFETY: the verifier proved both readable for the map's sizes.
+    let (key, value) = unsafe {
+        (
+            bytes(key, m.key_size as usize),
+            bytes(value, m.value_size as usize),
+        )
+    };
+    let copies = if m.copies > 1 {
+        Copies::One(ts.slot_index)
+    } else {
+        Copies::All
+    };
+    match xstate::update(
+        &ts.inner.data,
+        &m,
+        key,
+        value,
+        flags,
+        copies,
+        host_token(ts.slot_index),
+    ) {
+        Ok(()) => 0,
+        Err(e) => e.errno() as u64,
+    }
+}
+
+/// `bpf_map_delete_elem(map, key)`: 0 or a negative errno.
+pub(crate) unsafe extern "C" fn map_delete_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
+    let Some((ts, m)) = map_at(map) else {
+        return EINVAL;
+    };
+    // SAFETY: the verifier proved `key` readable for the map's key size.
+    let key = unsafe { bytes(key, m.key_size as usize) };
+    match xstate::delete(&ts.inner.data, &m, key, host_token(ts.slot_index)) {
+        Ok(()) => 0,
+        Err(e) => e.errno() as u64,
+    }
+}
+
+/// `bpf_ringbuf_output(ringbuf, data, size, flags)`: 0, or a negative errno when the ring
+/// is full.
+pub(crate) unsafe extern "C" fn ringbuf_output(
+    map: u64,
+    data: u64,
+    size: u64,
+    _flags: u64,
+    _: u64,
+) -> u64 {
+    let Some((ts, m)) = map_at(map) else {
+        return EINVAL;
+    };
+    // SAFETY: the verifier proved `data` readable for `size` bytes.
+    let data = unsafe { bytes(data, size as usize) };
+    match ringbuf::output(&ts.inner.data, &m, data, host_token(ts.slot_index)) {
+        Ok(true) => 0,
+        Ok(false) => (-(libc::EAGAIN as i64)) as u64,
+        Err(e) => e.errno() as u64,
+    }
+}
+
+/// `bpf_ringbuf_reserve(ringbuf, size, flags)`: the record's address, or 0.
+pub(crate) unsafe extern "C" fn ringbuf_reserve(
+    map: u64,
+    size: u64,
+    _flags: u64,
+    _: u64,
+    _: u64,
+) -> u64 {
+    let Some((ts, m)) = map_at(map) else { return 0 };
+    match ringbuf::reserve(&ts.inner.data, &m, size, host_token(ts.slot_index)) {
+        Ok(Some(off)) => ts.inner.base + off,
+        _ => 0,
+    }
+}
+
+fn commit(data: u64, discard: bool) -> u64 {
+    let Some(ts) = thread::current() else {
+        return 0;
+    };
+    if let Some(off) = data.checked_sub(ts.inner.base) {
+        let _ = ringbuf::commit(&ts.inner.data, off, discard);
+    }
+    0
+}
+
+/// `bpf_ringbuf_submit(data, flags)`.
+pub(crate) unsafe extern "C" fn ringbuf_submit(
+    data: u64,
+    _flags: u64,
+    _: u64,
+    _: u64,
+    _: u64,
+) -> u64 {
+    commit(data, false)
+}
+
+/// `bpf_ringbuf_discard(data, flags)`.
+pub(crate) unsafe extern "C" fn ringbuf_discard(
+    data: u64,
+    _flags: u64,
+    _: u64,
+    _: u64,
+    _: u64,
+) -> u64 {
+    commit(data, true)
+}
+
+/// `bpf_tail_call(ctx, prog_array, index)`.
+///
+/// Native code cannot replace its own frame through a C-ABI call, so the contract with
+/// generated code is: on success this helper runs the target program to completion (same
+/// context, same remaining instruction budget), records its result for the hook, and
+/// returns 0; the caller must then return at once (the hook substitutes the recorded
+/// result). On failure (empty or invalid element, too many tail calls) it returns a
+/// negative errno and the caller continues, as in the kernel.
+pub(crate) unsafe extern "C" fn tail_call(ctx: u64, map: u64, index: u64, _: u64, _: u64) -> u64 {
+    let Some((ts, m)) = map_at(map) else {
+        return EINVAL;
+    };
+    if m.map_type != MapType::ProgArray || index >= m.max_entries as u64 || ts.run.is_null() {
+        return EINVAL;
+    }
+    if ts.tail_depth >= MAX_TAIL_CALLS {
+        return (-(libc::E2BIG as i64)) as u64;
+    }
+    let word = match ts.inner.data.read_u64(m.data + index * 8) {
+        Ok(w) => w,
+        Err(_) => return EINVAL,
+    };
+    let Some(entry) = entry_of(&ts.inner, word) else {
+        return (-(libc::ENOENT as i64)) as u64;
+    };
+    let run = ts.run;
+    ts.tail_depth += 1;
+    // SAFETY: `entry` is a checked code-arena entry published by the control plane in a
+    // program array (same contract as a hook slot); `run` is the current run's state, alive
+    // for the whole hook run that called us.
+    let r0 = unsafe { entry(ctx as *mut u8, run) };
+    let ts = thread::current().expect("still inside the run");
+    ts.tail_depth -= 1;
+    // A deeper tail call already recorded the final result; B's own r0 after its tail
+    // call is meaningless.
+    if ts.tail_result.is_none() {
+        ts.tail_result = Some(r0);
+    }
+    0
+}

@@ -1,0 +1,280 @@
+//! The hook fast path.
+
+use crate::runtime::Inner;
+use crate::thread::{self, ThreadState};
+use rdx_region::abi::{EntryFn, RunState, RunStatus};
+use rdx_region::layout::{
+    active_entry_offset, active_version, HookSlot, SectionId, ACTIVE_HOLD, CODE_ENTRY_ALIGN,
+    TIME_SAMPLE_PERIOD,
+};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How a hook is declared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HookSpec {
+    /// Size of the context structure the host passes (published for the control plane).
+    pub context_size: u64,
+    /// What the hook returns while nothing is attached, and (until a control plane binds a
+    /// class with its own default) when a run fails.
+    pub default_return: u64,
+    /// Instruction budget per run until a control plane binds a class.
+    pub budget: u64,
+}
+
+impl HookSpec {
+    pub const DEFAULT_BUDGET: u64 = 1_000_000;
+
+    pub fn new(context_size: u64) -> Self {
+        Self {
+            context_size,
+            default_return: 0,
+            budget: Self::DEFAULT_BUDGET,
+        }
+    }
+
+    pub fn for_context<T>() -> Self {
+        Self::new(std::mem::size_of::<T>() as u64)
+    }
+
+    pub fn default_return(mut self, value: u64) -> Self {
+        self.default_return = value;
+        self
+    }
+
+    pub fn budget(mut self, budget: u64) -> Self {
+        self.budget = budget;
+        self
+    }
+}
+
+/// A hook's counters, summed over thread slots.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HookStats {
+    pub runs: u64,
+    pub failures: u64,
+    pub errors: u64,
+    pub hold_timeouts: u64,
+    pub timed_runs: u64,
+    pub timed_ns: u64,
+    /// The active word now in the slot.
+    pub active: u64,
+}
+
+/// A declared hook. Copy it around; [`Hook::run`] is the fast path.
+#[derive(Clone, Copy)]
+pub struct Hook<'rt> {
+    inner: &'rt Arc<Inner>,
+    slot: &'rt HookSlot,
+    index: u32,
+    empty_return: u64,
+}
+
+impl std::fmt::Debug for Hook<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hook").field("index", &self.index).finish()
+    }
+}
+
+/// Serialises this core's instruction stream so that it fetches code written by another
+/// core (or process) after the version change it just observed.
+#[cold]
+#[inline(never)]
+fn sync_instruction_stream() {
+    // cpuid is a serialising instruction, available on every x86-64 CPU.
+    #[cfg(target_arch = "x86_64")]
+    std::hint::black_box(std::arch::x86_64::__cpuid(0));
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: isb only discards prefetched instructions; the control plane did the data and
+    // instruction cache maintenance for the new code before publishing it.
+    unsafe {
+        std::arch::asm!("isb", options(nostack, preserves_flags));
+    }
+}
+
+impl<'rt> Hook<'rt> {
+    pub(crate) fn new(inner: &'rt Arc<Inner>, index: u32, empty_return: u64) -> Self {
+        Self {
+            inner,
+            slot: inner.slot(index),
+            index,
+            empty_return,
+        }
+    }
+
+    /// Slot index (the hook's id in the context table).
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Runs the hook on `ctx`: the attached program's `r0`, or the default.
+    #[inline]
+    pub fn run<T>(&self, ctx: &mut T) -> u64 {
+        self.run_raw(ctx as *mut T as *mut u8)
+    }
+
+    /// Runs the hook on a raw context pointer (what the C ABI passes).
+    #[inline]
+    pub fn run_raw(&self, ctx: *mut u8) -> u64 {
+        let word = self.slot.active.load(Ordering::Acquire);
+        if word == 0 {
+            return self.empty_return;
+        }
+        self.run_attached(ctx)
+    }
+
+    /// Whether a program is attached right now.
+    pub fn is_attached(&self) -> bool {
+        active_version(self.slot.active.load(Ordering::Acquire)) != 0
+    }
+
+    #[inline(never)]
+    fn run_attached(&self, ctx: *mut u8) -> u64 {
+        let inner = self.inner;
+        if inner.torn_down.load(Ordering::Relaxed) {
+            return self.empty_return;
+        }
+        let previous = thread::current_ptr();
+        let Some(ts) = thread::state_for(inner) else {
+            self.slot.errors.fetch_add(1, Ordering::Relaxed);
+            return self.slot.default_ret.load(Ordering::Relaxed);
+        };
+        // SAFETY: the state belongs to this thread and nothing else borrows it across the
+        // run (helpers take it only for the duration of their call).
+        let ts = unsafe { &mut *ts };
+        let r = self.run_with(ts, ctx);
+        if !std::ptr::eq(previous, ts) && !previous.is_null() {
+            thread::set_current(previous);
+        }
+        r
+    }
+
+    #[inline]
+    fn run_with(&self, ts: &mut ThreadState, ctx: *mut u8) -> u64 {
+        ts.enter();
+        // Reload after announcing the epoch: this is the word whose code we may run.
+        let mut word = self.slot.active.load(Ordering::Acquire);
+        if word & ACTIVE_HOLD != 0 {
+            word = self.wait_for_release(ts, word);
+        }
+        if word == 0 {
+            ts.leave();
+            return self.empty_return;
+        }
+        let Some(entry) = self.entry_of(word) else {
+            ts.leave();
+            self.slot.errors.fetch_add(1, Ordering::Relaxed);
+            self.slot.rejected_word.store(word, Ordering::Relaxed);
+            return self.slot.default_ret.load(Ordering::Relaxed);
+        };
+        let seen = &mut ts.seen[self.index as usize];
+        if *seen != word {
+            sync_instruction_stream();
+            *seen = word;
+        }
+        let mut run = RunState::new(self.slot.budget.load(Ordering::Relaxed));
+        let outer_run = std::mem::replace(&mut ts.run, &mut run);
+        let counters = ts.counters(self.index);
+        let n = counters.runs.load(Ordering::Relaxed);
+        counters.runs.store(n + 1, Ordering::Relaxed);
+        let timed = n.is_multiple_of(TIME_SAMPLE_PERIOD);
+        let start = timed.then(Instant::now);
+        // SAFETY: `entry` is inside this region's code arena (checked), where a control plane
+        // placed verified, linked code for this hook and published it with a release CAS
+        // that our acquire load observed; the coherence step for this word ran above. The
+        // epoch is odd, so the code cannot be reclaimed while it runs.
+        let mut r0 = unsafe { entry(ctx, &mut run) };
+        if let Some(start) = start {
+            let ns = start.elapsed().as_nanos() as u64;
+            counters.timed_runs.store(
+                counters.timed_runs.load(Ordering::Relaxed) + 1,
+                Ordering::Relaxed,
+            );
+            counters.timed_ns.store(
+                counters.timed_ns.load(Ordering::Relaxed) + ns,
+                Ordering::Relaxed,
+            );
+        }
+        if let Some(tail) = ts.tail_result.take() {
+            r0 = tail;
+        }
+        ts.run = outer_run;
+        ts.leave();
+        if run.status != RunStatus::Ok as u32 {
+            self.slot.failures.fetch_add(1, Ordering::Relaxed);
+            return self.slot.default_ret.load(Ordering::Relaxed);
+        }
+        r0
+    }
+
+    /// The entry point of an active word, if it designates a well-formed code entry in this
+    /// region's code arena; `None` (an invalid slot) otherwise.
+    #[inline]
+    fn entry_of(&self, word: u64) -> Option<EntryFn> {
+        entry_of(self.inner, word)
+    }
+
+    /// Waits, bounded by the region's hold timeout, for the control plane to release the
+    /// hold; returns the word to run. Outside the epoch while waiting, so that a control
+    /// plane waiting for quiescence is not blocked by callers queued on its own bubble.
+    #[cold]
+    fn wait_for_release(&self, ts: &mut ThreadState, mut word: u64) -> u64 {
+        let timeout = Duration::from_nanos(self.inner.info.hold_timeout_ns);
+        let start = Instant::now();
+        let mut spins = 0u32;
+        while word & ACTIVE_HOLD != 0 {
+            if start.elapsed() >= timeout {
+                self.slot.hold_timeouts.fetch_add(1, Ordering::Relaxed);
+                return word & !ACTIVE_HOLD;
+            }
+            ts.leave();
+            if spins < 256 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+            spins += 1;
+            ts.enter();
+            word = self.slot.active.load(Ordering::Acquire);
+        }
+        word
+    }
+
+    /// Counters summed over every thread slot.
+    pub fn stats(&self) -> HookStats {
+        let inner = self.inner;
+        let mut s = HookStats {
+            failures: self.slot.failures.load(Ordering::Relaxed),
+            errors: self.slot.errors.load(Ordering::Relaxed),
+            hold_timeouts: self.slot.hold_timeouts.load(Ordering::Relaxed),
+            active: self.slot.active.load(Ordering::Acquire),
+            ..HookStats::default()
+        };
+        for t in 0..inner.info.thread_slots {
+            let c = inner.counters(t, self.index);
+            s.runs += c.runs.load(Ordering::Relaxed);
+            s.timed_runs += c.timed_runs.load(Ordering::Relaxed);
+            s.timed_ns += c.timed_ns.load(Ordering::Relaxed);
+        }
+        s
+    }
+}
+
+/// Decodes an active word (hook slot or program array element) into an entry point inside
+/// the code arena, or `None`.
+#[inline]
+pub(crate) fn entry_of(inner: &Inner, word: u64) -> Option<EntryFn> {
+    let offset = active_entry_offset(word) as u64;
+    let code = inner.info.section(SectionId::Code);
+    if active_version(word) == 0
+        || offset < code.offset
+        || offset >= code.end()
+        || !offset.is_multiple_of(CODE_ENTRY_ALIGN)
+    {
+        return None;
+    }
+    // SAFETY: a pointer into the read+execute code arena of this process's mapping; that it
+    // holds valid code is the control plane's contract (see `run_with`).
+    Some(unsafe { std::mem::transmute::<usize, EntryFn>((inner.base + offset) as usize) })
+}

@@ -1,0 +1,175 @@
+//! Creating the region file and mapping it: data sections read+write, the code arena
+//! read+execute, at one contiguous address range.
+
+use crate::RuntimeError;
+use rdx_region::geometry::HeaderInfo;
+use rdx_region::layout::{offsets, SectionId, MAGIC};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// The host's mapping of its region. Unmapped (and the file left in place) on drop.
+pub(crate) struct Mapping {
+    pub base: *mut u8,
+    pub len: usize,
+    pub path: PathBuf,
+    pub fd: libc::c_int,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics and the raw pointers
+// handed to extension code; the struct itself is immutable after creation.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+fn os_err(what: &'static str, path: &Path) -> RuntimeError {
+    RuntimeError::Io {
+        what,
+        path: path.to_path_buf(),
+        source: std::io::Error::last_os_error(),
+    }
+}
+
+impl Mapping {
+    /// Creates (or reuses) the file at `path`, sizes it for `info`'s layout and maps it.
+    /// Returns the mapping and the previous incarnation counter found in the file, if any.
+    pub fn create(
+        path: &Path,
+        region_size: u64,
+        code: (u64, u64),
+        fixed_base: Option<u64>,
+    ) -> Result<(Mapping, u64), RuntimeError> {
+        let cpath = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| RuntimeError::Config(format!("region path {path:?} contains NUL")))?;
+        // SAFETY: opening a path we own the string for; result checked.
+        let fd = unsafe {
+            libc::open(
+                cpath.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            return Err(os_err("creating", path));
+        }
+        let close = |e: RuntimeError| {
+            // SAFETY: closing the fd we opened, on an error path.
+            unsafe { libc::close(fd) };
+            e
+        };
+        let previous = previous_incarnation(fd);
+        // Truncate to zero first so that every byte of the new region starts zeroed.
+        // SAFETY: plain system calls on our fd.
+        if unsafe { libc::ftruncate(fd, 0) } != 0
+            || unsafe { libc::ftruncate(fd, region_size as libc::off_t) } != 0
+        {
+            return Err(close(os_err("sizing", path)));
+        }
+        let len = region_size as usize;
+        let (code_off, code_len) = code;
+        let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        let hint = match fixed_base {
+            Some(addr) => {
+                flags |= libc::MAP_FIXED_NOREPLACE;
+                addr as *mut libc::c_void
+            }
+            None => std::ptr::null_mut(),
+        };
+        // Reserve the whole range first, then map the file's two parts into it.
+        // SAFETY: an anonymous reservation; result checked.
+        let base = unsafe { libc::mmap(hint, len, libc::PROT_NONE, flags, -1, 0) };
+        if base == libc::MAP_FAILED {
+            let e = std::io::Error::last_os_error();
+            return Err(close(match fixed_base {
+                Some(addr) => RuntimeError::AddressClash {
+                    addr,
+                    len: region_size,
+                    source: e,
+                },
+                None => RuntimeError::Io {
+                    what: "reserving address space for",
+                    path: path.into(),
+                    source: e,
+                },
+            }));
+        }
+        if fixed_base.is_some_and(|a| a != base as u64) {
+            // Kernels before 4.17 ignore MAP_FIXED_NOREPLACE and treat it as a hint.
+            // SAFETY: unmapping our reservation.
+            unsafe { libc::munmap(base, len) };
+            return Err(close(RuntimeError::AddressClash {
+                addr: fixed_base.unwrap_or(0),
+                len: region_size,
+                source: std::io::Error::from_raw_os_error(libc::EEXIST),
+            }));
+        }
+        let map_part = |off: u64, size: u64, prot: libc::c_int| -> Result<(), RuntimeError> {
+            // SAFETY: replacing part of our own reservation with a shared file mapping.
+            let p = unsafe {
+                libc::mmap(
+                    (base as *mut u8).add(off as usize) as *mut libc::c_void,
+                    size as usize,
+                    prot,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    fd,
+                    off as libc::off_t,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(os_err("mapping", path));
+            }
+            Ok(())
+        };
+        let r = map_part(0, code_off, libc::PROT_READ | libc::PROT_WRITE)
+            .and_then(|_| map_part(code_off, code_len, libc::PROT_READ | libc::PROT_EXEC));
+        if let Err(e) = r {
+            // SAFETY: unmapping our reservation on an error path.
+            unsafe { libc::munmap(base, len) };
+            return Err(close(e));
+        }
+        Ok((
+            Mapping {
+                base: base as *mut u8,
+                len,
+                path: path.to_path_buf(),
+                fd,
+            },
+            previous,
+        ))
+    }
+
+    /// Region offsets `[0, code.offset)` as a transport (the code arena is not writable here).
+    pub fn data_len(info: &HeaderInfo) -> u64 {
+        info.section(SectionId::Code).offset
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping what `create` mapped; every user holds the Arc that owns us.
+        unsafe {
+            libc::munmap(self.base as *mut libc::c_void, self.len);
+            libc::close(self.fd);
+        }
+    }
+}
+
+fn previous_incarnation(fd: libc::c_int) -> u64 {
+    let mut head = [0u8; 8];
+    let mut inc = [0u8; 8];
+    // SAFETY: reads into local buffers from our fd.
+    let ok = unsafe {
+        libc::pread(fd, head.as_mut_ptr() as *mut libc::c_void, 8, 0) == 8
+            && libc::pread(
+                fd,
+                inc.as_mut_ptr() as *mut libc::c_void,
+                8,
+                offsets::HEADER_INCARNATION as libc::off_t,
+            ) == 8
+    };
+    if ok && u64::from_le_bytes(head) == MAGIC {
+        u64::from_le_bytes(inc)
+    } else {
+        0
+    }
+}

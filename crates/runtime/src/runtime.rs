@@ -1,0 +1,536 @@
+//! `ctx_init`, `ctx_register`, `ctx_teardown` and the exports of the context table.
+
+use crate::helpers::HELPERS;
+use crate::hook::{Hook, HookSpec, HookStats};
+use crate::mapping::Mapping;
+use crate::RuntimeError;
+use rdx_region::abi::HelperFn;
+use rdx_region::geometry::{encode_header, plan, HeaderInfo, RegionParams};
+use rdx_region::layout::*;
+use rdx_transport::local::LocalRegion;
+use rdx_transport::xstate::{self, MapRef, MapSpec};
+use rdx_transport::Transport;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Name under which the helper table is exported as a host variable, for code compiled to
+/// call helpers through it (`var:rdx_helper_table`).
+pub const HELPER_TABLE_SYMBOL: &str = "rdx_helper_table";
+
+/// Name of the trace ring buffer map (XState id 0) that `trace_printk` writes to.
+pub const TRACE_MAP_NAME: &str = "rdx_trace";
+
+static NEXT_RUNTIME_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Configures and creates a runtime (`ctx_init`).
+#[derive(Clone, Debug)]
+pub struct RuntimeBuilder {
+    path: Option<PathBuf>,
+    params: RegionParams,
+    eim: Vec<u8>,
+    hold_timeout: Duration,
+    base_address: Option<u64>,
+    trace_size: u32,
+    hooks: Vec<(String, HookSpec)>,
+}
+
+impl Default for RuntimeBuilder {
+    fn default() -> Self {
+        Self {
+            path: None,
+            params: RegionParams::default(),
+            eim: Vec::new(),
+            hold_timeout: Duration::from_millis(10),
+            base_address: None,
+            trace_size: 64 * 1024,
+            hooks: Vec::new(),
+        }
+    }
+}
+
+impl RuntimeBuilder {
+    /// Region file; default `/dev/shm/rdx-<pid>-<n>`.
+    pub fn path(mut self, path: impl AsRef<Path>) -> Self {
+        self.path = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// The host's EIM spec, stored verbatim in the region for control planes to read.
+    pub fn eim_spec(mut self, spec: impl Into<Vec<u8>>) -> Self {
+        self.eim = spec.into();
+        self
+    }
+
+    /// Capacities of the region (hooks, thread slots, arena sizes...).
+    pub fn params(mut self, params: RegionParams) -> Self {
+        self.params = params;
+        self
+    }
+
+    pub fn max_hooks(mut self, n: u32) -> Self {
+        self.params.max_hooks = n;
+        self
+    }
+
+    /// Threads that can run hooks at the same time (each claims a slot on first use).
+    pub fn thread_slots(mut self, n: u32) -> Self {
+        self.params.thread_slots = n;
+        self
+    }
+
+    pub fn code_size(mut self, bytes: u64) -> Self {
+        self.params.code_size = bytes;
+        self
+    }
+
+    pub fn scratch_size(mut self, bytes: u64) -> Self {
+        self.params.scratch_size = bytes;
+        self
+    }
+
+    /// Longest a caller waits on a held hook before running the published version anyway.
+    pub fn hold_timeout(mut self, timeout: Duration) -> Self {
+        self.hold_timeout = timeout;
+        self
+    }
+
+    /// Map the region at this exact address, or fail (cross-sandbox address plans).
+    pub fn base_address(mut self, addr: u64) -> Self {
+        self.base_address = Some(addr);
+        self
+    }
+
+    /// Bytes of the trace ring buffer (a power of two, at least 4096).
+    pub fn trace_size(mut self, bytes: u32) -> Self {
+        self.trace_size = bytes;
+        self
+    }
+
+    /// Declares a hook as part of initialisation.
+    pub fn hook(mut self, name: &str, spec: HookSpec) -> Self {
+        self.hooks.push((name.to_string(), spec));
+        self
+    }
+
+    /// `ctx_init`: creates the region file, maps it (code arena read+execute), writes the
+    /// header, EIM spec, helper table, context table and empty hook slots.
+    pub fn build(self) -> Result<Runtime, RuntimeError> {
+        let path = self.path.clone().unwrap_or_else(|| {
+            static N: AtomicU64 = AtomicU64::new(0);
+            PathBuf::from(format!(
+                "/dev/shm/rdx-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ))
+        });
+        let mut params = self.params.clone();
+        params.eim_capacity = params.eim_capacity.max(self.eim.len() as u64);
+        let trace_spec = MapSpec {
+            map_type: MapType::RingBuf,
+            key_size: 0,
+            value_size: 0,
+            max_entries: self.trace_size,
+            flags: 0,
+            name: TRACE_MAP_NAME.into(),
+        };
+        let trace_layout = xstate::layout(&trace_spec, params.thread_slots)?;
+        if trace_layout.footprint() > params.scratch_size / 2 {
+            return Err(RuntimeError::Config(
+                "trace ring larger than half the scratchpad".into(),
+            ));
+        }
+        if (HELPERS.iter().map(|h| h.id).max().unwrap_or(0)) >= params.helper_capacity {
+            return Err(RuntimeError::Config(
+                "helper table smaller than the built-in helper ids".into(),
+            ));
+        }
+        let (sections, region_size) = plan(&params)?;
+        let code = sections[SectionId::Code as usize];
+        let (map, previous) = Mapping::create(
+            &path,
+            region_size,
+            (code.offset, code.size),
+            self.base_address,
+        )?;
+        let (head, info) = encode_header(
+            &params,
+            Arch::HOST.ok_or_else(|| RuntimeError::Config("unsupported architecture".into()))?,
+            map.base as u64,
+            std::process::id(),
+            self.hold_timeout.as_nanos().min(u64::MAX as u128) as u64,
+            self.eim.len() as u64,
+            trace_layout.footprint(),
+            0,
+        )?;
+        // SAFETY: the data part of the mapping is read+write and lives as long as `map`,
+        // which the Inner owning this LocalRegion keeps.
+        let data = unsafe { LocalRegion::from_raw(map.base, Mapping::data_len(&info)) };
+        data.write(0, &head)?;
+        data.write_u64(offsets::HEADER_INCARNATION, previous + 1)?;
+        data.write(info.section(SectionId::Eim).offset, &self.eim)?;
+        data.write_u64(
+            info.section(SectionId::Context).offset + 8,
+            info.context_capacity as u64,
+        )?;
+        let trace = xstate::create(
+            &data,
+            &info,
+            0,
+            info.section(SectionId::Scratch).offset,
+            &trace_spec,
+        )?;
+        let inner = Arc::new(Inner {
+            id: NEXT_RUNTIME_ID.fetch_add(1, Ordering::Relaxed),
+            base: map.base as u64,
+            map,
+            info,
+            data,
+            trace,
+            torn_down: AtomicBool::new(false),
+            exports: Mutex::new(Exports::default()),
+        });
+        let rt = Runtime { inner };
+        let table = rt.inner.info.section(SectionId::HelperTable);
+        rt.inner.export(
+            ContextKind::HostVariable,
+            0,
+            rt.inner.base + table.offset,
+            table.size,
+            HELPER_TABLE_SYMBOL,
+        )?;
+        for h in HELPERS {
+            rt.inner.set_helper(h.id, h.func)?;
+            rt.inner
+                .export(ContextKind::Helper, h.id, h.func as usize as u64, 0, h.name)?;
+        }
+        for (name, spec) in &self.hooks {
+            rt.declare_hook(name, *spec)?;
+        }
+        rt.inner
+            .data
+            .write_u64(offsets::HEADER_STATE, RegionState::Ready as u64)?;
+        Ok(rt)
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Exports {
+    pub names: HashSet<(u32, String)>,
+    pub ids: HashSet<u32>,
+    pub hooks: Vec<(String, HookSpec)>,
+    pub count: u32,
+}
+
+/// Everything a runtime owns; shared by its handles and by the threads that ran its hooks
+/// (so that the mapping outlives every thread slot that points into it).
+pub(crate) struct Inner {
+    pub id: u64,
+    pub base: u64,
+    pub map: Mapping,
+    pub info: HeaderInfo,
+    /// The data part of the region (everything before the code arena).
+    pub data: LocalRegion,
+    pub trace: MapRef,
+    pub torn_down: AtomicBool,
+    pub exports: Mutex<Exports>,
+}
+
+impl Inner {
+    pub fn slot(&self, index: u32) -> &HookSlot {
+        debug_assert!(index < self.info.max_hooks);
+        // SAFETY: in bounds of the hooks section (index < max_hooks), 64-byte aligned, in
+        // the mapping this Inner owns; HookSlot is all atomics.
+        unsafe { &*((self.base + self.info.hook_offset(index)) as *const HookSlot) }
+    }
+
+    pub fn thread_slot(&self, index: u32) -> &ThreadSlot {
+        debug_assert!(index < self.info.thread_slots);
+        // SAFETY: as for `slot`, in the threads section.
+        unsafe { &*((self.base + self.info.thread_offset(index)) as *const ThreadSlot) }
+    }
+
+    pub fn counters(&self, thread: u32, hook: u32) -> &HookCounters {
+        // SAFETY: as for `slot`, in the counters section (thread < thread_slots,
+        // hook < max_hooks).
+        unsafe { &*((self.base + self.info.counters_offset(thread, hook)) as *const HookCounters) }
+    }
+
+    fn set_helper(&self, id: u32, f: HelperFn) -> Result<(), RuntimeError> {
+        self.data
+            .write_u64(self.info.helper_entry_offset(id), f as usize as u64)?;
+        Ok(())
+    }
+
+    /// Appends a context table entry and publishes it (count incremented last, release).
+    pub fn export(
+        &self,
+        kind: ContextKind,
+        id: u32,
+        addr: u64,
+        size: u64,
+        name: &str,
+    ) -> Result<(), RuntimeError> {
+        let mut ex = self.exports.lock().unwrap_or_else(|e| e.into_inner());
+        self.export_locked(&mut ex, kind, id, addr, size, name)
+    }
+
+    pub fn export_locked(
+        &self,
+        ex: &mut Exports,
+        kind: ContextKind,
+        id: u32,
+        addr: u64,
+        size: u64,
+        name: &str,
+    ) -> Result<(), RuntimeError> {
+        let encoded =
+            ContextEntry::encode_name(name).ok_or_else(|| RuntimeError::BadName(name.into()))?;
+        // Hooks, variables and functions share the symbol namespace of their kind.
+        let ns = match kind {
+            ContextKind::Helper | ContextKind::HostFunction => 1,
+            ContextKind::HostVariable => 2,
+            ContextKind::Hook => 3,
+        };
+        if ex.names.contains(&(ns, name.to_string())) {
+            return Err(RuntimeError::Duplicate {
+                kind: "name",
+                name: name.into(),
+            });
+        }
+        if ns == 1 && ex.ids.contains(&id) {
+            return Err(RuntimeError::BadId {
+                id,
+                capacity: self.info.helper_capacity,
+            });
+        }
+        if ex.count >= self.info.context_capacity {
+            return Err(RuntimeError::ContextFull(self.info.context_capacity));
+        }
+        let mut e = [0u8; std::mem::size_of::<ContextEntry>()];
+        e[0..4].copy_from_slice(&(kind as u32).to_le_bytes());
+        e[4..8].copy_from_slice(&id.to_le_bytes());
+        e[8..16].copy_from_slice(&addr.to_le_bytes());
+        e[16..24].copy_from_slice(&size.to_le_bytes());
+        e[24..].copy_from_slice(&encoded);
+        self.data
+            .write(self.info.context_entry_offset(ex.count), &e)?;
+        ex.count += 1;
+        self.data.write_u64(
+            self.info.section(SectionId::Context).offset,
+            ex.count as u64,
+        )?;
+        ex.names.insert((ns, name.to_string()));
+        if ns == 1 {
+            ex.ids.insert(id);
+        }
+        Ok(())
+    }
+}
+
+/// A host's runtime: its region and everything exported in it. Cheap to clone; thread-safe.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("path", &self.inner.map.path)
+            .field("base", &format_args!("{:#x}", self.inner.base))
+            .finish()
+    }
+}
+
+impl Runtime {
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    /// The region file a control plane attaches to.
+    pub fn path(&self) -> &Path {
+        &self.inner.map.path
+    }
+
+    /// The region's header, as written.
+    pub fn info(&self) -> &HeaderInfo {
+        &self.inner.info
+    }
+
+    /// Where the region is mapped in this process.
+    pub fn base_address(&self) -> u64 {
+        self.inner.base
+    }
+
+    /// The data part of the region, for host-side inspection (maps, counters).
+    pub fn region(&self) -> LocalRegion {
+        self.inner.data
+    }
+
+    /// `ctx_register`: exposes the region to control planes. On the shared-memory transport
+    /// that means file permissions: read+write for the owner and, with `group`, its group.
+    pub fn register_with_mode(&self, mode: u32) -> Result<(), RuntimeError> {
+        self.check_live()?;
+        // SAFETY: fchmod on the fd the mapping owns.
+        if unsafe { libc::fchmod(self.inner.map.fd, mode as libc::mode_t) } != 0 {
+            return Err(RuntimeError::Io {
+                what: "changing permissions of",
+                path: self.path().into(),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        self.inner
+            .data
+            .write_u64(offsets::HEADER_STATE, RegionState::Registered as u64)?;
+        Ok(())
+    }
+
+    /// `ctx_register` with owner-only access (mode 0600).
+    pub fn register(&self) -> Result<(), RuntimeError> {
+        self.register_with_mode(0o600)
+    }
+
+    fn check_live(&self) -> Result<(), RuntimeError> {
+        if self.inner.torn_down.load(Ordering::Acquire) {
+            return Err(RuntimeError::TornDown);
+        }
+        Ok(())
+    }
+
+    /// Declares a hook; it starts empty (calls return `spec.default_return`).
+    pub fn declare_hook(&self, name: &str, spec: HookSpec) -> Result<Hook<'_>, RuntimeError> {
+        self.check_live()?;
+        let mut ex = self.inner.exports.lock().unwrap_or_else(|e| e.into_inner());
+        if ex.hooks.iter().any(|(n, _)| n == name) {
+            return Err(RuntimeError::HookExists(name.into()));
+        }
+        let index = ex.hooks.len() as u32;
+        if index >= self.inner.info.max_hooks {
+            return Err(RuntimeError::TooManyHooks(self.inner.info.max_hooks));
+        }
+        let slot = self.inner.slot(index);
+        slot.budget.store(spec.budget, Ordering::Relaxed);
+        slot.default_ret
+            .store(spec.default_return, Ordering::Relaxed);
+        slot.declared.store(1, Ordering::Release);
+        let offset = self.inner.info.hook_offset(index);
+        self.inner.export_locked(
+            &mut ex,
+            ContextKind::Hook,
+            index,
+            offset,
+            spec.context_size,
+            name,
+        )?;
+        ex.hooks.push((name.to_string(), spec));
+        Ok(Hook::new(&self.inner, index, spec.default_return))
+    }
+
+    /// A declared hook by name. Keep the handle: running it does no lookup.
+    pub fn hook(&self, name: &str) -> Result<Hook<'_>, RuntimeError> {
+        let ex = self.inner.exports.lock().unwrap_or_else(|e| e.into_inner());
+        let (index, (_, spec)) = ex
+            .hooks
+            .iter()
+            .enumerate()
+            .find(|(_, (n, _))| n == name)
+            .ok_or_else(|| RuntimeError::NoSuchHook(name.into()))?;
+        Ok(Hook::new(&self.inner, index as u32, spec.default_return))
+    }
+
+    /// Names of the declared hooks, in slot order.
+    pub fn hooks(&self) -> Vec<String> {
+        let ex = self.inner.exports.lock().unwrap_or_else(|e| e.into_inner());
+        ex.hooks.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// Exports a host function under `id` (linked as `helper:<id>`) and `name`.
+    pub fn register_function(
+        &self,
+        name: &str,
+        id: u32,
+        func: HelperFn,
+    ) -> Result<(), RuntimeError> {
+        self.check_live()?;
+        if id == 0 || id >= self.inner.info.helper_capacity {
+            return Err(RuntimeError::BadId {
+                id,
+                capacity: self.inner.info.helper_capacity,
+            });
+        }
+        let mut ex = self.inner.exports.lock().unwrap_or_else(|e| e.into_inner());
+        if ex.ids.contains(&id) {
+            return Err(RuntimeError::BadId {
+                id,
+                capacity: self.inner.info.helper_capacity,
+            });
+        }
+        self.inner.export_locked(
+            &mut ex,
+            ContextKind::HostFunction,
+            id,
+            func as usize as u64,
+            0,
+            name,
+        )?;
+        self.inner.set_helper(id, func)
+    }
+
+    /// Exports a host variable (linked as `var:<name>`).
+    ///
+    /// # Safety
+    /// `addr` must stay valid for `size` bytes, for reads and writes by extension code, for
+    /// as long as any extension that uses it can run (in practice: the life of the process).
+    pub unsafe fn register_variable(
+        &self,
+        name: &str,
+        addr: *mut u8,
+        size: u64,
+    ) -> Result<(), RuntimeError> {
+        self.check_live()?;
+        self.inner
+            .export(ContextKind::HostVariable, 0, addr as u64, size, name)
+    }
+
+    /// Counters of a hook summed over every thread slot (what a control plane reads remotely).
+    pub fn hook_stats(&self, name: &str) -> Result<HookStats, RuntimeError> {
+        Ok(self.hook(name)?.stats())
+    }
+
+    /// `ctx_teardown`: hooks stop running extension code (they return their defaults), the
+    /// region is marked torn down for control planes, and this waits (at most `wait`) until
+    /// no thread of this process is inside extension code. The mapping itself stays until
+    /// the last handle and thread that used it are gone.
+    pub fn teardown(&self, wait: Duration) -> Result<bool, RuntimeError> {
+        self.inner.torn_down.store(true, Ordering::SeqCst);
+        self.inner
+            .data
+            .write_u64(offsets::HEADER_STATE, RegionState::TornDown as u64)?;
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            let busy = (0..self.inner.info.thread_slots).any(|t| {
+                let s = self.inner.thread_slot(t);
+                s.owner.load(Ordering::Acquire) != 0 && s.epoch.load(Ordering::Acquire) % 2 == 1
+            });
+            if !busy {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    /// Removes the region file (control planes that still map it keep their mapping).
+    pub fn unlink(&self) -> Result<(), RuntimeError> {
+        std::fs::remove_file(self.path()).map_err(|source| RuntimeError::Io {
+            what: "removing",
+            path: self.path().into(),
+            source,
+        })
+    }
+}
