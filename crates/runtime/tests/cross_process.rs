@@ -216,7 +216,10 @@ fn deploy_update_and_contain_from_another_process() {
     assert_eq!(host.run(1), (2, 2));
 
     let s = host.stats();
-    assert_eq!(s[0], 4, "runs of extension code (invalid slots run nothing): {s:?}");
+    assert_eq!(
+        s[0], 4,
+        "runs of extension code (invalid slots run nothing): {s:?}"
+    );
     // Detach.
     node.flip(v2, 0);
     assert_eq!(host.run(1), (u64::MAX, 0));
