@@ -22,11 +22,15 @@
 //! assert_eq!(rules.rules.len(), 1);
 //! ```
 
+pub mod api;
 pub mod classify;
+pub mod cm;
 pub mod compile;
 pub mod craft;
+pub mod engine;
 pub mod field;
 pub mod packet;
+pub mod pcap;
 pub mod policy;
 pub mod rule;
 pub mod set;
