@@ -355,11 +355,14 @@ impl<'e, 'a> Linker<'e, 'a> {
                             },
                         });
                     }
-                    _ => return Err(bad(format!(
-                        "symbol `{}` is in section {}, which holds no maps, global data or code",
-                        sym.name,
-                        sym.section.map_or("<none>", |s| self.elf.section_name(s))
-                    ))),
+                    _ => {
+                        let held_in = sym.section.map_or("<none>", |s| self.elf.section_name(s));
+                        return Err(bad(format!(
+                            "symbol `{}` is in section {held_in}, which holds no maps, \
+                             global data or code",
+                            sym.name
+                        )));
+                    }
                 }
             }
         }
