@@ -181,14 +181,14 @@ fn frames() -> Vec<Vec<u8>> {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let mut f = if x % 2 == 0 {
-            ipv4(17, x % 3 == 0)
+        let mut f = if x.is_multiple_of(2) {
+            ipv4(17, x.is_multiple_of(3))
         } else {
             ipv6(17)
         };
         let at = (x >> 8) as usize % f.len();
         f[at] ^= (x >> 16) as u8;
-        if x % 5 == 0 {
+        if x.is_multiple_of(5) {
             f.truncate(14 + (x >> 24) as usize % (f.len() - 13));
         }
         out.push(f);
