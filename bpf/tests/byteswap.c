@@ -1,8 +1,8 @@
 /* Byte order: bpf_ntohs/bpf_ntohl/bpf_htons/bpf_htonl and __builtin_bswap64 (BPF_END to big
  * endian, a no-op pair on a big-endian machine), on packet fields read and written: the
  * program turns the frame around like a reflector (swaps MAC addresses, and IPv4 addresses and
- * UDP/TCP ports when present) and stores a byte-reversed copy of bytes 6..14 over 0..8 of the
- * payload area it reports. The frame out is compared with rdx's.
+ * UDP/TCP ports when present) and records bytes 6..14 byte-reversed. The frame out is compared
+ * with rdx's.
  * Input dependence: all header bytes; results[0..4]. */
 #include "common.h"
 

@@ -2,8 +2,8 @@
  * the caller's stack that the callee fills, packet pointers passed down, and a callee that
  * calls a helper. Each level mixes its arguments so that a wrong argument or return register
  * changes the result.
- * Input dependence: bytes 14..30 of the frame (zero-filled when shorter) feed every level;
- * results[0..6]. */
+ * Input dependence: bytes 14..30 of the frame (as many 4-byte groups as are present) feed
+ * every level; results[0..6]. */
 #include "common.h"
 
 RESULTS_MAP(6);

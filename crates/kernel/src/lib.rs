@@ -9,6 +9,8 @@
 //! - [`KernelProgram::load`] loads a raw instruction array (for example rdx's generated code)
 //!   with a program type, an optional `fd_array` for `lddw` map references by index, and an
 //!   optional verifier log; it reports how long the kernel took to load it.
+//!   [`create_maps`] and [`load_linked`] do the same for a program as rdx's own loader
+//!   linked it (maps by index, global data with its initial values).
 //!
 //! Every program, however loaded, runs through [`test_run`] and every map is read through
 //! [`KernelMap`]. When the `bpf()` system call cannot be used (not root, a kernel without BPF,
@@ -32,13 +34,15 @@
 //! ```
 
 mod error;
+mod linked;
 mod map;
 mod object;
 mod program;
 mod run;
 
 pub use error::{Errno, KernelError};
-pub use map::{KernelMap, MapSnapshot, MapSpec};
+pub use linked::{create_maps, load_linked};
+pub use map::{map_type, KernelMap, MapSnapshot, MapSpec};
 pub use object::{KernelObject, ObjectMap, ObjectProgram};
 pub use program::{KernelProgram, LoadOptions, LoadedProgram, ProgType};
 pub use run::{test_run, TestRunInput, TestRunOutput};
