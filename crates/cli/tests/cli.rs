@@ -1,0 +1,161 @@
+//! The `rdx` binary end to end on objects clang compiled from `bpf/examples/`.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn rdx(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rdx"))
+        .args(args)
+        .output()
+        .expect("rdx runs")
+}
+
+fn object(name: &str) -> String {
+    rdx_testdata::object_path(name).display().to_string()
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "rdx failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rdx-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// An Ethernet frame of `len` bytes carrying IPv4 (EtherType 0x0800).
+fn frame(len: usize) -> Vec<u8> {
+    let mut f = vec![0u8; len];
+    f[12] = 0x08;
+    f
+}
+
+#[test]
+fn inspect_lists_programs_maps_relocations_and_code() {
+    let text = stdout(&rdx(&["inspect", &object("examples/multi")]));
+    for needle in [
+        "3 programs, 5 maps",
+        "classify",
+        "rdx/request",
+        "bytes_by_proto",
+        "global data, read-only",
+        "call should_drop",
+        "map #2 bytes_by_proto",
+        "<account> (from .text):",
+        "exit",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn inspect_json_describes_the_object() {
+    let json = stdout(&rdx(&[
+        "inspect",
+        "--json",
+        &object("examples/legacy_maps"),
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let maps = v["maps"].as_array().unwrap();
+    assert_eq!(maps.len(), 2);
+    assert_eq!(maps[0]["name"], "counters");
+    assert_eq!(maps[0]["origin"], "legacy");
+    assert_eq!(maps[1]["type"], "hash");
+    let prog = &v["programs"][0];
+    assert_eq!(prog["name"], "count_len");
+    assert_eq!(prog["section"], "socket");
+    let relocs = prog["relocations"].as_array().unwrap();
+    assert!(relocs.iter().all(|r| r["kind"] == "map"));
+    assert_eq!(relocs.len(), 2);
+    assert!(!prog["disassembly"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn run_hello_follows_the_packet_length() {
+    // hello returns skb->len > 64; the skb model strips the 14-byte Ethernet header.
+    let long = temp_file("long.bin", &frame(100));
+    let short = temp_file("short.bin", &frame(70));
+    let hello = object("examples/hello");
+    let out = stdout(&rdx(&[
+        "run",
+        &hello,
+        "--packet",
+        long.to_str().unwrap(),
+        "--json",
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["r0"], 1);
+    assert_eq!(v["ctx_model"], "skb");
+    assert_eq!(v["map_changes"][0]["map"], "packets");
+    assert_eq!(v["map_changes"][0]["after"], "0100000000000000");
+
+    let out = stdout(&rdx(&[
+        "run",
+        &hello,
+        "--prog",
+        "hello",
+        "--packet",
+        short.to_str().unwrap(),
+        "--repeat",
+        "3",
+    ]));
+    assert!(out.contains("r0 = 0 (0x0)"), "{out}");
+    assert!(out.contains("packets[00000000]"), "{out}");
+    assert!(out.contains("[0 -> 3]"), "{out}");
+}
+
+#[test]
+fn run_xdp_program_uses_the_xdp_model() {
+    // xdp_gate drops (XDP_DROP = 1) frames whose byte 13 is the configured protocol (17).
+    let mut udp = frame(60);
+    udp[13] = 17;
+    let path = temp_file("udp.bin", &udp);
+    let out = stdout(&rdx(&[
+        "run",
+        &object("examples/multi"),
+        "--prog",
+        "xdp_gate",
+        "--packet",
+        path.to_str().unwrap(),
+        "--json",
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["ctx_model"], "xdp");
+    assert_eq!(v["r0"], 1);
+}
+
+#[test]
+fn errors_name_the_problem_and_fail() {
+    let bad = temp_file("bad.o", b"definitely not ELF");
+    let out = rdx(&["inspect", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("rdx: cannot load "), "{err}");
+    assert!(err.contains("not an ELF file"), "{err}");
+
+    let out = rdx(&["run", &object("examples/multi")]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("choose one with --prog NAME"), "{err}");
+    assert!(err.contains("xdp_gate (xdp)"), "{err}");
+
+    let out = rdx(&["run", &object("examples/multi"), "--prog", "missing"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no program named missing"));
+
+    // on_request dereferences its context; without one the checked interpreter stops it.
+    let out = rdx(&["run", &object("examples/multi"), "--prog", "on_request"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("program on_request failed: instruction"),
+        "{err}"
+    );
+}
