@@ -43,7 +43,7 @@ fn build(raw: &[Raw]) -> Vec<Insn> {
             width: Width::W64,
             op: AluOp::Mov,
             dst: Reg(r),
-            src: Operand::Imm((r as i32) * 0x1234_567 - 3),
+            src: Operand::Imm((r as i32) * 0x0123_4567 - 3),
         });
     }
     for s in 1..=SLOTS {
