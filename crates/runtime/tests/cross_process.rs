@@ -8,136 +8,15 @@
 
 #![cfg(target_arch = "x86_64")]
 
-use rdx_region::layout::{active_word, offsets, ContextKind, SectionId, ACTIVE_HOLD};
+mod common;
+
+use common::{Host, Node};
+use rdx_region::layout::{active_word, offsets, SectionId, ACTIVE_HOLD};
 use rdx_transport::context::read_context;
 use rdx_transport::shm::ShmTransport;
 use rdx_transport::xstate::{self, Copies, MapSpec, UPDATE_ANY};
 use rdx_transport::{Transport, TransportError};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-
-struct Host {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    path: String,
-}
-
-impl Host {
-    fn start(extra: &[&str]) -> Host {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let path = format!(
-            "/dev/shm/rdx-test-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rdx-stdio-host"))
-            .args(["--path", &path])
-            .args(extra)
-            .args(["h", "other"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn host");
-        let stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), format!("region {path}"));
-        Host {
-            child,
-            stdin,
-            stdout,
-            path,
-        }
-    }
-
-    fn ask(&mut self, cmd: &str) -> String {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        self.stdin.flush().unwrap();
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        line.trim().to_string()
-    }
-
-    fn run(&mut self, value: u64) -> (u64, u64) {
-        let r = self.ask(&format!("run h {value}"));
-        let w: Vec<&str> = r.split_whitespace().collect();
-        assert_eq!(w[0], "ret", "{r}");
-        (w[1].parse().unwrap(), w[3].parse().unwrap())
-    }
-
-    fn stats(&mut self) -> Vec<u64> {
-        let r = self.ask("stats h");
-        r.split_whitespace()
-            .skip(2)
-            .step_by(2)
-            .map(|v| v.parse().unwrap())
-            .collect()
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "quit");
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// The control plane's view of a node: the transport plus what it read from the header.
-struct Node {
-    t: ShmTransport,
-    hook: u64,
-    next_code: u64,
-}
-
-impl Node {
-    fn attach(host: &Host) -> Node {
-        let t = ShmTransport::open(&host.path).expect("open region");
-        let ctx = read_context(&t, t.info()).unwrap();
-        let h = ctx
-            .iter()
-            .find(|s| s.kind == ContextKind::Hook && s.name == "h")
-            .expect("hook h exported");
-        assert_eq!(h.size, 16);
-        let next_code = t.info().section(SectionId::Code).offset;
-        Node {
-            hook: h.addr,
-            t,
-            next_code,
-        }
-    }
-
-    fn symbol(&self, name: &str) -> u64 {
-        read_context(&self.t, self.t.info())
-            .unwrap()
-            .iter()
-            .find(|s| s.symbol() == name)
-            .unwrap_or_else(|| panic!("{name} not exported"))
-            .addr
-    }
-
-    /// Writes code into a fresh part of the arena; returns its entry offset.
-    fn place(&mut self, code: &[u8]) -> u32 {
-        let at = self.next_code;
-        self.t.write(at, code).unwrap();
-        self.next_code += (code.len() as u64 + 15) & !15;
-        at as u32
-    }
-
-    /// Publishes with one CAS; returns the previous word.
-    fn flip(&self, expected: u64, new: u64) -> u64 {
-        self.t.fence().unwrap();
-        let prev = self
-            .t
-            .compare_and_swap(self.hook + offsets::HOOK_ACTIVE, expected, new)
-            .unwrap();
-        assert_eq!(prev, expected, "slot changed under us");
-        prev
-    }
-}
+use std::io::{BufRead, Write};
 
 // ---- Hand-assembled x86-64 programs (stand-ins for JIT output; System V: rdi = ctx,
 // rsi = RunState). ----
