@@ -229,7 +229,7 @@ pub fn test(policy_path: &Path, trace_path: &Path) -> Result<TestReport, AclErro
 /// Runs a trace through an engine over `rules`.
 pub fn run_trace(rules: RuleSet, trace: &pcap::Trace) -> TestReport {
     let policy_names = rules.policy_names.clone();
-    let mut engine = Engine::new(rules);
+    let mut engine = Engine::new(rules).with_flow_cache(256);
     let verdicts = trace
         .packets
         .iter()

@@ -15,7 +15,7 @@ use crate::set::{Cube, ValueSet};
 /// Most rules one policy may expand to.
 pub const MAX_RULES_PER_POLICY: usize = 1 << 16;
 /// Most rules in a table.
-pub const MAX_RULES: usize = 1 << 24;
+pub const MAX_RULES: usize = 1 << 20;
 
 /// Magic at the start of a rule image.
 pub const IMAGE_MAGIC: [u8; 8] = *b"RDXACL\0\0";
@@ -155,6 +155,15 @@ fn cube_rule_count(cube: &Cube) -> usize {
         .fold(1usize, |a, b| a.saturating_mul(b))
 }
 
+/// How many rules a policy set compiles to (saturating), without building them.
+pub fn rule_count(set: &PolicySet) -> usize {
+    set.policies
+        .iter()
+        .flat_map(|p| p.cubes.iter())
+        .map(cube_rule_count)
+        .fold(0usize, |a, b| a.saturating_add(b))
+}
+
 /// Compiles a checked policy set.
 pub fn compile(set: &PolicySet) -> Result<RuleSet, CompileError> {
     let mut rules = Vec::new();
@@ -168,7 +177,7 @@ pub fn compile(set: &PolicySet) -> Result<RuleSet, CompileError> {
             return Err(CompileError::TooManyRules {
                 policy: p.name.clone(),
                 count,
-                limit: MAX_RULES_PER_POLICY,
+                limit: MAX_RULES_PER_POLICY.min(MAX_RULES - rules.len().min(MAX_RULES)),
             });
         }
         for c in &p.cubes {

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::classify::{Classifier, HotTier, TupleSpace};
+use crate::classify::{Classifier, FlowCache, TupleSpace};
 use crate::cm::{CmCounters, CmTable};
 use crate::compile::RuleSet;
 use crate::packet::{self, LinkType, Malformed, MalformedReason, Parsed};
@@ -72,7 +72,7 @@ impl Counters {
 pub struct Engine {
     rules: RuleSet,
     table: TupleSpace,
-    hot: Option<HotTier>,
+    hot: Option<FlowCache>,
     cm: CmTable,
     counters: Counters,
 }
@@ -94,9 +94,9 @@ impl Engine {
         }
     }
 
-    /// Puts a hot tier in front of the complete table.
-    pub fn with_hot_tier(mut self, capacity: usize, refresh_every: u64) -> Engine {
-        self.hot = Some(HotTier::new(capacity, refresh_every));
+    /// Puts a per-thread table of hot flows (`slots` entries) in front of the complete table.
+    pub fn with_flow_cache(mut self, slots: usize) -> Engine {
+        self.hot = Some(FlowCache::new(slots));
         self
     }
 

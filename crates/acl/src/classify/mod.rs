@@ -6,11 +6,15 @@
 //!   termination. Remaining fields (ranges, opcode/type masks) are checked on the candidates.
 //! - [`HotTier`]: a small per-thread table of hot rules, closed under "a higher-priority rule
 //!   overlaps", in front of the complete table.
+//! - [`FlowCache`]: a small per-thread table of hot flows and the rule that decided each, in
+//!   front of the complete table (flushed when the rule set changes).
 
+mod flow;
 mod hot;
 mod linear;
 mod tss;
 
+pub use flow::{FlowCache, FlowCacheStats};
 pub use hot::{HotAdapter, HotStats, HotTier};
 pub use linear::LinearScan;
 pub use tss::TupleSpace;

@@ -121,7 +121,7 @@ fn numbered(mut rules: Vec<Rule>) -> Vec<Rule> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
     fn tuple_space_agrees_with_linear_scan(
@@ -147,10 +147,12 @@ proptest! {
         let oracle = LinearScan::new(&rules);
         let tss = TupleSpace::new(rules.clone());
         let mut tier = HotTier::new(capacity, 17);
+        let mut cache = FlowCache::new(capacity);
         // Skewed: a few packets repeat most of the time.
         for (n, i) in order.iter().enumerate() {
             let k = if n % 5 == 0 { &packets[i % packets.len()] } else { &packets[i % 3 % packets.len()] };
             prop_assert_eq!(tier.classify(&tss, k), oracle.classify(k));
+            prop_assert_eq!(cache.classify(&tss, k), oracle.classify(k));
         }
     }
 
@@ -180,26 +182,33 @@ proptest! {
 
 #[test]
 fn synthetic_rules_agree_and_the_hot_tier_hits_on_skewed_traffic() {
-    let rules = synth::rules(3000, 7);
+    let rules = synth::rules(1500, 7);
     let tss = TupleSpace::new(rules.clone());
     let oracle = LinearScan::new(&rules);
     let packets = synth::traffic(
         &rules,
-        20_000,
+        6_000,
         Mix::Skewed {
             hot_pct: 80,
             flows: 16,
         },
         9,
     );
-    let mut tier = HotTier::new(64, 2048);
+    let mut tier = HotTier::new(64, 1024);
+    let mut cache = FlowCache::new(256);
     let mut matched = 0;
     for k in &packets {
         let want = oracle.classify(k);
         matched += want.is_some() as usize;
         assert_eq!(tss.classify(k), want);
         assert_eq!(tier.classify(&tss, k), want);
+        assert_eq!(cache.classify(&tss, k), want);
     }
+    let c = cache.stats();
+    assert!(
+        c.hits > c.misses * 2,
+        "hot flows should be answered from the cache: {c:?}"
+    );
     assert!(
         matched > packets.len() / 2,
         "traffic must exercise rules: {matched}"

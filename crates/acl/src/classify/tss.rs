@@ -6,15 +6,10 @@ use crate::rule::{PacketKey, Rule};
 
 /// Address fields a tuple may hash on a prefix of, in signature order.
 const ADDR_FIELDS: [Field; 4] = [Field::Sip, Field::Dip, Field::SGid, Field::DGid];
-/// Scalar fields a tuple may hash on exactly, in signature order.
-const EXACT_FIELDS: [Field; 6] = [
-    Field::Sport,
-    Field::Dport,
-    Field::SLid,
-    Field::DLid,
-    Field::LQpn,
-    Field::DQpn,
-];
+/// Scalar fields a tuple may hash on exactly, in signature order. UDP ports are left to the
+/// residual check: RoCEv2's destination port is always 4791 and source ports are entropy
+/// ranges, so indexing them would only multiply tuples.
+const EXACT_FIELDS: [Field; 4] = [Field::SLid, Field::DLid, Field::LQpn, Field::DQpn];
 
 /// Which fields a group of rules is indexed on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -53,8 +48,6 @@ fn mask_of(len: u8) -> u128 {
 
 fn exact_value(k: &PacketKey, f: Field) -> u64 {
     match f {
-        Field::Sport => k.sport as u64,
-        Field::Dport => k.dport as u64,
         Field::SLid => k.slid as u64,
         Field::DLid => k.dlid as u64,
         Field::LQpn => k.lqpn as u64,

@@ -23,6 +23,7 @@ use thiserror::Error;
 use crate::field::Field;
 use crate::set::{covered_by, Coverage, Cube, ValueSet};
 pub use lexer::Pos;
+pub use parser::MAX_NESTING;
 
 /// Most cubes one predicate may normalise to; beyond it the policy is rejected, because a
 /// rule table that large would not be what the author meant.
@@ -132,6 +133,9 @@ pub enum ErrorKind {
     /// `apply` names a policy that is not defined.
     #[error("apply(...) names `{0}`, which is not defined")]
     UnknownPolicy(String),
+    /// Parentheses or negations nested too deeply.
+    #[error("expression nested deeper than {0} levels")]
+    TooDeep(usize),
     /// Normalisation would produce too many cubes.
     #[error("predicate of `{policy}` expands to more than {limit} conjunctions; simplify it (negations of disjunctions multiply out)")]
     TooComplex {

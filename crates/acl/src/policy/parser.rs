@@ -8,9 +8,13 @@ use super::{Action, ErrorKind, Expr, PolicyDef, PolicyError, SourceFile};
 use crate::field::{opcodes_by_name, CmType, Field};
 use crate::set::ValueSet;
 
+/// Deepest nesting of `(` and `!` accepted; the parser and normaliser recurse per level.
+pub const MAX_NESTING: usize = 64;
+
 pub(super) struct Parser {
     toks: Vec<(Tok, Pos)>,
     at: usize,
+    depth: usize,
 }
 
 fn err(pos: Pos, kind: ErrorKind) -> PolicyError {
@@ -23,7 +27,11 @@ fn err(pos: Pos, kind: ErrorKind) -> PolicyError {
 
 impl Parser {
     pub(super) fn new(toks: Vec<(Tok, Pos)>) -> Parser {
-        Parser { toks, at: 0 }
+        Parser {
+            toks,
+            at: 0,
+            depth: 0,
+        }
     }
 
     fn peek(&self) -> &(Tok, Pos) {
@@ -239,17 +247,30 @@ impl Parser {
 
     fn factor(&mut self) -> Result<Expr, PolicyError> {
         let (tok, pos) = self.peek().clone();
+        if matches!(tok, Tok::Bang | Tok::LParen) {
+            if self.depth >= MAX_NESTING {
+                return Err(err(pos, ErrorKind::TooDeep(MAX_NESTING)));
+            }
+            self.depth += 1;
+            let e = self.nested(tok);
+            self.depth -= 1;
+            return e;
+        }
+        self.simple(tok, pos)
+    }
+
+    fn nested(&mut self, tok: Tok) -> Result<Expr, PolicyError> {
+        self.next();
+        if tok == Tok::Bang {
+            return Ok(Expr::Not(Box::new(self.factor()?)));
+        }
+        let e = self.expr()?;
+        self.expect(Tok::RParen, "`)` to close the parenthesis")?;
+        Ok(e)
+    }
+
+    fn simple(&mut self, tok: Tok, pos: Pos) -> Result<Expr, PolicyError> {
         match tok {
-            Tok::Bang => {
-                self.next();
-                Ok(Expr::Not(Box::new(self.factor()?)))
-            }
-            Tok::LParen => {
-                self.next();
-                let e = self.expr()?;
-                self.expect(Tok::RParen, "`)` to close the parenthesis")?;
-                Ok(e)
-            }
             Tok::Word(w) if w == "any" => {
                 self.next();
                 Ok(Expr::Any)

@@ -231,7 +231,7 @@ fn names_and_numbers_for_opcodes_and_types() {
 fn too_complex_predicates_are_rejected() {
     // !(a1&b1 | a2&b2 | ...) multiplies out to 2^n conjunctions.
     let mut terms = Vec::new();
-    for i in 0..16 {
+    for i in 0..13 {
         terms.push(format!("(match(sport = {i}) & match(dport = {i}))"));
     }
     let src = format!(
@@ -240,4 +240,21 @@ fn too_complex_predicates_are_rejected() {
     );
     let e = parse(&src).unwrap_err();
     assert!(matches!(e.kind, ErrorKind::TooComplex { .. }), "{e}");
+}
+
+#[test]
+fn deep_nesting_is_an_error_not_a_stack_overflow() {
+    let src = format!(
+        "policy a {{ predicate = {}any{} action = deny }}",
+        "(!".repeat(10_000),
+        ")".repeat(10_000)
+    );
+    let e = parse(&src).unwrap_err();
+    assert!(matches!(e.kind, ErrorKind::TooDeep(_)), "{e}");
+    let ok = format!(
+        "policy a {{ predicate = {}any{} action = deny }} apply(a)",
+        "(".repeat(30),
+        ")".repeat(30)
+    );
+    assert!(parse(&ok).is_ok());
 }
