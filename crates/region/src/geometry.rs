@@ -24,7 +24,7 @@ impl Default for RegionParams {
             max_hooks: 64,
             thread_slots: 64,
             context_capacity: 512,
-            helper_capacity: 1024,
+            helper_capacity: 4096,
             xstate_capacity: 256,
             eim_capacity: 64 * 1024,
             alloc_size: 64 * 1024,

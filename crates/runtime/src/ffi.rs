@@ -264,7 +264,7 @@ pub struct RdxHookStats {
 /// # Safety
 /// `hook` is a live handle, `out` valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn rdx_hook_stats(hook: *const RdxHook, out: *mut RdxHookStats) -> i32 {
+pub unsafe extern "C" fn rdx_hook_get_stats(hook: *const RdxHook, out: *mut RdxHookStats) -> i32 {
     // SAFETY: by the caller's contract.
     let h = unsafe { &*hook };
     let s = crate::hook::Hook::new(&h.rt.inner, h.index, h.default_return).stats();

@@ -7,106 +7,10 @@
 
 mod common;
 
-use common::{Host, Node};
-use rdx_jit::link::{link, LinkTarget};
-use rdx_jit::{CompileOptions, Compiler, Symbol};
-use rdx_region::layout::{active_word, offsets, MapType, SectionId, MAP_ALIGN};
-use rdx_transport::xstate::{self, ringbuf, Copies, MapRef, MapSpec, UPDATE_ANY};
+use common::{Deployer, Host, Node};
+use rdx_region::layout::offsets;
+use rdx_transport::xstate::{self, ringbuf, Copies, UPDATE_ANY};
 use rdx_transport::Transport;
-
-/// What the control plane keeps per node in this test: the next free map id and scratchpad
-/// byte (a bump allocator, standing in for the control plane's).
-struct Deployer {
-    next_id: u32,
-    next_scratch: u64,
-}
-
-impl Deployer {
-    fn new(node: &Node) -> Self {
-        let info = node.t.info();
-        Self {
-            next_id: 1,
-            next_scratch: info.section(SectionId::Scratch).offset + info.scratch_reserved,
-        }
-    }
-
-    /// Creates the object's maps, compiles its first program, links and writes it; returns
-    /// the active word to publish and the maps.
-    fn prepare(
-        &mut self,
-        node: &mut Node,
-        object: &str,
-        version: u32,
-        needs_budget: bool,
-    ) -> (u64, Vec<MapRef>) {
-        let obj = rdx_bpf::loader::load(&rdx_testdata::object(object)).expect("load object");
-        let info = node.t.info().clone();
-        let mut maps = Vec::new();
-        for def in &obj.maps {
-            let map_type = MapType::from_u32(def.map_type.to_kernel()).expect("supported map type");
-            let spec = MapSpec {
-                map_type,
-                key_size: def.key_size,
-                value_size: def.value_size,
-                max_entries: def.max_entries,
-                flags: 0,
-                name: def.name.chars().take(24).collect(),
-            };
-            let size = xstate::layout(&spec, info.thread_slots)
-                .unwrap()
-                .footprint();
-            let m = xstate::create(&node.t, &info, self.next_id, self.next_scratch, &spec).unwrap();
-            if let Some(init) = &def.initial_value {
-                xstate::update(
-                    &node.t,
-                    &m,
-                    &0u32.to_le_bytes(),
-                    init,
-                    UPDATE_ANY,
-                    Copies::All,
-                    1,
-                )
-                .unwrap();
-            }
-            self.next_id += 1;
-            self.next_scratch += size.next_multiple_of(MAP_ALIGN);
-            maps.push(m);
-        }
-        let prog = &obj.programs[0];
-        let mut opts = CompileOptions::new(rdx_jit::Arch::X86_64);
-        opts.needs_budget = needs_budget;
-        let (artifact, _) = Compiler::new(rdx_jit::Arch::X86_64)
-            .unwrap()
-            .compile(&prog.insns, &opts)
-            .expect("compile");
-        let ctx = rdx_transport::context::read_context(&node.t, &info).unwrap();
-        let base = info.base_address;
-        let resolve = |s: &Symbol| -> Option<u64> {
-            match s {
-                Symbol::Map(i) => maps.get(*i as usize).map(|m| base + m.offset),
-                Symbol::MapValue(i) => maps.get(*i as usize).map(|m| base + m.data),
-                other => ctx
-                    .iter()
-                    .find(|c| c.symbol() == other.to_string())
-                    .map(|c| c.addr),
-            }
-        };
-        let load_offset = node.next_code;
-        let linked = link(
-            &artifact,
-            LinkTarget::new(rdx_jit::Arch::X86_64),
-            &resolve,
-            base + load_offset,
-        )
-        .expect("link");
-        let placed = node.place(&linked.code) as u64;
-        assert_eq!(placed, load_offset);
-        (
-            active_word(version, (load_offset + linked.entry_offset as u64) as u32),
-            maps,
-        )
-    }
-}
 
 #[test]
 fn clang_compiled_program_with_maps_and_trace_runs_in_the_host() {
