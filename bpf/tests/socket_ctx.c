@@ -1,12 +1,13 @@
 /* Socket filter context: reads the __sk_buff fields BPF_PROG_TEST_RUN defines (len after the
- * Ethernet header is pulled, protocol from eth_type_trans, pkt_type from the destination
- * MAC, and mark, priority and cb[0..5] from ctx_in), writes cb[] (the only fields a socket
- * filter may write; compared in ctx_out) and returns a length-like verdict.
+ * Ethernet header is pulled, protocol from eth_type_trans, pkt_type from the destination MAC,
+ * ifindex and ingress_ifindex, and mark, priority and cb[0..5] from ctx_in), writes cb[] (the
+ * only fields a socket filter may write; compared in ctx_out) and returns a length-like
+ * verdict.
  * Input dependence: frame length, EtherType, destination MAC class, and the mark, priority
- * and cb values given in ctx_in; results[0..4]. */
+ * and cb values given in ctx_in; results[0..5]. */
 #include "common.h"
 
-RESULTS_MAP(4);
+RESULTS_MAP(5);
 
 SEC("socket")
 int socket_ctx(struct __sk_buff *skb)
@@ -32,6 +33,7 @@ int socket_ctx(struct __sk_buff *skb)
 	record(1, type);
 	record(2, ((__u64)mark << 32) | prio);
 	record(3, cbsum);
+	record(4, ((__u64)skb->ifindex << 32) | skb->ingress_ifindex);
 	return len > (mark & 0xff) ? len - (mark & 0xff) : 0;
 }
 

@@ -1,10 +1,11 @@
 /* Stack memory: a struct with 1-, 2-, 4- and 8-byte fields at their natural offsets, filled
  * from unaligned packet reads, __builtin_memset/__builtin_memcpy on stack buffers, narrow loads
  * of wide stores (byte 3 of a u32 just written) and a variable-offset read of a stack array.
- * Input dependence: bytes 0..14; results[0..5]. */
+ * Also records the xdp_md fields a test run defines (ingress_ifindex, rx_queue_index).
+ * Input dependence: bytes 0..14; results[0..6]. */
 #include "common.h"
 
-RESULTS_MAP(5);
+RESULTS_MAP(6);
 
 struct mixed {
 	__u8 a;
@@ -46,6 +47,8 @@ int stack_mem(struct xdp_md *ctx)
 	__u64 tail;
 	__builtin_memcpy(&tail, m.tail, 8);
 	record(4, tail);
+	/* The test-run context: loopback device, queue 0. */
+	record(5, ((__u64)ctx->ingress_ifindex << 32) | ctx->rx_queue_index);
 	return fold(m.e ^ tail) + third + pick;
 }
 
