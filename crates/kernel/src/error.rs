@@ -138,3 +138,48 @@ impl KernelError {
         matches!(self, KernelError::Unavailable { .. })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejection_message_carries_the_verifier_log() {
+        let e = KernelError::ProgramRejected {
+            name: "p".into(),
+            insns: 2,
+            errno: Errno(libc::EACCES),
+            log: "0: R1=ctx() R10=fp0\nR2 !read_ok\n".into(),
+        };
+        let text = e.to_string();
+        assert!(text.contains("errno 13"), "{text}");
+        assert!(text.contains("--- verifier log ---\n0: R1=ctx()"), "{text}");
+        assert!(text.ends_with("R2 !read_ok"), "{text}");
+        assert!(!e.is_unavailable());
+    }
+
+    #[test]
+    fn empty_log_adds_nothing() {
+        let e = KernelError::ProgramRejected {
+            name: "p".into(),
+            insns: 2,
+            errno: Errno(libc::EINVAL),
+            log: " \n".into(),
+        };
+        assert!(!e.to_string().contains("verifier log"));
+    }
+
+    #[test]
+    fn permission_errors_mean_unavailable() {
+        let e = KernelError::Map {
+            map: "m".into(),
+            operation: "BPF_MAP_CREATE",
+            errno: Errno(libc::EPERM),
+        }
+        .into_unavailable("BPF_MAP_CREATE");
+        assert!(e.is_unavailable());
+        assert!(e.to_string().contains("CAP_BPF"), "{e}");
+        assert!(Errno(libc::ENOSYS).means_unavailable());
+        assert!(!Errno(libc::EINVAL).means_unavailable());
+    }
+}

@@ -95,3 +95,27 @@ impl KernelMap {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn program_types_follow_libbpf_section_names() {
+        assert_eq!(
+            ProgType::from_section("socket"),
+            Some(ProgType::SocketFilter)
+        );
+        assert_eq!(
+            ProgType::from_section("socket/filter"),
+            Some(ProgType::SocketFilter)
+        );
+        assert_eq!(ProgType::from_section("xdp"), Some(ProgType::Xdp));
+        assert_eq!(ProgType::from_section("xdp/ingress"), Some(ProgType::Xdp));
+        assert_eq!(ProgType::from_section("tc"), Some(ProgType::SchedCls));
+        assert_eq!(ProgType::from_section("rdx/hook"), None);
+        for t in [ProgType::SocketFilter, ProgType::SchedCls, ProgType::Xdp] {
+            assert_eq!(ProgType::from_kernel(t.to_kernel()), t);
+        }
+    }
+}

@@ -252,3 +252,18 @@ pub(crate) fn kernel_name(name: &str) -> CString {
         .collect();
     CString::new(cleaned).expect("filtered name has no NUL")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_names_are_cut_to_what_the_kernel_keeps() {
+        assert_eq!(kernel_name("results").to_str().unwrap(), "results");
+        assert_eq!(
+            kernel_name("a_very_long_map_name_indeed").to_str().unwrap(),
+            "a_very_long_map"
+        );
+        assert_eq!(kernel_name("x-y z/.bss").to_str().unwrap(), "xyz.bss");
+    }
+}
