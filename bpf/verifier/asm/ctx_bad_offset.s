@@ -1,0 +1,4 @@
+# expect: reject ctx-access
+# env: xdp
+ldxw %r0, [%r1+24]
+exit

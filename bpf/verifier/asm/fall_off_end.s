@@ -1,0 +1,3 @@
+# expect: reject bad-cfg
+# env: xdp
+mov %r0, 0

@@ -1,0 +1,10 @@
+# expect: reject null-deref
+# env: xdp
+# map: counts array 4 8 4
+stw [%r10-4], 0
+mov %r2, %r10
+add %r2, -4
+lddw %r1, map:counts
+call 1
+ldxdw %r0, [%r0+0]
+exit

@@ -1,0 +1,13 @@
+# expect: reject out-of-bounds
+# env: xdp
+# map: counts array 4 8 4
+stw [%r10-4], 0
+mov %r2, %r10
+add %r2, -4
+lddw %r1, map:counts
+call 1
+jeq %r0, 0, out
+ldxdw %r0, [%r0+4]
+exit
+out:
+exit

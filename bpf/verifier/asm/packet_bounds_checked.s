@@ -1,0 +1,12 @@
+# expect: accept
+# env: xdp
+ldxw %r2, [%r1+0]
+ldxw %r3, [%r1+4]
+mov %r4, %r2
+add %r4, 14
+jgt %r4, %r3, drop
+ldxh %r0, [%r2+12]
+exit
+drop:
+mov %r0, 1
+exit

@@ -1,0 +1,12 @@
+# expect: reject out-of-bounds
+# env: xdp
+ldxw %r2, [%r1+0]
+ldxw %r3, [%r1+4]
+mov %r4, %r2
+add %r4, 4
+jgt %r4, %r3, drop
+ldxw %r0, [%r2+2]
+exit
+drop:
+mov %r0, 1
+exit

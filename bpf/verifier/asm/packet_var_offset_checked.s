@@ -1,0 +1,18 @@
+# expect: accept
+# env: xdp
+ldxw %r2, [%r1+0]
+ldxw %r3, [%r1+4]
+mov %r4, %r2
+add %r4, 1
+jgt %r4, %r3, drop
+ldxb %r5, [%r2+0]
+and %r5, 0x3f
+add %r2, %r5
+mov %r4, %r2
+add %r4, 4
+jgt %r4, %r3, drop
+ldxw %r0, [%r2+0]
+exit
+drop:
+mov %r0, 1
+exit

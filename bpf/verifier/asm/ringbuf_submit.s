@@ -1,0 +1,16 @@
+# expect: accept
+# env: xdp
+# map: events ringbuf 0 0 4096
+lddw %r1, map:events
+mov %r2, 16
+mov %r3, 0
+call 131
+jeq %r0, 0, out
+stdw [%r0+0], 1
+stdw [%r0+8], 2
+mov %r1, %r0
+mov %r2, 0
+call 132
+out:
+mov %r0, 2
+exit

@@ -1,0 +1,16 @@
+# expect: reject uninit-register
+# env: xdp
+# map: events ringbuf 0 0 4096
+lddw %r1, map:events
+mov %r2, 16
+mov %r3, 0
+call 131
+jeq %r0, 0, out
+mov %r6, %r0
+mov %r1, %r0
+mov %r2, 0
+call 132
+stdw [%r6+0], 1
+out:
+mov %r0, 2
+exit

@@ -1,0 +1,5 @@
+# expect: reject out-of-bounds
+# env: xdp
+stdw [%r10+0], 0
+mov %r0, 0
+exit

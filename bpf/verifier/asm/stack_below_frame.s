@@ -1,0 +1,5 @@
+# expect: reject stack-limit
+# env: xdp
+stdw [%r10-520], 0
+mov %r0, 0
+exit

@@ -1,0 +1,5 @@
+# expect: reject misaligned
+# env: xdp
+stdw [%r10-12], 0
+mov %r0, 0
+exit

@@ -1,0 +1,9 @@
+# expect: reject too-complex
+# env: xdp
+call 7
+mov %r1, %r0
+mov %r0, 0
+loop:
+add %r0, 1
+jne %r0, %r1, loop
+exit

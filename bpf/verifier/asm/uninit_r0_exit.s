@@ -1,0 +1,3 @@
+# expect: reject return-value
+# env: xdp
+exit

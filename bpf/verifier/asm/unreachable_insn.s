@@ -1,0 +1,6 @@
+# expect: reject unreachable
+# env: xdp
+mov %r0, 0
+exit
+mov %r0, 1
+exit

@@ -1,0 +1,1072 @@
+//! The path explorer: runs every path of the program over the abstract state, checking the
+//! assertions of each instruction and applying its transfer function, with state pruning at
+//! prune points (a new state subsumed by a fully explored one ends its path), bounded loops
+//! explored iteration by iteration up to the processed-instruction limit, and BPF-to-BPF calls
+//! with one frame each.
+//!
+//! Path lengths are tracked so that, once every path is explored, the longest one is the
+//! program's worst-case instruction count. Pruning keeps that exact: each checkpoint records
+//! the longest path through it, and a pruned path borrows the tail of its subsuming state.
+
+use crate::assertions::{self, Access};
+use crate::cfg::Cfg;
+use crate::check::{implies_le, operand_value, Region};
+use crate::env::{Env, FieldKind};
+use crate::error::{Rule, VerifyError, Violation};
+use crate::helpers::Ret;
+use crate::scalar::Scalar;
+use crate::state::{ByteState, Frame, Ptr, PtrKind, Slot, State, Value};
+use crate::{Limits, LogLevel, MemFact};
+use rdx_bpf::isa::{
+    AluOp, AtomicOp, CallTarget, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width,
+};
+use rdx_bpf::MapDef;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+/// Maximum nested frames (entry program plus 7 calls), as in the kernel.
+pub const MAX_FRAMES: usize = 8;
+/// States kept per prune point.
+const STATES_PER_PC: usize = 32;
+/// Instructions a path runs between two stored states.
+const MIN_STORE_DISTANCE: u64 = 8;
+
+struct Checkpoint {
+    state: State,
+    parent: Option<usize>,
+    /// Paths through this checkpoint still being explored.
+    branches: u32,
+    /// Path length when the checkpoint was taken.
+    len: u64,
+    /// Longest complete path through it so far.
+    max_end: u64,
+    /// Comparisons that pruned / did not prune: states that keep missing are dropped from the
+    /// prune list (not from the arena: their path accounting stays intact).
+    hits: u32,
+    misses: u32,
+}
+
+struct Path {
+    pc: usize,
+    state: State,
+    cp: Option<usize>,
+    len: u64,
+    /// Path length at the last stored checkpoint: storing one every few instructions is
+    /// enough, and storing one at every loop iteration costs more than it prunes.
+    last_store: u64,
+}
+
+enum Step {
+    Next(usize),
+    Branch {
+        fall: usize,
+        target: usize,
+        other: State,
+    },
+    End,
+}
+
+pub(crate) struct Explorer<'a> {
+    pub(crate) insns: &'a [Insn],
+    pub(crate) maps: &'a [MapDef],
+    pub(crate) env: &'a Env,
+    cfg: Cfg,
+    /// The assertions of every instruction, listed once up front.
+    required: Vec<Vec<assertions::Assertion>>,
+    limits: Limits,
+    log_level: LogLevel,
+    cps: Vec<Checkpoint>,
+    by_pc: Vec<Vec<usize>>,
+    work: Vec<Path>,
+    pub(crate) processed: u64,
+    next_id: u32,
+    pub(crate) facts: Vec<Option<MemFact>>,
+    pub(crate) log: String,
+    pub(crate) frame_depth: BTreeMap<usize, usize>,
+    pub(crate) call_edges: BTreeSet<(usize, usize)>,
+    pub(crate) helpers_used: BTreeSet<i32>,
+    pub(crate) worst: u64,
+    pub(crate) unbounded: bool,
+    pub(crate) tail_calls: bool,
+}
+
+impl<'a> Explorer<'a> {
+    pub(crate) fn new(
+        insns: &'a [Insn],
+        maps: &'a [MapDef],
+        env: &'a Env,
+        cfg: Cfg,
+        limits: Limits,
+        log_level: LogLevel,
+    ) -> Self {
+        Explorer {
+            required: insns.iter().map(assertions::of).collect(),
+            insns,
+            maps,
+            env,
+            cfg,
+            limits,
+            log_level,
+            cps: Vec::new(),
+            by_pc: vec![Vec::new(); insns.len()],
+            work: Vec::new(),
+            processed: 0,
+            next_id: 1,
+            facts: vec![None; insns.len()],
+            log: String::new(),
+            frame_depth: BTreeMap::new(),
+            call_edges: BTreeSet::new(),
+            helpers_used: BTreeSet::new(),
+            worst: 0,
+            unbounded: false,
+            tail_calls: false,
+        }
+    }
+
+    fn fresh_id(&mut self) -> u32 {
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        self.next_id
+    }
+
+    pub(crate) fn states_stored(&self) -> usize {
+        self.cps.len()
+    }
+
+    pub(crate) fn run(&mut self) -> Result<(), VerifyError> {
+        let mut frame = Frame::new(0, 0);
+        frame.regs[1] = Value::ptr(PtrKind::Ctx);
+        frame.regs[10] = Value::ptr(PtrKind::Stack { frame: 0 });
+        let state = State {
+            frames: vec![frame],
+            refs: Vec::new(),
+        };
+        self.work.push(Path {
+            pc: 0,
+            state,
+            cp: None,
+            len: 0,
+            last_store: 0,
+        });
+        while let Some(p) = self.work.pop() {
+            self.run_path(p)?;
+        }
+        Ok(())
+    }
+
+    fn error(&self, v: Violation, pc: usize, st: &State) -> VerifyError {
+        VerifyError {
+            rule: v.rule,
+            message: v.message,
+            pc: Some(pc),
+            insn: Some(crate::disasm(self.insns, pc)),
+            state: Some(st.to_string()),
+            log: None,
+        }
+    }
+
+    fn finish(&mut self, cp: Option<usize>, len: u64) {
+        self.worst = self.worst.max(len);
+        let mut cur = cp;
+        let mut end = len;
+        while let Some(i) = cur {
+            let c = &mut self.cps[i];
+            c.max_end = c.max_end.max(end);
+            c.branches -= 1;
+            if c.branches > 0 {
+                break;
+            }
+            end = c.max_end;
+            cur = c.parent;
+        }
+    }
+
+    /// At a prune point: ends the path if an explored state covers it, else records it.
+    fn visit(&mut self, p: &mut Path) -> Result<bool, VerifyError> {
+        let pc = p.pc;
+        let mut in_progress = 0;
+        let mut last_in_progress = None;
+        let mut pruned_by = None;
+        let mut looping = None;
+        let mut evict = Vec::new();
+        for (slot, &i) in self.by_pc[pc].iter().enumerate() {
+            let c = &mut self.cps[i];
+            if c.branches == 0 {
+                if c.state.subsumes(&p.state) {
+                    c.hits += 1;
+                    pruned_by = Some(c.max_end - c.len);
+                    break;
+                }
+                c.misses += 1;
+                if c.misses > c.hits * 3 + 3 {
+                    evict.push(slot);
+                }
+            } else {
+                in_progress += 1;
+                last_in_progress = Some(i);
+                if c.state.subsumes(&p.state) {
+                    looping = Some(c.state == p.state);
+                } else {
+                    c.misses += 1;
+                    if c.misses > c.hits * 3 + 3 {
+                        evict.push(slot);
+                    }
+                }
+            }
+        }
+        for slot in evict.into_iter().rev() {
+            self.by_pc[pc].swap_remove(slot);
+        }
+        if let Some(tail) = pruned_by {
+            self.finish(p.cp, p.len + tail);
+            return Ok(true);
+        }
+        if let Some(exact) = looping {
+            // The path came back to a state no better than one of its own ancestors: nothing
+            // forces progress, so it may loop forever.
+            if self.env.allow_budgeted_loops {
+                self.unbounded = true;
+                self.finish(p.cp, p.len);
+                return Ok(true);
+            }
+            if exact {
+                return Err(self.error(
+                    Violation::new(
+                        Rule::InfiniteLoop,
+                        "infinite loop: the same state repeats at this instruction",
+                    ),
+                    pc,
+                    &p.state,
+                ));
+            }
+        }
+        if self.env.allow_budgeted_loops && in_progress >= 1 {
+            if let Some(i) = last_in_progress {
+                if let Some(w) = widen(&self.cps[i].state, &p.state) {
+                    p.state = w;
+                }
+            }
+        }
+        let due = p.cp.is_none()
+            || p.len - p.last_store >= MIN_STORE_DISTANCE
+            || self.cfg.subprogs.contains(&pc);
+        if due && self.by_pc[pc].len() < STATES_PER_PC && self.cps.len() < self.limits.max_states {
+            p.last_store = p.len;
+            self.cps.push(Checkpoint {
+                state: p.state.clone(),
+                parent: p.cp,
+                branches: 1,
+                len: p.len,
+                max_end: 0,
+                hits: 0,
+                misses: 0,
+            });
+            let idx = self.cps.len() - 1;
+            self.by_pc[pc].push(idx);
+            p.cp = Some(idx);
+        }
+        Ok(false)
+    }
+
+    fn run_path(&mut self, mut p: Path) -> Result<(), VerifyError> {
+        loop {
+            if self.cfg.prune[p.pc] && self.visit(&mut p)? {
+                return Ok(());
+            }
+            self.processed += 1;
+            if self.processed > self.limits.max_processed {
+                return Err(self.error(
+                    Violation::new(
+                        Rule::TooComplex,
+                        format!("more than {} instructions processed: the program is too complex to verify", self.limits.max_processed),
+                    ),
+                    p.pc,
+                    &p.state,
+                ));
+            }
+            p.len += 1;
+            if self.log_level == LogLevel::Verbose && self.log.len() < self.limits.max_log_bytes {
+                let _ = writeln!(
+                    self.log,
+                    "{}: {:<32} ; {}",
+                    p.pc,
+                    crate::disasm(self.insns, p.pc),
+                    p.state
+                );
+            }
+            let insn = self.insns[p.pc];
+            for a in &self.required[p.pc] {
+                if let Err(v) = self.check(a, &p.state) {
+                    return Err(self.error(v, p.pc, &p.state));
+                }
+            }
+            let pc = p.pc;
+            match self
+                .step(pc, &insn, &mut p.state)
+                .map_err(|v| self.error(v, pc, &p.state))?
+            {
+                Step::Next(n) => p.pc = n,
+                Step::End => {
+                    self.finish(p.cp, p.len);
+                    return Ok(());
+                }
+                Step::Branch {
+                    fall,
+                    target,
+                    other,
+                } => {
+                    if self.work.len() >= self.limits.max_pending {
+                        return Err(self.error(
+                            Violation::new(
+                                Rule::TooComplex,
+                                format!("more than {} pending branches", self.limits.max_pending),
+                            ),
+                            pc,
+                            &p.state,
+                        ));
+                    }
+                    if let Some(c) = p.cp {
+                        self.cps[c].branches += 1;
+                    }
+                    self.work.push(Path {
+                        pc: target,
+                        state: other,
+                        cp: p.cp,
+                        len: p.len,
+                        last_store: p.last_store,
+                    });
+                    p.pc = fall;
+                }
+            }
+        }
+    }
+
+    fn record_fact(&mut self, pc: usize, r: Region) -> Result<(), Violation> {
+        let new = match r {
+            Region::Ctx { offset } => MemFact::Ctx { offset },
+            Region::Stack => MemFact::Stack,
+            Region::MapValue { map } => MemFact::MapValue { map },
+            Region::Packet => MemFact::Packet,
+            Region::Record => MemFact::Record,
+            Region::HostVar { var } => MemFact::HostVar { var },
+        };
+        match self.facts[pc] {
+            None => self.facts[pc] = Some(new),
+            Some(old) if old == new => {}
+            Some(old) => {
+                let ctx = |f: MemFact| matches!(f, MemFact::Ctx { .. });
+                if ctx(old) || ctx(new) {
+                    return Err(Violation::new(
+                        Rule::CtxAccess,
+                        "the same instruction accesses the context on one path and other memory on another",
+                    ));
+                }
+                self.facts[pc] = Some(MemFact::Mixed);
+            }
+        }
+        Ok(())
+    }
+
+    fn note_stack_depth(&mut self, st: &State) {
+        for fr in &st.frames {
+            let d = self.frame_depth.entry(fr.subprog).or_insert(0);
+            *d = (*d).max(fr.stack.len() * 8);
+        }
+    }
+
+    fn step(&mut self, pc: usize, insn: &Insn, st: &mut State) -> Result<Step, Violation> {
+        match *insn {
+            Insn::Alu {
+                width,
+                op,
+                dst,
+                src,
+            } => {
+                self.alu(st, width, op, dst, src);
+                Ok(Step::Next(pc + 1))
+            }
+            Insn::Endian { order, bits, dst } => {
+                let s = st.reg(dst.index()).as_scalar().unwrap_or(Scalar::UNKNOWN);
+                st.set(dst.index(), Value::scalar(s.endian(order, bits)));
+                Ok(Step::Next(pc + 1))
+            }
+            Insn::Ja { off } => Ok(Step::Next((pc as i64 + 1 + off as i64) as usize)),
+            Insn::LoadImm64 {
+                dst,
+                kind,
+                imm_lo,
+                imm_hi,
+            } => {
+                let v = match kind {
+                    ImmKind::Imm => Value::scalar(Scalar::constant(Insn::imm64(imm_lo, imm_hi))),
+                    ImmKind::MapIdx | ImmKind::MapIdxValue => {
+                        let map = imm_lo as u32;
+                        let Some(m) = self.maps.get(map as usize) else {
+                            return Err(Violation::new(
+                                Rule::BadCfg,
+                                format!("map index {map} out of range ({} maps)", self.maps.len()),
+                            ));
+                        };
+                        if kind == ImmKind::MapIdx {
+                            Value::ptr(PtrKind::MapObj { map })
+                        } else {
+                            if imm_hi < 0
+                                || imm_hi as u32 >= m.value_size.max(1)
+                                || m.max_entries != 1
+                            {
+                                return Err(Violation::new(
+                                    Rule::OutOfBounds,
+                                    format!(
+                                        "direct value offset {imm_hi} into map `{}` is invalid",
+                                        m.name
+                                    ),
+                                ));
+                            }
+                            let mut p = Ptr::new(PtrKind::MapValue { map });
+                            p.off = imm_hi as i64;
+                            Value::Ptr(p)
+                        }
+                    }
+                    _ => return Err(Violation::new(Rule::Unsupported, "unsupported lddw kind")),
+                };
+                st.set(dst.index(), v);
+                Ok(Step::Next(pc + 2))
+            }
+            Insn::LoadImm64Hi => Err(Violation::new(
+                Rule::BadCfg,
+                "execution reached the second slot of lddw",
+            )),
+            Insn::Load {
+                size,
+                sign_extend,
+                dst,
+                base,
+                off,
+            } => {
+                let region = self.check_mem(
+                    st,
+                    base,
+                    off as i64,
+                    size.bytes() as u64,
+                    Access::Read,
+                    Some(size),
+                )?;
+                self.record_fact(pc, region)?;
+                let v = self.load(st, base, off as i64, size, sign_extend, region)?;
+                st.set(dst.index(), v);
+                Ok(Step::Next(pc + 1))
+            }
+            Insn::Store {
+                size,
+                base,
+                off,
+                src,
+            } => {
+                let region = self.check_mem(
+                    st,
+                    base,
+                    off as i64,
+                    size.bytes() as u64,
+                    Access::Write,
+                    Some(size),
+                )?;
+                self.record_fact(pc, region)?;
+                if let (Region::Stack, Value::Ptr(p)) = (region, st.reg(base.index())) {
+                    let v = operand_value(st, src);
+                    let v = match (src, v) {
+                        (Operand::Imm(_), Value::Scalar { val, .. }) => {
+                            Value::scalar(val.alu(AluOp::Mov, &val, size == Size::DW))
+                        }
+                        _ => v,
+                    };
+                    let PtrKind::Stack { frame } = p.kind else {
+                        unreachable!("stack region")
+                    };
+                    write_stack(&mut st.frames[frame as usize], p.off + off as i64, size, v);
+                    self.note_stack_depth(st);
+                }
+                Ok(Step::Next(pc + 1))
+            }
+            Insn::Atomic {
+                size,
+                op,
+                fetch,
+                base,
+                off,
+                src,
+            } => {
+                let region = self.check_mem(
+                    st,
+                    base,
+                    off as i64,
+                    size.bytes() as u64,
+                    Access::Atomic,
+                    Some(size),
+                )?;
+                self.record_fact(pc, region)?;
+                if let (Region::Stack, Value::Ptr(p)) = (region, st.reg(base.index())) {
+                    let PtrKind::Stack { frame } = p.kind else {
+                        unreachable!("stack region")
+                    };
+                    write_stack(
+                        &mut st.frames[frame as usize],
+                        p.off + off as i64,
+                        size,
+                        Value::unknown(),
+                    );
+                }
+                let old = Value::scalar(if size == Size::W {
+                    Scalar::urange(0, u32::MAX as u64)
+                } else {
+                    Scalar::UNKNOWN
+                });
+                if op == AtomicOp::CmpXchg {
+                    st.set(0, old);
+                } else if fetch || op == AtomicOp::Xchg {
+                    st.set(src.index(), old);
+                }
+                Ok(Step::Next(pc + 1))
+            }
+            Insn::Jmp {
+                width,
+                cond,
+                dst,
+                src,
+                off,
+            } => {
+                let target = (pc as i64 + 1 + off as i64) as usize;
+                let taken = self.refine_branch(st.clone(), width, cond, dst, src, true);
+                let fall = self.refine_branch(
+                    std::mem::replace(
+                        st,
+                        State {
+                            frames: Vec::new(),
+                            refs: Vec::new(),
+                        },
+                    ),
+                    width,
+                    cond,
+                    dst,
+                    src,
+                    false,
+                );
+                match (taken, fall) {
+                    (Some(t), Some(f)) => {
+                        *st = f;
+                        Ok(Step::Branch {
+                            fall: pc + 1,
+                            target,
+                            other: t,
+                        })
+                    }
+                    (Some(t), None) => {
+                        *st = t;
+                        Ok(Step::Next(target))
+                    }
+                    (None, Some(f)) => {
+                        *st = f;
+                        Ok(Step::Next(pc + 1))
+                    }
+                    // Neither outcome is possible: the path was already contradictory.
+                    (None, None) => Ok(Step::End),
+                }
+            }
+            Insn::Call(CallTarget::Helper(id)) => {
+                self.call_helper(st, id)?;
+                Ok(Step::Next(pc + 1))
+            }
+            Insn::Call(CallTarget::Local(rel)) => {
+                let target = (pc as i64 + 1 + rel as i64) as usize;
+                if st.frames.len() >= MAX_FRAMES {
+                    return Err(Violation::new(
+                        Rule::CallDepth,
+                        format!("call nesting deeper than {MAX_FRAMES} frames"),
+                    ));
+                }
+                if st.frames.iter().any(|f| f.subprog == target) {
+                    return Err(Violation::new(
+                        Rule::CallDepth,
+                        format!("recursive call to the function at {target}"),
+                    ));
+                }
+                self.call_edges.insert((st.cur().subprog, target));
+                let mut fr = Frame::new(target, pc);
+                for r in 1..=5 {
+                    fr.regs[r] = st.reg(r);
+                }
+                fr.regs[10] = Value::ptr(PtrKind::Stack {
+                    frame: st.frames.len() as u8,
+                });
+                st.frames.push(fr);
+                self.frame_depth.entry(target).or_insert(0);
+                Ok(Step::Next(target))
+            }
+            Insn::Call(_) => Err(Violation::new(Rule::Unsupported, "unsupported call")),
+            Insn::Exit => {
+                if st.frames.len() == 1 {
+                    return Ok(Step::End);
+                }
+                let callee = st.frames.pop().expect("more than one frame");
+                let gone = st.frames.len() as u8;
+                let r0 = callee.regs[0];
+                st.for_each_value(|v| {
+                    if let Value::Ptr(Ptr {
+                        kind: PtrKind::Stack { frame },
+                        ..
+                    }) = v
+                    {
+                        if *frame >= gone {
+                            *v = Value::Uninit;
+                        }
+                    }
+                });
+                for r in 1..=5 {
+                    st.set(r, Value::Uninit);
+                }
+                st.set(0, r0);
+                Ok(Step::Next(callee.callsite + 1))
+            }
+        }
+    }
+
+    fn alu(&mut self, st: &mut State, width: Width, op: AluOp, dst: Reg, src: Operand) {
+        let wide = width == Width::W64;
+        let b = operand_value(st, src);
+        let a = st.reg(dst.index());
+        let result = match (op, a, b) {
+            (AluOp::Mov, _, Value::Ptr(p)) => Value::Ptr(p),
+            (AluOp::Mov, _, Value::Scalar { val, id }) if wide => {
+                // Copies share an id so that a later comparison refines both.
+                if let Operand::Reg(r) = src {
+                    if val.const_value().is_none() {
+                        let id = if id == 0 { self.fresh_id() } else { id };
+                        st.set(r.index(), Value::Scalar { val, id });
+                        Value::Scalar { val, id }
+                    } else {
+                        Value::scalar(val)
+                    }
+                } else {
+                    Value::scalar(val)
+                }
+            }
+            (_, Value::Ptr(p), Value::Ptr(_)) => {
+                // Same-region subtraction (checked): an offset, not an address.
+                let _ = p;
+                Value::unknown()
+            }
+            (_, Value::Ptr(p), Value::Scalar { val, .. })
+                if !matches!(op, AluOp::Mov | AluOp::MovSx(_)) =>
+            {
+                Value::Ptr(self.ptr_add(p, &val, op == AluOp::Sub))
+            }
+            (AluOp::Add, Value::Scalar { val, .. }, Value::Ptr(p)) => {
+                Value::Ptr(self.ptr_add(p, &val, false))
+            }
+            (_, a, Value::Scalar { val: bv, .. }) => {
+                let av = a.as_scalar().unwrap_or(Scalar::UNKNOWN);
+                Value::scalar(av.alu(op, &bv, wide))
+            }
+            _ => Value::unknown(),
+        };
+        st.set(dst.index(), result);
+    }
+
+    fn ptr_add(&mut self, mut p: Ptr, val: &Scalar, sub: bool) -> Ptr {
+        if let Some(c) = val.const_value() {
+            let c = c as i64;
+            let new = if sub {
+                p.off.checked_sub(c)
+            } else {
+                p.off.checked_add(c)
+            };
+            match new {
+                Some(o) if o.abs() < (1 << 29) => p.off = o,
+                _ => {
+                    // Unrepresentable: keep it as a variable offset no access can satisfy.
+                    p.var = Scalar::UNKNOWN;
+                }
+            }
+        } else {
+            p.var = if sub { p.var.sub(val) } else { p.var.add(val) };
+            if matches!(p.kind, PtrKind::Packet | PtrKind::PacketMeta) {
+                p.id = self.fresh_id();
+                p.range = 0;
+            }
+        }
+        p
+    }
+
+    fn load(
+        &self,
+        st: &State,
+        base: Reg,
+        off: i64,
+        size: Size,
+        sext: bool,
+        region: Region,
+    ) -> Result<Value, Violation> {
+        let bytes = size.bytes() as u32;
+        let bounded = || {
+            let z = Scalar::urange(
+                0,
+                if bytes == 8 {
+                    u64::MAX
+                } else {
+                    (1u64 << (8 * bytes)) - 1
+                },
+            );
+            if sext && bytes < 8 {
+                z.sext(8 * bytes)
+            } else {
+                z
+            }
+        };
+        match region {
+            Region::Ctx { offset } => {
+                let f = self
+                    .env
+                    .ctx
+                    .fields
+                    .iter()
+                    .find(|f| f.offset == offset)
+                    .expect("checked field");
+                Ok(match f.kind {
+                    FieldKind::Scalar => Value::scalar(bounded()),
+                    FieldKind::PacketStart => Value::ptr(PtrKind::Packet),
+                    FieldKind::PacketEnd => Value::ptr(PtrKind::PacketEnd),
+                    FieldKind::PacketMeta => Value::ptr(PtrKind::PacketMeta),
+                })
+            }
+            Region::Stack => {
+                let Value::Ptr(p) = st.reg(base.index()) else {
+                    unreachable!("stack region")
+                };
+                let PtrKind::Stack { frame } = p.kind else {
+                    unreachable!("stack region")
+                };
+                let fr = &st.frames[frame as usize];
+                let start = p.off + off;
+                let (k, first) = Frame::locate(start);
+                let slot = fr.slot(k);
+                if let Slot::Spill(v) = slot {
+                    if bytes == 8 {
+                        return Ok(v);
+                    }
+                    if let Value::Ptr(q) = v {
+                        return Err(Violation::new(
+                            Rule::PointerLeak,
+                            format!("partial read of spilled pointer {q} at fp{start}"),
+                        ));
+                    }
+                    if let Some(c) = v.as_scalar().and_then(|s| s.const_value()) {
+                        let shifted = c >> (8 * first as u32);
+                        let z = Scalar::constant(shifted).alu(
+                            AluOp::Mov,
+                            &Scalar::constant(shifted),
+                            true,
+                        );
+                        let masked = if bytes == 8 {
+                            z
+                        } else {
+                            Scalar::constant(shifted & ((1u64 << (8 * bytes)) - 1))
+                        };
+                        return Ok(Value::scalar(if sext {
+                            masked.sext(8 * bytes)
+                        } else {
+                            masked
+                        }));
+                    }
+                    return Ok(Value::scalar(bounded()));
+                }
+                let all_zero = (0..bytes as i64).all(|b| {
+                    let (k, i) = Frame::locate(start + b);
+                    fr.slot(k).byte(i) == ByteState::Zero
+                });
+                Ok(Value::scalar(if all_zero {
+                    Scalar::constant(0)
+                } else {
+                    bounded()
+                }))
+            }
+            _ => Ok(Value::scalar(bounded())),
+        }
+    }
+
+    fn call_helper(&mut self, st: &mut State, id: i32) -> Result<(), Violation> {
+        let proto = self.env.helpers.get(&id).expect("checked helper").clone();
+        self.helpers_used.insert(id);
+        if proto.tail_call {
+            self.tail_calls = true;
+        }
+        // Memory the helper writes becomes initialised; records it releases become invalid.
+        for (i, a) in proto.args.iter().enumerate() {
+            match *a {
+                crate::helpers::Arg::WriteMem { size_arg } => {
+                    if let (Value::Ptr(p), Some(s)) =
+                        (st.reg(i + 1), st.reg(size_arg + 1).as_scalar())
+                    {
+                        if let PtrKind::Stack { frame } = p.kind {
+                            for b in 0..s.umax as i64 {
+                                let (k, bi) = Frame::locate(p.off + b);
+                                let fr = &mut st.frames[frame as usize];
+                                let slot = fr.slot_mut(k);
+                                let mut bytes = [ByteState::Invalid; 8];
+                                for (j, x) in bytes.iter_mut().enumerate() {
+                                    *x = slot.byte(j);
+                                }
+                                bytes[bi] = ByteState::Misc;
+                                *slot = Slot::Bytes(bytes);
+                            }
+                            self.note_stack_depth(st);
+                        }
+                    }
+                }
+                crate::helpers::Arg::Record => {
+                    if let Value::Ptr(Ptr {
+                        kind: PtrKind::Record { ref_id, .. },
+                        ..
+                    }) = st.reg(i + 1)
+                    {
+                        st.refs.retain(|r| *r != ref_id);
+                        invalidate_ref(st, ref_id);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let r0 = match proto.ret {
+            Ret::Scalar(s) => Value::scalar(s),
+            Ret::MapValueOrNull => {
+                let Value::Ptr(Ptr {
+                    kind: PtrKind::MapObj { map },
+                    ..
+                }) = st.reg(1)
+                else {
+                    unreachable!("checked map arg")
+                };
+                let mut p = Ptr::new(PtrKind::MapValueOrNull { map });
+                p.id = self.fresh_id();
+                Value::Ptr(p)
+            }
+            Ret::RecordOrNull => {
+                let size = st
+                    .reg(2)
+                    .as_scalar()
+                    .and_then(|s| s.const_value())
+                    .expect("checked const size") as u32;
+                let ref_id = self.fresh_id();
+                st.refs.push(ref_id);
+                let mut p = Ptr::new(PtrKind::RecordOrNull { ref_id, size });
+                p.id = ref_id;
+                Value::Ptr(p)
+            }
+            Ret::HostVar { var } => Value::ptr(PtrKind::HostVar { var }),
+        };
+        for r in 1..=5 {
+            st.set(r, Value::Uninit);
+        }
+        st.set(0, r0);
+        Ok(())
+    }
+
+    /// The state after the branch `dst cond src` is taken (or not); `None` if impossible.
+    fn refine_branch(
+        &self,
+        st: State,
+        width: Width,
+        cond: JmpCond,
+        dst: Reg,
+        src: Operand,
+        taken: bool,
+    ) -> Option<State> {
+        let a = st.reg(dst.index());
+        let b = operand_value(&st, src);
+        let mut out = st;
+        match (a, b) {
+            (Value::Scalar { val: x, id: ia }, Value::Scalar { val: y, id: ib }) => {
+                let (rx, ry) = if width == Width::W64 {
+                    Scalar::refine64(cond, taken, &x, &y)?
+                } else {
+                    Scalar::refine32(cond, taken, &x, &y)?
+                };
+                set_scalar(&mut out, dst.index(), rx, ia);
+                if let Operand::Reg(r) = src {
+                    set_scalar(&mut out, r.index(), ry, ib);
+                }
+                Some(out)
+            }
+            (Value::Ptr(p), Value::Scalar { .. }) | (Value::Scalar { .. }, Value::Ptr(p)) => {
+                // A null check (the only pointer/number comparison the checks allow).
+                let is_null = match (cond, taken) {
+                    (JmpCond::Eq, t) => t,
+                    (JmpCond::Ne, t) => !t,
+                    _ => return Some(out),
+                };
+                if !p.kind.is_nullable() {
+                    return if is_null { None } else { Some(out) };
+                }
+                let id = p.id;
+                if is_null {
+                    if let PtrKind::RecordOrNull { ref_id, .. } = p.kind {
+                        out.refs.retain(|r| *r != ref_id);
+                    }
+                }
+                out.for_each_value(|v| {
+                    if let Value::Ptr(q) = v {
+                        if q.kind.is_nullable() && q.id == id {
+                            *v = if is_null {
+                                Value::scalar(Scalar::constant(0))
+                            } else {
+                                let mut n = *q;
+                                n.kind = match q.kind {
+                                    PtrKind::MapValueOrNull { map } => PtrKind::MapValue { map },
+                                    PtrKind::RecordOrNull { ref_id, size } => {
+                                        PtrKind::Record { ref_id, size }
+                                    }
+                                    k => k,
+                                };
+                                n.id = 0;
+                                Value::Ptr(n)
+                            };
+                        }
+                    }
+                });
+                Some(out)
+            }
+            (Value::Ptr(p), Value::Ptr(q)) => {
+                // Packet bounds checks: `pkt + n <= pkt_end` (or `meta + n <= data`).
+                let Some(le) = implies_le(cond, taken) else {
+                    return Some(out);
+                };
+                let (lo, hi) = if le { (p, q) } else { (q, p) };
+                let bound = match (lo.kind, hi.kind) {
+                    (PtrKind::Packet, PtrKind::PacketEnd) => true,
+                    (PtrKind::PacketMeta, PtrKind::Packet) => hi.off == 0 && !hi.has_var_off(),
+                    _ => false,
+                };
+                if bound && lo.off >= 0 {
+                    let (kind, id, range) = (lo.kind, lo.id, lo.off);
+                    out.for_each_value(|v| {
+                        if let Value::Ptr(r) = v {
+                            if r.kind == kind && r.id == id {
+                                r.range = r.range.max(range);
+                            }
+                        }
+                    });
+                }
+                Some(out)
+            }
+            _ => Some(out),
+        }
+    }
+}
+
+fn set_scalar(st: &mut State, r: usize, val: Scalar, id: u32) {
+    if id == 0 {
+        st.set(r, Value::Scalar { val, id });
+        return;
+    }
+    st.for_each_value(|v| {
+        if let Value::Scalar { id: i, .. } = v {
+            if *i == id {
+                *v = Value::Scalar { val, id };
+            }
+        }
+    });
+}
+
+fn invalidate_ref(st: &mut State, ref_id: u32) {
+    st.for_each_value(|v| {
+        if let Value::Ptr(Ptr {
+            kind: PtrKind::Record { ref_id: r, .. } | PtrKind::RecordOrNull { ref_id: r, .. },
+            ..
+        }) = v
+        {
+            if *r == ref_id {
+                *v = Value::Uninit;
+            }
+        }
+    });
+}
+
+/// Writes `v` (already checked) to the stack of `fr` at `start` (negative offset).
+fn write_stack(fr: &mut Frame, start: i64, size: Size, v: Value) {
+    let n = size.bytes() as i64;
+    let (k, first) = Frame::locate(start);
+    if n == 8 && first == 0 {
+        *fr.slot_mut(k) = Slot::Spill(v);
+        return;
+    }
+    let konst = v.as_scalar().and_then(|s| s.const_value());
+    for b in 0..n {
+        let (k, i) = Frame::locate(start + b);
+        let slot = fr.slot_mut(k);
+        let mut bytes = [ByteState::Invalid; 8];
+        let spilled_ptr = slot.holds_pointer();
+        for (j, x) in bytes.iter_mut().enumerate() {
+            // The rest of a partly overwritten pointer spill becomes unreadable.
+            *x = if spilled_ptr {
+                ByteState::Invalid
+            } else {
+                slot.byte(j)
+            };
+        }
+        bytes[i] = match konst {
+            Some(c) if (c >> (8 * b)) & 0xff == 0 => ByteState::Zero,
+            _ => ByteState::Misc,
+        };
+        *slot = Slot::Bytes(bytes);
+    }
+}
+
+/// An upper bound of two states at a loop head, with every moving bound pushed to its
+/// extreme; `None` when their shapes differ (frames, references, pointer kinds).
+fn widen(old: &State, new: &State) -> Option<State> {
+    if old.frames.len() != new.frames.len() || old.refs != new.refs {
+        return None;
+    }
+    let mut out = new.clone();
+    for (fo, fw) in old.frames.iter().zip(out.frames.iter_mut()) {
+        if fo.callsite != fw.callsite || fo.subprog != fw.subprog {
+            return None;
+        }
+        for (a, b) in fo.regs.iter().zip(fw.regs.iter_mut()) {
+            *b = widen_value(a, b);
+        }
+        let len = fo.stack.len().max(fw.stack.len());
+        for k in 0..len {
+            let (sa, sb) = (fo.slot(k), fw.slot(k));
+            let merged = match (sa, sb) {
+                (Slot::Spill(x), Slot::Spill(y)) => Slot::Spill(widen_value(&x, &y)),
+                _ => {
+                    let mut bytes = [ByteState::Invalid; 8];
+                    for (i, x) in bytes.iter_mut().enumerate() {
+                        *x = match (sa.byte(i), sb.byte(i)) {
+                            (ByteState::Zero, ByteState::Zero) => ByteState::Zero,
+                            (ByteState::Invalid, _) | (_, ByteState::Invalid) => ByteState::Invalid,
+                            _ => ByteState::Misc,
+                        };
+                        if sa.holds_pointer() || sb.holds_pointer() {
+                            *x = ByteState::Invalid;
+                        }
+                    }
+                    Slot::Bytes(bytes)
+                }
+            };
+            *fw.slot_mut(k) = merged;
+        }
+    }
+    Some(out)
+}
+
+fn widen_value(a: &Value, b: &Value) -> Value {
+    match (a, b) {
+        (Value::Scalar { val: x, .. }, Value::Scalar { val: y, .. }) => Value::scalar(x.widen(y)),
+        (Value::Ptr(p), Value::Ptr(q)) if p.kind == q.kind && p.off == q.off && p.id == q.id => {
+            let mut r = *q;
+            r.var = p.var.widen(&q.var);
+            r.range = p.range.min(q.range);
+            Value::Ptr(r)
+        }
+        _ => Value::Uninit,
+    }
+}
