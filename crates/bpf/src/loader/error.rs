@@ -124,6 +124,14 @@ pub enum LoadError {
     },
     #[error("section .maps holds BTF-defined maps but the object has no .BTF section (compile with `-g`)")]
     MissingBtf,
+    // Not `#[from]`: that would also make it the error's source, and reporters that print
+    // the source chain (anyhow's `{:#}`) would say it twice.
     #[error(".BTF: {0}")]
-    Btf(#[from] BtfError),
+    Btf(BtfError),
+}
+
+impl From<BtfError> for LoadError {
+    fn from(e: BtfError) -> Self {
+        LoadError::Btf(e)
+    }
 }
