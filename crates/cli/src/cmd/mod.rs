@@ -24,6 +24,7 @@ macro_rules! subcommands {
 }
 
 subcommands! {
+    acl => Acl,
     inspect => Inspect,
     run => Run,
 }
