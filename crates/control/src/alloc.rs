@@ -1,0 +1,428 @@
+//! The control plane's allocator for the code arena and the XState scratchpad, persisted in
+//! the region's alloc section so that another control plane (after this one died, or on
+//! another machine) recovers exactly what is in use.
+//!
+//! The section holds a small header and a table of fixed-size extent records:
+//!
+//! ```text
+//! alloc section:  [AllocHeader 128 B][Record 128 B] x capacity
+//! Record:   0 state u32 | 4 kind u32 | 8 offset u64 | 16 size u64 | 24 hook u32 | 28 version u32
+//!          32 entry/map id u64 | 40 created_ms u64 | 48 generation u64 | 56 map_count u32
+//!          60 insn_count u32 | 64 map ids [u16; 16] | 96 content hash prefix [u8; 16]
+//!         112 budget u64 | 120 reserved u64
+//! ```
+//!
+//! A record is written body first, then its first word (state and kind) with release order,
+//! so a reader never trusts a half-written record. The in-memory [`AllocTable`] mirrors the
+//! section while this control plane holds the lease; every change is written through.
+//!
+//! Record states: `Pending` (allocated by a deploy that has not finished — a control plane
+//! that died leaves these, and recovery frees those no hook uses), `Held` (a complete
+//! version, active or kept for rollback; or a live map) and `Retired` (waiting for every
+//! host thread to leave it before it is freed).
+
+use crate::error::{ControlError, Result};
+use rdx_region::geometry::HeaderInfo;
+use rdx_region::layout::{align_up, SectionId, CODE_ENTRY_ALIGN, MAP_ALIGN};
+use rdx_transport::Transport;
+
+pub const ALLOC_MAGIC: u64 = u64::from_le_bytes(*b"RDXALOC1");
+pub const ALLOC_VERSION: u32 = 1;
+pub const ALLOC_HEADER_LEN: u64 = 128;
+pub const RECORD_LEN: u64 = 128;
+/// Map ids a code record remembers (the maps its version uses).
+pub const RECORD_MAPS: usize = 16;
+/// Code extents are rounded to cache lines so that two versions never share one.
+pub const CODE_GRANULE: u64 = 64;
+
+const H_MAGIC: u64 = 0;
+const H_VERSION: u64 = 8;
+const H_INCARNATION: u64 = 16;
+const H_HOLDER_PID: u64 = 24;
+const H_SEQ: u64 = 32;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum RecordState {
+    Free = 0,
+    Pending = 1,
+    Held = 2,
+    Retired = 3,
+}
+
+impl RecordState {
+    fn from_u32(v: u32) -> Option<Self> {
+        Some(match v {
+            0 => Self::Free,
+            1 => Self::Pending,
+            2 => Self::Held,
+            3 => Self::Retired,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Arena {
+    Code = 1,
+    Scratch = 2,
+}
+
+impl Arena {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arena::Code => "code",
+            Arena::Scratch => "XState",
+        }
+    }
+}
+
+/// One extent of the code arena or the scratchpad.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub state: RecordState,
+    pub arena: Arena,
+    pub offset: u64,
+    pub size: u64,
+    /// Code: hook slot index. Maps: unused.
+    pub hook: u32,
+    /// Code: version number published in the hook's active word.
+    pub version: u32,
+    /// Code: region offset of the entry point. Maps: map id.
+    pub entry: u64,
+    pub created_ms: u64,
+    /// Region generation at publication.
+    pub generation: u64,
+    pub insn_count: u32,
+    /// Code: ids of the maps this version uses.
+    pub maps: Vec<u16>,
+    pub hash: [u8; 16],
+    /// Code: the instruction budget the hook slot must carry for this version.
+    pub budget: u64,
+}
+
+impl Record {
+    fn encode(&self) -> [u8; RECORD_LEN as usize] {
+        let mut b = [0u8; RECORD_LEN as usize];
+        b[0..4].copy_from_slice(&(self.state as u32).to_le_bytes());
+        b[4..8].copy_from_slice(&(self.arena as u32).to_le_bytes());
+        b[8..16].copy_from_slice(&self.offset.to_le_bytes());
+        b[16..24].copy_from_slice(&self.size.to_le_bytes());
+        b[24..28].copy_from_slice(&self.hook.to_le_bytes());
+        b[28..32].copy_from_slice(&self.version.to_le_bytes());
+        b[32..40].copy_from_slice(&self.entry.to_le_bytes());
+        b[40..48].copy_from_slice(&self.created_ms.to_le_bytes());
+        b[48..56].copy_from_slice(&self.generation.to_le_bytes());
+        b[56..60].copy_from_slice(&(self.maps.len() as u32).to_le_bytes());
+        b[60..64].copy_from_slice(&self.insn_count.to_le_bytes());
+        for (i, m) in self.maps.iter().take(RECORD_MAPS).enumerate() {
+            b[64 + 2 * i..66 + 2 * i].copy_from_slice(&m.to_le_bytes());
+        }
+        b[96..112].copy_from_slice(&self.hash);
+        b[112..120].copy_from_slice(&self.budget.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8], index: usize) -> Result<Option<Record>> {
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4"));
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
+        let bad = |what: String| ControlError::AllocCorrupt(format!("record {index}: {what}"));
+        let state =
+            RecordState::from_u32(u32_at(0)).ok_or_else(|| bad(format!("state {}", u32_at(0))))?;
+        if state == RecordState::Free {
+            return Ok(None);
+        }
+        let arena = match u32_at(4) {
+            1 => Arena::Code,
+            2 => Arena::Scratch,
+            k => return Err(bad(format!("arena kind {k}"))),
+        };
+        let map_count = u32_at(56) as usize;
+        if map_count > RECORD_MAPS {
+            return Err(bad(format!("{map_count} maps")));
+        }
+        Ok(Some(Record {
+            state,
+            arena,
+            offset: u64_at(8),
+            size: u64_at(16),
+            hook: u32_at(24),
+            version: u32_at(28),
+            entry: u64_at(32),
+            created_ms: u64_at(40),
+            generation: u64_at(48),
+            insn_count: u32_at(60),
+            maps: (0..map_count)
+                .map(|i| u16::from_le_bytes([b[64 + 2 * i], b[65 + 2 * i]]))
+                .collect(),
+            hash: b[96..112].try_into().expect("16"),
+            budget: u64_at(112),
+        }))
+    }
+}
+
+/// The allocator: the alloc section's table, mirrored in memory.
+#[derive(Debug)]
+pub struct AllocTable {
+    section: u64,
+    capacity: u32,
+    records: Vec<Option<Record>>,
+    code: (u64, u64),
+    scratch: (u64, u64),
+}
+
+impl AllocTable {
+    /// Reads the table from the region; initialises it if the section is blank or describes
+    /// a previous incarnation of the host (whose code and maps are gone with it).
+    pub fn load(t: &dyn Transport, info: &HeaderInfo, incarnation: u64) -> Result<AllocTable> {
+        let sec = info.section(SectionId::Alloc);
+        let capacity = ((sec.size.saturating_sub(ALLOC_HEADER_LEN)) / RECORD_LEN) as u32;
+        if capacity == 0 {
+            return Err(ControlError::AllocCorrupt(format!(
+                "alloc section of {} bytes holds no record",
+                sec.size
+            )));
+        }
+        let code = info.section(SectionId::Code);
+        let scratch = info.section(SectionId::Scratch);
+        let mut table = AllocTable {
+            section: sec.offset,
+            capacity,
+            records: vec![None; capacity as usize],
+            code: (code.offset, code.end()),
+            scratch: (
+                align_up(scratch.offset + info.scratch_reserved, MAP_ALIGN),
+                scratch.end(),
+            ),
+        };
+        let mut head = [0u8; ALLOC_HEADER_LEN as usize];
+        t.read(sec.offset, &mut head)?;
+        let magic = u64::from_le_bytes(head[0..8].try_into().expect("8"));
+        let version = u32::from_le_bytes(head[8..12].try_into().expect("4"));
+        let stored_inc = u64::from_le_bytes(head[16..24].try_into().expect("8"));
+        if magic != ALLOC_MAGIC || stored_inc != incarnation {
+            if magic != ALLOC_MAGIC && magic != 0 {
+                return Err(ControlError::AllocCorrupt(format!(
+                    "bad magic {magic:#018x} in the alloc section"
+                )));
+            }
+            table.format(t, incarnation)?;
+            return Ok(table);
+        }
+        if version != ALLOC_VERSION {
+            return Err(ControlError::AllocCorrupt(format!(
+                "allocator table version {version}, this build writes {ALLOC_VERSION}"
+            )));
+        }
+        let mut body = vec![0u8; (capacity as u64 * RECORD_LEN) as usize];
+        t.read(sec.offset + ALLOC_HEADER_LEN, &mut body)?;
+        for i in 0..capacity as usize {
+            let rec = Record::decode(&body[i * RECORD_LEN as usize..][..RECORD_LEN as usize], i)?;
+            if let Some(r) = &rec {
+                let (lo, hi) = table.bounds(r.arena);
+                if r.offset < lo || r.offset.checked_add(r.size).is_none_or(|e| e > hi) {
+                    return Err(ControlError::AllocCorrupt(format!(
+                        "record {i}: {} extent [{:#x}, +{:#x}) outside its arena",
+                        r.arena.name(),
+                        r.offset,
+                        r.size
+                    )));
+                }
+            }
+            table.records[i] = rec;
+        }
+        Ok(table)
+    }
+
+    fn format(&mut self, t: &dyn Transport, incarnation: u64) -> Result<()> {
+        let zeros = vec![0u8; (self.capacity as u64 * RECORD_LEN) as usize];
+        t.write(self.section + ALLOC_HEADER_LEN, &zeros)?;
+        t.write_u64(self.section + H_VERSION, ALLOC_VERSION as u64)?;
+        t.write_u64(self.section + H_INCARNATION, incarnation)?;
+        t.write_u64(self.section + H_SEQ, 0)?;
+        t.fence()?;
+        t.write_u64(self.section + H_MAGIC, ALLOC_MAGIC)?;
+        for r in &mut self.records {
+            *r = None;
+        }
+        Ok(())
+    }
+
+    /// Records the pid of the lease holder, for other control planes' error messages.
+    pub fn set_holder_pid(t: &dyn Transport, info: &HeaderInfo, pid: u32) -> Result<()> {
+        t.write_u64(
+            info.section(SectionId::Alloc).offset + H_HOLDER_PID,
+            pid as u64,
+        )?;
+        Ok(())
+    }
+
+    pub fn holder_pid(t: &dyn Transport, info: &HeaderInfo) -> u32 {
+        t.read_u64(info.section(SectionId::Alloc).offset + H_HOLDER_PID)
+            .map(|v| v as u32)
+            .unwrap_or(0)
+    }
+
+    fn bounds(&self, arena: Arena) -> (u64, u64) {
+        match arena {
+            Arena::Code => self.code,
+            Arena::Scratch => self.scratch,
+        }
+    }
+
+    pub fn records(&self) -> impl Iterator<Item = (usize, &Record)> {
+        self.records
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.as_ref().map(|r| (i, r)))
+    }
+
+    pub fn get(&self, index: usize) -> Option<&Record> {
+        self.records.get(index).and_then(|r| r.as_ref())
+    }
+
+    /// Writes record `index` through to the region: body first, then its state word.
+    pub fn put(&mut self, t: &dyn Transport, index: usize, rec: Record) -> Result<()> {
+        let at = self.section + ALLOC_HEADER_LEN + index as u64 * RECORD_LEN;
+        let bytes = rec.encode();
+        t.write(at + 8, &bytes[8..])?;
+        t.write_u64(at, u64::from_le_bytes(bytes[0..8].try_into().expect("8")))?;
+        self.records[index] = Some(rec);
+        Ok(())
+    }
+
+    /// Changes the state of record `index`.
+    pub fn set_state(&mut self, t: &dyn Transport, index: usize, state: RecordState) -> Result<()> {
+        let at = self.section + ALLOC_HEADER_LEN + index as u64 * RECORD_LEN;
+        let Some(rec) = self.records[index].as_mut() else {
+            return Ok(());
+        };
+        if state == RecordState::Free {
+            t.write_u64(at, 0)?;
+            self.records[index] = None;
+            return Ok(());
+        }
+        rec.state = state;
+        t.write_u64(at, ((rec.arena as u64) << 32) | state as u64)?;
+        Ok(())
+    }
+
+    /// Finds room for `size` bytes (first fit) and records a pending extent. Returns the
+    /// record index and the extent's region offset.
+    pub fn allocate(
+        &mut self,
+        t: &dyn Transport,
+        arena: Arena,
+        size: u64,
+        mut rec: Record,
+    ) -> Result<(usize, u64)> {
+        let (align, granule) = match arena {
+            Arena::Code => (CODE_ENTRY_ALIGN.max(CODE_GRANULE), CODE_GRANULE),
+            Arena::Scratch => (MAP_ALIGN, MAP_ALIGN),
+        };
+        let size = align_up(size.max(1), granule);
+        let slot =
+            self.records
+                .iter()
+                .position(|r| r.is_none())
+                .ok_or(ControlError::AllocTableFull {
+                    capacity: self.capacity,
+                })?;
+        let offset = self
+            .find_gap(arena, size, align)
+            .ok_or_else(|| ControlError::ArenaFull {
+                arena: arena.name(),
+                need: size,
+                free: self.largest_gap(arena),
+            })?;
+        rec.state = RecordState::Pending;
+        rec.arena = arena;
+        rec.offset = offset;
+        rec.size = size;
+        self.put(t, slot, rec)?;
+        Ok((slot, offset))
+    }
+
+    fn used(&self, arena: Arena) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> = self
+            .records()
+            .filter(|(_, r)| r.arena == arena)
+            .map(|(_, r)| (r.offset, r.offset + r.size))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    fn gaps(&self, arena: Arena) -> Vec<(u64, u64)> {
+        let (lo, hi) = self.bounds(arena);
+        let mut out = Vec::new();
+        let mut cursor = lo;
+        for (s, e) in self.used(arena) {
+            if s > cursor {
+                out.push((cursor, s));
+            }
+            cursor = cursor.max(e);
+        }
+        if hi > cursor {
+            out.push((cursor, hi));
+        }
+        out
+    }
+
+    fn find_gap(&self, arena: Arena, size: u64, align: u64) -> Option<u64> {
+        self.gaps(arena).into_iter().find_map(|(s, e)| {
+            let start = align_up(s, align);
+            (start.checked_add(size)? <= e).then_some(start)
+        })
+    }
+
+    /// Bytes in the largest free gap of `arena`.
+    pub fn largest_gap(&self, arena: Arena) -> u64 {
+        self.gaps(arena)
+            .into_iter()
+            .map(|(s, e)| e - s)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Free bytes in `arena`.
+    pub fn free_bytes(&self, arena: Arena) -> u64 {
+        self.gaps(arena).into_iter().map(|(s, e)| e - s).sum()
+    }
+
+    pub fn arena_bytes(&self, arena: Arena) -> u64 {
+        let (lo, hi) = self.bounds(arena);
+        hi - lo
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trips() {
+        let r = Record {
+            state: RecordState::Held,
+            arena: Arena::Code,
+            offset: 0x10000,
+            size: 4096,
+            hook: 3,
+            version: 9,
+            entry: 0x10040,
+            created_ms: 123,
+            generation: 77,
+            insn_count: 1300,
+            maps: vec![1, 2, 300],
+            hash: [7; 16],
+            budget: u64::MAX,
+        };
+        let b = r.encode();
+        assert_eq!(Record::decode(&b, 0).unwrap(), Some(r));
+        assert_eq!(Record::decode(&[0u8; 128], 0).unwrap(), None);
+        let mut bad = b;
+        bad[0] = 9;
+        assert!(Record::decode(&bad, 4).is_err());
+    }
+}

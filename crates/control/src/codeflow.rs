@@ -1,0 +1,1375 @@
+//! The CodeFlow API: one operation per step of getting an extension into a running node.
+//!
+//! | operation | what it does | touches the node |
+//! |---|---|---|
+//! | [`create_codeflow`] | attach: header, EIM spec, context table | reads |
+//! | [`CodeFlow::validate_code`] | the verifier against the hook's extension class | no |
+//! | [`CodeFlow::jit_compile_code`] | Cranelift, cached by bytecode hash, arch and class | no |
+//! | [`CodeFlow::deploy_xstate`] | allocates a map in the scratchpad, header, meta entry | writes |
+//! | [`CodeFlow::link_code`] | resolves symbols against the node's context and maps | no |
+//! | [`CodeFlow::prepare_prog`] | allocates in the code arena and writes the linked code | writes |
+//! | [`CodeFlow::cc_event`] | makes the written code visible before publication | fence |
+//! | [`CodeFlow::tx`] | one 8-byte CAS per hook makes a prepared version visible | CAS |
+//! | [`CodeFlow::deploy_prog`] | all of the above for one hook | |
+//! | [`CodeFlow::mutual_excl`] | takes or renews the lease on the node | CAS |
+//! | [`CodeFlow::detach`], [`CodeFlow::rollback`] | publish "nothing" or an earlier version | CAS |
+//! | [`CodeFlow::reclaim`] | frees versions and maps no host thread can be running | reads epochs |
+//!
+//! A CodeFlow is one control plane's handle on one node: it holds no lock but the node's
+//! lease, and nothing in it is shared between nodes, so a fleet-wide operation runs one
+//! CodeFlow per node, in parallel and batched as it likes.
+//!
+//! ```no_run
+//! use rdx_control::{create_codeflow, Extension, ExtSpec};
+//! let bytes = std::fs::read("count.o")?;
+//! let object = rdx_bpf::loader::load(&bytes)?;
+//! let ext = Extension::from_object(&object, None)?;
+//! let mut cf = create_codeflow("shm:/dev/shm/rdx-kv-1234", ExtSpec::default())?;
+//! let deployed = cf.deploy("on_get", &ext, None, None)?;
+//! println!("hook on_get now runs version {}", deployed.version);
+//! cf.rollback("on_get", None)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use crate::alloc::{AllocTable, Arena, Record, RecordState, RECORD_MAPS};
+use crate::error::{ControlError, Result};
+use crate::lease::{self, Lease};
+use crate::node::{self, HookInfo, NodeView};
+use crate::registry::Registry;
+use rdx_bpf::isa::{encode, raw_to_bytes, Insn};
+use rdx_bpf::program::{MapDef, MapOrigin, Object};
+use rdx_jit::artifact::Artifact;
+use rdx_jit::{CompileOptions, Compiler, LinkTarget, Symbol};
+use rdx_region::layout::*;
+use rdx_transport::xstate::{self, MapSpec};
+use rdx_transport::Transport;
+use rdx_verifier::{EimSpec, Verified, VerifyOptions};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// How a control plane attaches.
+#[derive(Clone, Debug)]
+pub struct ExtSpec {
+    /// Architecture the node's code must be compiled for (default: this machine's; a fabric
+    /// node may differ).
+    pub arch: Option<Arch>,
+    /// Lease duration.
+    pub lease_ttl: Duration,
+    /// Lease holder id (default: a fresh random one).
+    pub holder: Option<u32>,
+    /// Longest wait for host threads to leave retired code during reclamation.
+    pub reclaim_timeout: Duration,
+}
+
+impl Default for ExtSpec {
+    fn default() -> Self {
+        Self {
+            arch: None,
+            lease_ttl: lease::DEFAULT_TTL,
+            holder: None,
+            reclaim_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// An extension program as the control plane handles it: decoded instructions and the maps
+/// they reference, from one program of an object file.
+#[derive(Clone, Debug)]
+pub struct Extension {
+    pub name: String,
+    pub section: String,
+    pub insns: Vec<Insn>,
+    pub maps: Vec<MapDef>,
+    /// SHA-256 of the bytecode and map declarations: the compile cache key's first part.
+    pub hash: [u8; 32],
+}
+
+impl Extension {
+    /// Picks program `name` (or the only program) of a loaded object.
+    pub fn from_object(object: &Object, name: Option<&str>) -> Result<Extension> {
+        let names = || {
+            object
+                .programs
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let prog = match name {
+            Some(n) => object
+                .programs
+                .iter()
+                .find(|p| p.name == n)
+                .ok_or_else(|| {
+                    ControlError::Invalid(format!(
+                        "no program {n:?} in the object (programs: {})",
+                        names()
+                    ))
+                })?,
+            None => match object.programs.as_slice() {
+                [one] => one,
+                [] => return Err(ControlError::Invalid("the object has no program".into())),
+                _ => {
+                    return Err(ControlError::Invalid(format!(
+                        "the object has several programs; choose one with --prog ({})",
+                        names()
+                    )))
+                }
+            },
+        };
+        Ok(Extension::new(
+            &prog.name,
+            &prog.section,
+            prog.insns.clone(),
+            object.maps.clone(),
+        ))
+    }
+
+    pub fn new(name: &str, section: &str, insns: Vec<Insn>, maps: Vec<MapDef>) -> Extension {
+        let mut h = Sha256::new();
+        h.update(raw_to_bytes(&encode(&insns)));
+        for m in &maps {
+            h.update(format!(
+                "{}|{:?}|{}|{}|{}|{}|{:?}|{}",
+                m.name,
+                m.map_type,
+                m.key_size,
+                m.value_size,
+                m.max_entries,
+                m.flags,
+                m.origin,
+                m.read_only
+            ));
+            if let Some(v) = &m.initial_value {
+                h.update(v);
+            }
+        }
+        Extension {
+            name: name.into(),
+            section: section.into(),
+            insns,
+            maps,
+            hash: h.finalize().into(),
+        }
+    }
+
+    pub fn hash_hex(&self) -> String {
+        hex(&self.hash)
+    }
+}
+
+pub(crate) fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A program the verifier accepted for one hook and class.
+#[derive(Clone, Debug)]
+pub struct Validated {
+    pub hook: String,
+    pub class: String,
+    pub facts: Verified,
+}
+
+/// A compiled program, ready to link.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    pub artifact: Artifact,
+    /// SHA-256 of the serialised artifact (its registry key).
+    pub artifact_hash: [u8; 32],
+    /// Whether it came from the registry's cache.
+    pub cached: bool,
+    /// The class's budget to put in the hook slot.
+    pub budget: u64,
+    pub class: String,
+}
+
+/// A version written into the node but not yet visible.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    pub hook: HookInfo,
+    pub version: u32,
+    pub expected: u64,
+    pub new_word: u64,
+    pub budget: u64,
+    /// Alloc records created for it (code first, then new maps).
+    records: Vec<usize>,
+    /// Meta ids of maps created for it (freed on abort).
+    new_maps: Vec<u32>,
+    pub code_offset: u64,
+    pub code_len: u64,
+    pub map_ids: Vec<u32>,
+}
+
+/// A version made visible.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Published {
+    pub hook: String,
+    pub version: u32,
+    pub previous_version: u32,
+    pub word: u64,
+    pub generation: u64,
+    pub code_offset: u64,
+    pub code_len: u64,
+    pub map_ids: Vec<u32>,
+}
+
+/// Timings of one deploy, for `--progress` and benchmarks.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct DeployTimings {
+    pub validate_us: f64,
+    pub compile_us: f64,
+    pub prepare_us: f64,
+    pub publish_us: f64,
+}
+
+/// A held version of a hook, from the node's allocator table.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct HeldVersion {
+    pub version: u32,
+    pub active: bool,
+    pub code_offset: u64,
+    pub code_len: u64,
+    pub insns: u32,
+    pub created_ms: u64,
+    pub hash_prefix: String,
+    pub map_ids: Vec<u16>,
+}
+
+/// What [`CodeFlow::reclaim`] freed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Reclaimed {
+    pub code_versions: u32,
+    pub code_bytes: u64,
+    pub maps: u32,
+    pub map_bytes: u64,
+}
+
+/// Attaches to the node at `address` (`shm:/dev/shm/rdx-...`): reads and checks its header,
+/// EIM spec and context table. Takes no lease yet.
+pub fn create_codeflow(address: &str, spec: ExtSpec) -> Result<CodeFlow> {
+    let t = node::connect(address)?;
+    CodeFlow::attach(t, address, spec)
+}
+
+/// One control plane's handle on one node.
+pub struct CodeFlow {
+    t: Box<dyn Transport>,
+    address: String,
+    view: NodeView,
+    eim: Option<EimSpec>,
+    arch: Arch,
+    lease: Lease,
+    alloc: Option<AllocTable>,
+    /// Live maps by name (reusable across versions), valid while we hold the lease.
+    map_names: Option<BTreeMap<String, (u32, MapSpec)>>,
+    reclaim_timeout: Duration,
+}
+
+impl std::fmt::Debug for CodeFlow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodeFlow")
+            .field("address", &self.address)
+            .field("holder", &self.lease.holder())
+            .finish()
+    }
+}
+
+fn jit_arch(a: Arch) -> rdx_jit::Arch {
+    match a {
+        Arch::X86_64 => rdx_jit::Arch::X86_64,
+        Arch::Aarch64 => rdx_jit::Arch::Aarch64,
+    }
+}
+
+fn region_map_type(m: &MapDef) -> Result<MapType> {
+    use rdx_bpf::program::MapType as B;
+    Ok(match m.map_type {
+        B::Hash => MapType::Hash,
+        B::Array => MapType::Array,
+        B::ProgArray => MapType::ProgArray,
+        B::PerCpuHash => MapType::PerThreadHash,
+        B::PerCpuArray => MapType::PerThreadArray,
+        B::LpmTrie => MapType::LpmTrie,
+        B::RingBuf => MapType::RingBuf,
+        B::Other(n) => {
+            return Err(ControlError::BadMap {
+                name: m.name.clone(),
+                reason: format!("map type {n} is not supported by rdx"),
+            })
+        }
+    })
+}
+
+impl CodeFlow {
+    /// Attaches through an already open transport.
+    pub fn attach(t: Box<dyn Transport>, address: &str, spec: ExtSpec) -> Result<CodeFlow> {
+        let arch = spec.arch.or(Arch::HOST).ok_or_else(|| {
+            ControlError::Invalid("unsupported control-plane architecture".into())
+        })?;
+        let view = NodeView::read(t.as_ref(), arch)?;
+        let eim = match &view.eim_text {
+            None => None,
+            Some(text) => Some(
+                EimSpec::from_yaml(text).map_err(|e| ControlError::BadEimSpec(e.to_string()))?,
+            ),
+        };
+        Ok(CodeFlow {
+            t,
+            address: address.into(),
+            view,
+            eim,
+            arch,
+            lease: Lease::new(
+                spec.holder.unwrap_or_else(lease::new_holder_id),
+                spec.lease_ttl,
+            ),
+            alloc: None,
+            map_names: None,
+            reclaim_timeout: spec.reclaim_timeout,
+        })
+    }
+
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    pub fn view(&self) -> &NodeView {
+        &self.view
+    }
+
+    pub fn transport(&self) -> &dyn Transport {
+        self.t.as_ref()
+    }
+
+    pub fn eim(&self) -> Option<&EimSpec> {
+        self.eim.as_ref()
+    }
+
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+
+    pub fn holder(&self) -> u32 {
+        self.lease.holder()
+    }
+
+    /// `mutual_excl`: takes (or renews) the node's lease and, when newly taken, loads the
+    /// allocator table from the region, recovering what a previous holder left behind.
+    pub fn mutual_excl(&mut self) -> Result<()> {
+        let t = self.t.as_ref();
+        let info = &self.view.info;
+        let was_held = self.lease.is_held();
+        self.lease
+            .ensure(t, || AllocTable::holder_pid(t, info))
+            .inspect_err(|_| {
+                self.alloc = None;
+                self.map_names = None;
+            })?;
+        if !was_held || self.alloc.is_none() {
+            AllocTable::set_holder_pid(t, info, std::process::id())?;
+            let table = AllocTable::load(t, info, self.view.incarnation)?;
+            self.alloc = Some(table);
+            self.map_names = None;
+            self.recover()?;
+        }
+        Ok(())
+    }
+
+    /// Gives the lease back.
+    pub fn release(&mut self) -> Result<()> {
+        self.alloc = None;
+        self.map_names = None;
+        self.lease.release(self.t.as_ref())
+    }
+
+    /// Checks the host is alive and the same incarnation we attached to.
+    fn check_host(&self) -> Result<()> {
+        node::check_alive(self.t.as_ref(), &self.view.info)?;
+        let now = self.t.read_u64(offsets::HEADER_INCARNATION)?;
+        if now != self.view.incarnation {
+            return Err(ControlError::HostRestarted {
+                attached: self.view.incarnation,
+                now,
+            });
+        }
+        Ok(())
+    }
+
+    fn begin(&mut self) -> Result<()> {
+        self.check_host()?;
+        self.mutual_excl()
+    }
+
+    fn alloc(&mut self) -> &mut AllocTable {
+        self.alloc
+            .as_mut()
+            .expect("allocator loaded under the lease")
+    }
+
+    fn allocate(&mut self, arena: Arena, size: u64, rec: Record) -> Result<(usize, u64)> {
+        let t = self.t.as_ref();
+        self.alloc
+            .as_mut()
+            .expect("allocator loaded under the lease")
+            .allocate(t, arena, size, rec)
+    }
+
+    fn active_word(&self, hook: &HookInfo) -> Result<u64> {
+        Ok(self.t.read_u64(hook.slot_offset + offsets::HOOK_ACTIVE)?)
+    }
+
+    /// Recovery after taking the lease: pending records of a dead control plane are freed
+    /// unless a hook publishes them (then the publish happened and they are held).
+    fn recover(&mut self) -> Result<()> {
+        let pending: Vec<(usize, Record)> = self
+            .alloc()
+            .records()
+            .filter(|(_, r)| r.state == RecordState::Pending)
+            .map(|(i, r)| (i, r.clone()))
+            .collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let mut live_words = BTreeMap::new();
+        for h in self.view.hooks() {
+            live_words.insert(h.index, self.active_word(&h)?);
+        }
+        let referenced: Vec<u16> = pending
+            .iter()
+            .filter(|(_, r)| {
+                r.arena == Arena::Code
+                    && live_words
+                        .get(&r.hook)
+                        .map(|w| active_entry_offset(*w) as u64)
+                        == Some(r.entry)
+            })
+            .flat_map(|(_, r)| r.maps.clone())
+            .collect();
+        let t = self.t.as_ref();
+        let info = self.view.info.clone();
+        let table = self.alloc.as_mut().expect("loaded");
+        for (i, r) in pending {
+            let published = match r.arena {
+                Arena::Code => {
+                    live_words
+                        .get(&r.hook)
+                        .map(|w| active_entry_offset(*w) as u64)
+                        == Some(r.entry)
+                }
+                Arena::Scratch => referenced.contains(&(r.entry as u16)),
+            };
+            if published {
+                table.set_state(t, i, RecordState::Held)?;
+            } else {
+                if r.arena == Arena::Scratch {
+                    t.write_u64(info.xmeta_offset(r.entry as u32), 0)?;
+                }
+                table.set_state(t, i, RecordState::Free)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The class a hook binds by default: the one named, or the only one the spec declares
+    /// for the hook.
+    pub fn resolve_class(&self, hook: &str, class: Option<&str>) -> Result<String> {
+        let eim = self.eim.as_ref().ok_or(ControlError::NoEimSpec)?;
+        let classes: Vec<&str> = eim
+            .classes
+            .iter()
+            .filter(|c| c.hook == hook)
+            .map(|c| c.name.as_str())
+            .collect();
+        match class {
+            Some(c) if classes.contains(&c) => Ok(c.into()),
+            Some(c) => Err(ControlError::NoClass {
+                hook: hook.into(),
+                reason: format!(
+                    "no class {c:?} (classes for this hook: {})",
+                    list_or_none(&classes)
+                ),
+            }),
+            None => match classes.as_slice() {
+                [one] => Ok((*one).into()),
+                [] => Err(ControlError::NoClass {
+                    hook: hook.into(),
+                    reason: "the node's EIM spec binds no class to it".into(),
+                }),
+                _ => Err(ControlError::NoClass {
+                    hook: hook.into(),
+                    reason: format!(
+                        "several classes; choose one with --class ({})",
+                        classes.join(", ")
+                    ),
+                }),
+            },
+        }
+    }
+
+    /// `validate_code`: the verifier, against the hook's context and the class's
+    /// capabilities and limits. A program that fails never reaches the node.
+    pub fn validate_code(
+        &self,
+        ext: &Extension,
+        hook: &str,
+        class: Option<&str>,
+    ) -> Result<Validated> {
+        self.view.hook(hook)?;
+        let class = self.resolve_class(hook, class)?;
+        let eim = self.eim.as_ref().ok_or(ControlError::NoEimSpec)?;
+        let opts = VerifyOptions::eim(eim, hook, &class).map_err(|e| ControlError::NoClass {
+            hook: hook.into(),
+            reason: e.to_string(),
+        })?;
+        let facts = rdx_verifier::verify_insns(&ext.insns, &ext.maps, &opts).map_err(|e| {
+            ControlError::Verify {
+                hook: hook.into(),
+                class: class.clone(),
+                message: e.to_string(),
+            }
+        })?;
+        Ok(Validated {
+            hook: hook.into(),
+            class,
+            facts,
+        })
+    }
+
+    /// The compile cache key: bytecode hash, target architecture, class and metering.
+    pub fn cache_key(&self, ext: &Extension, checked: &Validated) -> String {
+        format!(
+            "{}:{}:{}/{}:{}",
+            ext.hash_hex(),
+            self.arch.name(),
+            checked.hook,
+            checked.class,
+            if checked.facts.needs_budget {
+                "metered"
+            } else {
+                "bounded"
+            }
+        )
+    }
+
+    /// `jit_compile_code`: Cranelift for the node's architecture, or the registry's cached
+    /// artifact for the same bytecode, architecture and class.
+    pub fn jit_compile_code(
+        &self,
+        ext: &Extension,
+        checked: &Validated,
+        registry: Option<&Registry>,
+    ) -> Result<Compiled> {
+        let key = self.cache_key(ext, checked);
+        let budget = checked.facts.budget.unwrap_or(u64::MAX);
+        if let Some(reg) = registry {
+            if let Some((hash, bytes)) = reg.cached_artifact(&key)? {
+                if let Ok(artifact) = Artifact::from_bytes(&bytes) {
+                    return Ok(Compiled {
+                        artifact,
+                        artifact_hash: hash,
+                        cached: true,
+                        budget,
+                        class: checked.class.clone(),
+                    });
+                }
+            }
+        }
+        let mut opts = CompileOptions::new(jit_arch(self.arch));
+        opts.needs_budget = checked.facts.needs_budget;
+        opts.eim_class = format!("{}/{}", checked.hook, checked.class);
+        opts.verify_ir = false;
+        let compiler =
+            Compiler::new(opts.arch).map_err(|e| ControlError::Compile(e.to_string()))?;
+        let (artifact, _) = compiler
+            .compile(&ext.insns, &opts)
+            .map_err(|e| ControlError::Compile(e.to_string()))?;
+        let bytes = artifact.to_bytes();
+        let hash: [u8; 32] = Sha256::digest(&bytes).into();
+        if let Some(reg) = registry {
+            reg.put_artifact(&key, &hash, &bytes)?;
+        }
+        Ok(Compiled {
+            artifact,
+            artifact_hash: hash,
+            cached: false,
+            budget,
+            class: checked.class.clone(),
+        })
+    }
+
+    fn live_maps(&mut self) -> Result<&mut BTreeMap<String, (u32, MapSpec)>> {
+        if self.map_names.is_none() {
+            let mut names = BTreeMap::new();
+            for m in xstate::list(self.t.as_ref(), &self.view.info)? {
+                names.insert(
+                    m.name.clone(),
+                    (
+                        m.id,
+                        MapSpec {
+                            map_type: m.map.map_type,
+                            key_size: m.map.key_size,
+                            value_size: m.map.value_size,
+                            max_entries: m.map.max_entries,
+                            flags: 0,
+                            name: m.name,
+                        },
+                    ),
+                );
+            }
+            self.map_names = Some(names);
+        }
+        Ok(self.map_names.as_mut().expect("just filled"))
+    }
+
+    /// `deploy_xstate`: allocates a map in the scratchpad, writes its header and zeroed data,
+    /// publishes its meta entry. Returns the map id and its alloc record (pending until the
+    /// version using it is published).
+    pub fn deploy_xstate(
+        &mut self,
+        spec: &MapSpec,
+        initial: Option<&[u8]>,
+    ) -> Result<(u32, usize)> {
+        self.begin()?;
+        let info = self.view.info.clone();
+        let layout = xstate::layout(spec, info.thread_slots)?;
+        // A free meta id that no pending record claims.
+        let mut meta = vec![0u8; info.xstate_capacity as usize * std::mem::size_of::<XStateMeta>()];
+        self.t.read(info.xmeta_offset(0), &mut meta)?;
+        let claimed: Vec<u64> = self
+            .alloc()
+            .records()
+            .filter(|(_, r)| r.arena == Arena::Scratch)
+            .map(|(_, r)| r.entry)
+            .collect();
+        let id = (0..info.xstate_capacity)
+            .find(|&id| {
+                let o = id as usize * std::mem::size_of::<XStateMeta>();
+                u32::from_le_bytes(meta[o..o + 4].try_into().expect("4")) == XMETA_FREE
+                    && id != info.trace_map_id
+                    && !claimed.contains(&(id as u64))
+            })
+            .ok_or_else(|| ControlError::BadMap {
+                name: spec.name.clone(),
+                reason: format!(
+                    "all {} XState meta entries are in use",
+                    info.xstate_capacity
+                ),
+            })?;
+        let rec = Record {
+            state: RecordState::Pending,
+            arena: Arena::Scratch,
+            offset: 0,
+            size: 0,
+            hook: u32::MAX,
+            version: 0,
+            entry: id as u64,
+            created_ms: lease::now_ms(),
+            generation: 0,
+            insn_count: 0,
+            maps: vec![],
+            hash: [0; 16],
+            budget: 0,
+        };
+        let (slot, offset) = match self.allocate(Arena::Scratch, layout.footprint(), rec.clone()) {
+            Ok(x) => x,
+            Err(ControlError::ArenaFull { .. }) => {
+                self.reclaim_for(Arena::Scratch)?;
+                self.allocate(Arena::Scratch, layout.footprint(), rec)?
+            }
+            Err(e) => return Err(e),
+        };
+        let created = xstate::create(self.t.as_ref(), &info, id, offset, spec).and_then(|m| {
+            if let Some(v) = initial {
+                if v.len() > m.value_size as usize {
+                    return Err(xstate::MapError::Invalid(format!(
+                        "initial value of {} bytes for a {}-byte value",
+                        v.len(),
+                        m.value_size
+                    )));
+                }
+                self.t.write(m.data, v)?;
+            }
+            Ok(m)
+        });
+        if let Err(e) = created {
+            let t = self.t.as_ref();
+            self.alloc
+                .as_mut()
+                .expect("loaded")
+                .set_state(t, slot, RecordState::Free)?;
+            return Err(e.into());
+        }
+        if !spec.name.starts_with('.') && !spec.name.contains('.') {
+            let s = spec.clone();
+            self.live_maps()?.insert(s.name.clone(), (id, s));
+        }
+        Ok((id, slot))
+    }
+
+    /// Map ids for an extension's maps: live maps of the same name and shape are reused (their
+    /// contents survive a new version and a rollback); others, and every global-data map, are
+    /// created. Returns (ids, records of created maps, created ids).
+    fn maps_for(&mut self, ext: &Extension) -> Result<(Vec<u32>, Vec<usize>, Vec<u32>)> {
+        let mut ids = Vec::new();
+        let mut recs = Vec::new();
+        let mut created = Vec::new();
+        let result = (|| -> Result<()> {
+            for m in &ext.maps {
+                let map_type = region_map_type(m)?;
+                let global = m.origin == MapOrigin::GlobalData;
+                let name = if global {
+                    let short: String = ext
+                        .name
+                        .chars()
+                        .take(XSTATE_NAME_LEN - m.name.len().min(12))
+                        .collect();
+                    let mut n = format!("{short}{}", m.name);
+                    n.truncate(XSTATE_NAME_LEN);
+                    n
+                } else {
+                    let mut n = m.name.clone();
+                    if n.len() > XSTATE_NAME_LEN {
+                        return Err(ControlError::BadMap {
+                            name: n,
+                            reason: format!("name longer than {XSTATE_NAME_LEN} bytes"),
+                        });
+                    }
+                    n.truncate(XSTATE_NAME_LEN);
+                    n
+                };
+                let spec = MapSpec {
+                    map_type,
+                    key_size: m.key_size,
+                    value_size: m.value_size,
+                    max_entries: m.max_entries,
+                    flags: 0,
+                    name: name.clone(),
+                };
+                if !global {
+                    if let Some((id, live)) = self.live_maps()?.get(&name) {
+                        if live.map_type == spec.map_type
+                            && live.key_size == spec.key_size
+                            && live.value_size == spec.value_size
+                            && live.max_entries == spec.max_entries
+                        {
+                            ids.push(*id);
+                            continue;
+                        }
+                        return Err(ControlError::BadMap {
+                            name,
+                            reason: format!(
+                                "a live map of that name has another shape ({:?} {}/{}/{}, the program wants {:?} {}/{}/{})",
+                                live.map_type, live.key_size, live.value_size, live.max_entries,
+                                spec.map_type, spec.key_size, spec.value_size, spec.max_entries
+                            ),
+                        });
+                    }
+                }
+                let (id, rec) = self.deploy_xstate(&spec, m.initial_value.as_deref())?;
+                ids.push(id);
+                recs.push(rec);
+                created.push(id);
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            self.abort_records(&recs, &created)?;
+            return Err(e);
+        }
+        Ok((ids, recs, created))
+    }
+
+    fn abort_records(&mut self, recs: &[usize], maps: &[u32]) -> Result<()> {
+        let info = self.view.info.clone();
+        for &id in maps {
+            self.t.write_u64(info.xmeta_offset(id), 0)?;
+        }
+        if let Some(names) = self.map_names.as_mut() {
+            names.retain(|_, (id, _)| !maps.contains(id));
+        }
+        let t = self.t.as_ref();
+        let table = self.alloc.as_mut().expect("loaded");
+        for &r in recs {
+            table.set_state(t, r, RecordState::Free)?;
+        }
+        Ok(())
+    }
+
+    /// The symbol table a program links against on this node: helpers and host functions
+    /// by id, host variables by name, the helper table, and the program's maps by index.
+    pub fn resolver(&self, map_ids: &[u32]) -> Result<impl Fn(&Symbol) -> Option<u64> + '_> {
+        let info = &self.view.info;
+        let mut maps = Vec::with_capacity(map_ids.len());
+        for &id in map_ids {
+            let m = xstate::open(self.t.as_ref(), info, id)?;
+            maps.push((
+                info.base_address + m.map.offset,
+                info.base_address + m.map.data,
+            ));
+        }
+        let base = info.base_address;
+        let helper_table = base + info.section(SectionId::HelperTable).offset;
+        let symbols = &self.view.symbols;
+        Ok(move |s: &Symbol| -> Option<u64> {
+            match s {
+                Symbol::Helper(id) => symbols
+                    .iter()
+                    .find(|c| {
+                        matches!(c.kind, ContextKind::Helper | ContextKind::HostFunction)
+                            && c.id == *id
+                    })
+                    .map(|c| c.addr),
+                Symbol::Map(i) => maps.get(*i as usize).map(|m| m.0),
+                Symbol::MapValue(i) => maps.get(*i as usize).map(|m| m.1),
+                Symbol::Var(n) if n == rdx_jit::artifact::HELPER_TABLE_SYMBOL => Some(helper_table),
+                Symbol::Var(n) => symbols
+                    .iter()
+                    .find(|c| c.kind == ContextKind::HostVariable && c.name == *n)
+                    .map(|c| c.addr),
+                Symbol::Fn(n) => symbols
+                    .iter()
+                    .find(|c| c.kind == ContextKind::HostFunction && c.name == *n)
+                    .map(|c| c.addr),
+            }
+        })
+    }
+
+    /// `link_code`: final code bytes for region offset `code_offset` on this node.
+    pub fn link_code(
+        &self,
+        compiled: &Compiled,
+        map_ids: &[u32],
+        code_offset: u64,
+    ) -> Result<Vec<u8>> {
+        let resolver = self.resolver(map_ids)?;
+        let linked = rdx_jit::link::link(
+            &compiled.artifact,
+            LinkTarget::new(jit_arch(self.arch)),
+            &resolver,
+            self.view.info.base_address + code_offset,
+        )
+        .map_err(|e| ControlError::Link(e.to_string()))?;
+        Ok(linked.code)
+    }
+
+    fn next_version(&self, hook: &HookInfo, active: u64) -> u32 {
+        let held = self
+            .alloc
+            .as_ref()
+            .map(|a| {
+                a.records()
+                    .filter(|(_, r)| r.arena == Arena::Code && r.hook == hook.index)
+                    .map(|(_, r)| r.version)
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0);
+        held.max(active_version(active)).wrapping_add(1).max(1)
+    }
+
+    /// Writes a version of `ext` for `hook` into the node — maps, code, record — without
+    /// making it visible. [`CodeFlow::tx`] publishes it; [`CodeFlow::abort`] undoes it.
+    pub fn prepare_prog(
+        &mut self,
+        hook: &str,
+        ext: &Extension,
+        compiled: &Compiled,
+    ) -> Result<Prepared> {
+        self.begin()?;
+        let hook = self.view.hook(hook)?;
+        let expected = self.active_word(&hook)?;
+        if expected & ACTIVE_HOLD != 0 {
+            return Err(ControlError::Held {
+                hook: hook.name,
+                word: expected,
+            });
+        }
+        let version = self.next_version(&hook, expected);
+        let code_len = compiled.artifact.code.len() as u64;
+        let entry_rel = compiled.artifact.meta.entry_offset as u64;
+        if !entry_rel.is_multiple_of(CODE_ENTRY_ALIGN) {
+            return Err(ControlError::Link(format!(
+                "entry offset {entry_rel:#x} is not {CODE_ENTRY_ALIGN}-byte aligned"
+            )));
+        }
+        let rec = Record {
+            state: RecordState::Pending,
+            arena: Arena::Code,
+            offset: 0,
+            size: 0,
+            hook: hook.index,
+            version,
+            entry: 0,
+            created_ms: lease::now_ms(),
+            generation: 0,
+            insn_count: ext.insns.len() as u32,
+            maps: vec![],
+            hash: compiled.artifact_hash[..16].try_into().expect("16"),
+            budget: compiled.budget,
+        };
+        let (code_rec, code_offset) = match self.allocate(Arena::Code, code_len, rec.clone()) {
+            Ok(x) => x,
+            Err(ControlError::ArenaFull { .. }) => {
+                self.reclaim_for(Arena::Code)?;
+                self.allocate(Arena::Code, code_len, rec)?
+            }
+            Err(e) => return Err(e),
+        };
+        let (map_ids, map_recs, new_maps) = match self.maps_for(ext) {
+            Ok(x) => x,
+            Err(e) => {
+                self.abort_records(&[code_rec], &[])?;
+                return Err(e);
+            }
+        };
+        let mut records = vec![code_rec];
+        records.extend(map_recs);
+        let written = (|| -> Result<()> {
+            if map_ids.len() > RECORD_MAPS {
+                return Err(ControlError::Invalid(format!(
+                    "a program may use at most {RECORD_MAPS} maps, it has {}",
+                    map_ids.len()
+                )));
+            }
+            let code = self.link_code(compiled, &map_ids, code_offset)?;
+            self.t.write(code_offset, &code)?;
+            let mut r = self
+                .alloc
+                .as_ref()
+                .expect("loaded")
+                .get(code_rec)
+                .expect("allocated")
+                .clone();
+            r.entry = code_offset + entry_rel;
+            r.maps = map_ids.iter().map(|&m| m as u16).collect();
+            let t = self.t.as_ref();
+            self.alloc.as_mut().expect("loaded").put(t, code_rec, r)?;
+            Ok(())
+        })();
+        if let Err(e) = written {
+            self.abort_records(&records, &new_maps)?;
+            return Err(e);
+        }
+        let entry = code_offset + entry_rel;
+        Ok(Prepared {
+            new_word: active_word(version, entry as u32),
+            hook,
+            version,
+            expected,
+            budget: compiled.budget,
+            records,
+            new_maps,
+            code_offset,
+            code_len,
+            map_ids,
+        })
+    }
+
+    /// Undoes a prepared version that will not be published: frees its code and new maps.
+    pub fn abort(&mut self, p: Prepared) -> Result<()> {
+        self.abort_records(&p.records, &p.new_maps)
+    }
+
+    /// `cc_event`: coherence for new code. On the writer's side every byte written must be
+    /// visible before the publishing CAS: a fence on the transport (a store fence on shared
+    /// memory, a completion wait on the fabric). The host's side of coherence (a serialising
+    /// instruction on x86, instruction-cache maintenance on aarch64) runs in its hook path
+    /// when it sees a new version number in the slot.
+    pub fn cc_event(&self) -> Result<()> {
+        Ok(self.t.fence()?)
+    }
+
+    /// `tx`: publishes prepared versions, one 8-byte compare-and-swap per hook, after
+    /// [`CodeFlow::cc_event`]. A hook whose word changed since it was prepared is refused
+    /// with [`ControlError::Conflict`] (and its version aborted); earlier ones stay published.
+    pub fn tx(&mut self, prepared: Vec<Prepared>) -> Result<Vec<Published>> {
+        self.cc_event()?;
+        let mut out = Vec::with_capacity(prepared.len());
+        let mut iter = prepared.into_iter();
+        while let Some(p) = iter.next() {
+            let checked = self
+                .check_host()
+                .and_then(|_| self.lease.verify(self.t.as_ref()));
+            if let Err(e) = checked {
+                self.abort(p)?;
+                for rest in iter {
+                    self.abort(rest)?;
+                }
+                return Err(e);
+            }
+            // Mark held first: if we die after the CAS, recovery must not free live code.
+            let t = self.t.as_ref();
+            let table = self.alloc.as_mut().expect("loaded");
+            for &r in &p.records {
+                table.set_state(t, r, RecordState::Held)?;
+            }
+            t.write_u64(p.hook.slot_offset + offsets::HOOK_BUDGET, p.budget)?;
+            let prev = t.compare_and_swap(
+                p.hook.slot_offset + offsets::HOOK_ACTIVE,
+                p.expected,
+                p.new_word,
+            )?;
+            if prev != p.expected {
+                let hook = p.hook.name.clone();
+                let expected = p.expected;
+                self.abort(p)?;
+                for rest in iter {
+                    self.abort(rest)?;
+                }
+                return Err(ControlError::Conflict {
+                    hook,
+                    expected,
+                    found: prev,
+                });
+            }
+            let generation = t.fetch_and_add(offsets::HEADER_GENERATION, 1)? + 1;
+            out.push(Published {
+                hook: p.hook.name.clone(),
+                version: p.version,
+                previous_version: active_version(p.expected),
+                word: p.new_word,
+                generation,
+                code_offset: p.code_offset,
+                code_len: p.code_len,
+                map_ids: p.map_ids.clone(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// `deploy_prog`: prepare (allocate, link, write) then `tx`. On any error nothing is
+    /// visible and the hook keeps its previous version.
+    pub fn deploy_prog(
+        &mut self,
+        hook: &str,
+        ext: &Extension,
+        compiled: &Compiled,
+    ) -> Result<Published> {
+        let p = self.prepare_prog(hook, ext, compiled)?;
+        Ok(self.tx(vec![p])?.remove(0))
+    }
+
+    /// Validate, compile (or take from the cache), deploy: the whole path for one hook.
+    pub fn deploy(
+        &mut self,
+        hook: &str,
+        ext: &Extension,
+        class: Option<&str>,
+        registry: Option<&Registry>,
+    ) -> Result<Published> {
+        self.deploy_timed(hook, ext, class, registry)
+            .map(|(p, _)| p)
+    }
+
+    /// [`CodeFlow::deploy`] with the time each phase took.
+    pub fn deploy_timed(
+        &mut self,
+        hook: &str,
+        ext: &Extension,
+        class: Option<&str>,
+        registry: Option<&Registry>,
+    ) -> Result<(Published, DeployTimings)> {
+        let us = |t: Instant| t.elapsed().as_secs_f64() * 1e6;
+        let t0 = Instant::now();
+        let checked = self.validate_code(ext, hook, class)?;
+        let validate_us = us(t0);
+        let t1 = Instant::now();
+        let compiled = self.jit_compile_code(ext, &checked, registry)?;
+        let compile_us = us(t1);
+        let t2 = Instant::now();
+        let p = self.prepare_prog(hook, ext, &compiled)?;
+        let prepare_us = us(t2);
+        let t3 = Instant::now();
+        let published = self.tx(vec![p])?.remove(0);
+        Ok((
+            published,
+            DeployTimings {
+                validate_us,
+                compile_us,
+                prepare_us,
+                publish_us: us(t3),
+            },
+        ))
+    }
+
+    /// Publishes `new_word` on a hook with one CAS (for detach and rollback).
+    fn swap(
+        &mut self,
+        hook: &HookInfo,
+        expected: u64,
+        new_word: u64,
+        budget: Option<u64>,
+    ) -> Result<u64> {
+        if expected & ACTIVE_HOLD != 0 {
+            return Err(ControlError::Held {
+                hook: hook.name.clone(),
+                word: expected,
+            });
+        }
+        self.lease.verify(self.t.as_ref())?;
+        if let Some(b) = budget {
+            self.t
+                .write_u64(hook.slot_offset + offsets::HOOK_BUDGET, b)?;
+        }
+        self.cc_event()?;
+        let prev =
+            self.t
+                .compare_and_swap(hook.slot_offset + offsets::HOOK_ACTIVE, expected, new_word)?;
+        if prev != expected {
+            return Err(ControlError::Conflict {
+                hook: hook.name.clone(),
+                expected,
+                found: prev,
+            });
+        }
+        Ok(self.t.fetch_and_add(offsets::HEADER_GENERATION, 1)? + 1)
+    }
+
+    /// `detach`: the hook runs nothing (its default). The detached version stays held, so
+    /// a rollback can re-attach it. Returns the version that was active (0 if none).
+    pub fn detach(&mut self, hook: &str) -> Result<u32> {
+        self.begin()?;
+        let hook = self.view.hook(hook)?;
+        let current = self.active_word(&hook)?;
+        if active_version(current) == 0 {
+            return Ok(0);
+        }
+        self.swap(&hook, current, 0, None)?;
+        Ok(active_version(current))
+    }
+
+    /// Versions of a hook still held in the code arena, newest first.
+    pub fn versions(&mut self, hook: &str) -> Result<Vec<HeldVersion>> {
+        self.begin()?;
+        let hook = self.view.hook(hook)?;
+        let active = self.active_word(&hook)?;
+        let mut v: Vec<HeldVersion> = self
+            .alloc
+            .as_ref()
+            .expect("loaded")
+            .records()
+            .filter(|(_, r)| {
+                r.arena == Arena::Code && r.hook == hook.index && r.state == RecordState::Held
+            })
+            .map(|(_, r)| HeldVersion {
+                version: r.version,
+                active: active_version(active) == r.version
+                    && active_entry_offset(active) as u64 == r.entry,
+                code_offset: r.offset,
+                code_len: r.size,
+                insns: r.insn_count,
+                created_ms: r.created_ms,
+                hash_prefix: hex(&r.hash[..8]),
+                map_ids: r.maps.clone(),
+            })
+            .collect();
+        v.sort_by_key(|b| std::cmp::Reverse(b.version));
+        Ok(v)
+    }
+
+    /// `rollback`: republishes an earlier version still held in the code arena — `to`, or
+    /// the newest one older than the active version (the newest held one if detached).
+    pub fn rollback(&mut self, hook: &str, to: Option<u32>) -> Result<Published> {
+        self.begin()?;
+        let info = self.view.hook(hook)?;
+        let current = self.active_word(&info)?;
+        let cur_v = active_version(current);
+        let held: Vec<Record> = self
+            .alloc
+            .as_ref()
+            .expect("loaded")
+            .records()
+            .filter(|(_, r)| {
+                r.arena == Arena::Code && r.hook == info.index && r.state == RecordState::Held
+            })
+            .map(|(_, r)| r.clone())
+            .collect();
+        let target =
+            match to {
+                Some(v) => held.iter().find(|r| r.version == v).ok_or_else(|| {
+                    ControlError::NoSuchVersion {
+                        hook: hook.into(),
+                        version: v,
+                        held: {
+                            let mut vs: Vec<u32> = held.iter().map(|r| r.version).collect();
+                            vs.sort_unstable();
+                            if vs.is_empty() {
+                                "none".into()
+                            } else {
+                                vs.iter()
+                                    .map(|v| v.to_string())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            }
+                        },
+                    }
+                })?,
+                None => held
+                    .iter()
+                    .filter(|r| if cur_v == 0 { true } else { r.version < cur_v })
+                    .max_by_key(|r| r.version)
+                    .ok_or_else(|| ControlError::NothingToRollBack { hook: hook.into() })?,
+            };
+        let word = active_word(target.version, target.entry as u32);
+        let generation = if word == current {
+            self.t.read_u64(offsets::HEADER_GENERATION)?
+        } else {
+            self.swap(&info, current, word, Some(target.budget))?
+        };
+        Ok(Published {
+            hook: hook.into(),
+            version: target.version,
+            previous_version: cur_v,
+            word,
+            generation,
+            code_offset: target.offset,
+            code_len: target.size,
+            map_ids: target.maps.iter().map(|&m| m as u32).collect(),
+        })
+    }
+
+    fn reclaim_for(&mut self, arena: Arena) -> Result<Reclaimed> {
+        // First keep one previous version per hook (a rollback target); then everything.
+        let r = self.reclaim(1)?;
+        if self.alloc().largest_gap(arena) > 0 && (r.code_versions > 0 || r.maps > 0) {
+            return Ok(r);
+        }
+        self.reclaim(0)
+    }
+
+    /// Frees code versions that no hook publishes (keeping the newest `keep_previous` per
+    /// hook for rollback) and maps that no remaining version uses, once the node's epoch words
+    /// show that no host thread can still be running them: the records are marked retired,
+    /// a remote barrier orders the unpublication before the epoch snapshot, and every thread
+    /// that was inside extension code (odd epoch) must move on before they are freed.
+    pub fn reclaim(&mut self, keep_previous: usize) -> Result<Reclaimed> {
+        self.begin()?;
+        let info = self.view.info.clone();
+        let mut active = BTreeMap::new();
+        for h in self.view.hooks() {
+            active.insert(h.index, self.active_word(&h)?);
+        }
+        let table = self.alloc.as_ref().expect("loaded");
+        let mut per_hook: BTreeMap<u32, Vec<(u32, usize)>> = BTreeMap::new();
+        let mut retire = Vec::new();
+        for (i, r) in table.records() {
+            if r.arena != Arena::Code {
+                continue;
+            }
+            if r.state == RecordState::Retired {
+                retire.push(i);
+                continue;
+            }
+            if r.state != RecordState::Held {
+                continue;
+            }
+            let is_active = active.get(&r.hook).is_some_and(|w| {
+                active_entry_offset(*w) as u64 == r.entry && active_version(*w) == r.version
+            });
+            if !is_active {
+                per_hook.entry(r.hook).or_default().push((r.version, i));
+            }
+        }
+        for (_, mut vs) in per_hook {
+            vs.sort_by_key(|b| std::cmp::Reverse(b.0));
+            retire.extend(vs.into_iter().skip(keep_previous).map(|(_, i)| i));
+        }
+        // Maps no longer used by any code record that stays.
+        let used: Vec<u16> = table
+            .records()
+            .filter(|(i, r)| r.arena == Arena::Code && !retire.contains(i))
+            .flat_map(|(_, r)| r.maps.clone())
+            .collect();
+        let maps: Vec<usize> = if keep_previous == 0 {
+            table
+                .records()
+                .filter(|(_, r)| {
+                    r.arena == Arena::Scratch
+                        && r.state != RecordState::Pending
+                        && !used.contains(&(r.entry as u16))
+                })
+                .map(|(i, _)| i)
+                .collect()
+        } else {
+            table
+                .records()
+                .filter(|(_, r)| r.arena == Arena::Scratch && r.state == RecordState::Retired)
+                .map(|(i, _)| i)
+                .collect()
+        };
+        if retire.is_empty() && maps.is_empty() {
+            return Ok(Reclaimed::default());
+        }
+        let t = self.t.as_ref();
+        let table = self.alloc.as_mut().expect("loaded");
+        for &i in retire.iter().chain(&maps) {
+            table.set_state(t, i, RecordState::Retired)?;
+        }
+        // Maps leave the meta table first so no new lookup finds them.
+        for &i in &maps {
+            let id = table.get(i).expect("retired").entry as u32;
+            t.write_u64(info.xmeta_offset(id), 0)?;
+        }
+        t.remote_barrier()?;
+        let before = node::thread_epochs(t, &info)?;
+        let deadline = Instant::now() + self.reclaim_timeout;
+        for (slot, epoch) in before.into_iter().filter(|(_, e)| e % 2 == 1) {
+            let at = info.thread_offset(slot) + offsets::THREAD_EPOCH;
+            while t.read_u64(at)? == epoch {
+                if Instant::now() > deadline {
+                    // Leave them retired: a later reclamation finishes the job.
+                    return Err(ControlError::ArenaFull {
+                        arena: "code",
+                        need: 0,
+                        free: 0,
+                    });
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        let mut out = Reclaimed::default();
+        for &i in retire.iter().chain(&maps) {
+            let r = table.get(i).expect("retired").clone();
+            match r.arena {
+                Arena::Code => {
+                    out.code_versions += 1;
+                    out.code_bytes += r.size;
+                }
+                Arena::Scratch => {
+                    out.maps += 1;
+                    out.map_bytes += r.size;
+                }
+            }
+            table.set_state(t, i, RecordState::Free)?;
+        }
+        if !maps.is_empty() {
+            self.map_names = None;
+        }
+        Ok(out)
+    }
+
+    /// Free and total bytes of the code arena and the scratchpad (needs the lease).
+    pub fn arena_usage(&mut self) -> Result<[(u64, u64); 2]> {
+        self.begin()?;
+        let a = self.alloc.as_ref().expect("loaded");
+        Ok([
+            (a.free_bytes(Arena::Code), a.arena_bytes(Arena::Code)),
+            (a.free_bytes(Arena::Scratch), a.arena_bytes(Arena::Scratch)),
+        ])
+    }
+}
+
+impl Drop for CodeFlow {
+    fn drop(&mut self) {
+        let _ = self.lease.release(self.t.as_ref());
+    }
+}
+
+fn list_or_none(v: &[&str]) -> String {
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}

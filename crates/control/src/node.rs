@@ -1,0 +1,284 @@
+//! What a control plane learns about a node by reading its region: header, EIM spec, context
+//! table, hooks and their counters. Reads only; no lease needed.
+
+use crate::error::{ControlError, Result};
+use rdx_region::geometry::{check_header, HeaderInfo};
+use rdx_region::layout::*;
+use rdx_transport::shm::ShmTransport;
+use rdx_transport::Transport;
+use std::mem::size_of;
+
+/// Opens a transport to a node address. `shm:<path>` (or a bare path) maps a region file on
+/// this machine; other schemes (the fabric) plug in here.
+pub fn connect(address: &str) -> Result<Box<dyn Transport>> {
+    let path = match address.split_once(':') {
+        Some(("shm", path)) => path,
+        Some((scheme, _)) if !address.starts_with('/') => {
+            return Err(ControlError::BadAddress {
+                address: address.into(),
+                reason: format!("unknown transport scheme {scheme:?} (supported: shm)"),
+            })
+        }
+        _ => address,
+    };
+    if path.is_empty() {
+        return Err(ControlError::BadAddress {
+            address: address.into(),
+            reason: "empty path".into(),
+        });
+    }
+    Ok(Box::new(ShmTransport::open(path)?))
+}
+
+/// One exported symbol of the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContextSymbol {
+    pub kind: ContextKind,
+    pub id: u32,
+    pub addr: u64,
+    pub size: u64,
+    pub name: String,
+}
+
+/// A hook as declared in the context table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookInfo {
+    pub name: String,
+    pub index: u32,
+    pub slot_offset: u64,
+    pub ctx_size: u64,
+}
+
+/// A hook slot's state and counters, read remotely.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HookStatus {
+    pub active_word: u64,
+    pub version: u32,
+    pub held: bool,
+    pub budget: u64,
+    pub runs: u64,
+    pub failures: u64,
+    pub errors: u64,
+    pub hold_timeouts: u64,
+    pub avg_ns: Option<u64>,
+}
+
+/// What attaching to a node established.
+#[derive(Debug, Clone)]
+pub struct NodeView {
+    pub info: HeaderInfo,
+    pub incarnation: u64,
+    pub eim_text: Option<String>,
+    pub symbols: Vec<ContextSymbol>,
+}
+
+/// Reads and checks the header of the region behind `t` for `arch`.
+pub fn read_header(t: &dyn Transport, arch: Arch) -> Result<HeaderInfo> {
+    let mut head = vec![0u8; size_of::<RegionHeader>()];
+    t.read(0, &mut head)?;
+    Ok(check_header(&head, t.region_len(), arch)?)
+}
+
+/// Checks the host still serves this region: registered, and (on this machine) alive.
+pub fn check_alive(t: &dyn Transport, info: &HeaderInfo) -> Result<()> {
+    let state = t.read_u64(offsets::HEADER_STATE)? as u32;
+    match RegionState::from_u32(state) {
+        Some(RegionState::Registered) => {}
+        Some(RegionState::TornDown) => {
+            return Err(ControlError::NotReady {
+                state,
+                reason: "the host tore its runtime down",
+            })
+        }
+        Some(RegionState::Initializing) | Some(RegionState::Ready) => {
+            return Err(ControlError::NotReady {
+                state,
+                reason: "the host has not registered the region yet",
+            })
+        }
+        None => {
+            return Err(ControlError::NotReady {
+                state,
+                reason: "unknown state value",
+            })
+        }
+    }
+    if info.host_pid != 0 && !pid_alive(info.host_pid) {
+        return Err(ControlError::HostDead {
+            pid: info.host_pid,
+            what: "the region file".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Whether `pid` runs on this machine. A fabric transport reaches other machines, where the
+/// pid means nothing; there the region's state word is what tells (the fabric transport
+/// fails its operations when the host is gone).
+fn pid_alive(pid: u32) -> bool {
+    // SAFETY: kill with signal 0 only checks for existence and permission.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+impl NodeView {
+    /// Reads everything a control plane needs before it can check or link a program.
+    pub fn read(t: &dyn Transport, arch: Arch) -> Result<NodeView> {
+        let info = read_header(t, arch)?;
+        check_alive(t, &info)?;
+        let incarnation = t.read_u64(offsets::HEADER_INCARNATION)?;
+        let eim_text = if info.eim_len == 0 {
+            None
+        } else {
+            let mut b = vec![0u8; info.eim_len as usize];
+            t.read(info.section(SectionId::Eim).offset, &mut b)?;
+            Some(String::from_utf8(b).map_err(|e| {
+                ControlError::BadEimSpec(format!(
+                    "not UTF-8 at byte {}",
+                    e.utf8_error().valid_up_to()
+                ))
+            })?)
+        };
+        let symbols = read_context(t, &info)?;
+        Ok(NodeView {
+            info,
+            incarnation,
+            eim_text,
+            symbols,
+        })
+    }
+
+    pub fn hooks(&self) -> Vec<HookInfo> {
+        self.symbols
+            .iter()
+            .filter(|s| s.kind == ContextKind::Hook)
+            .map(|s| HookInfo {
+                name: s.name.clone(),
+                index: s.id,
+                slot_offset: self.info.hook_offset(s.id),
+                ctx_size: s.size,
+            })
+            .collect()
+    }
+
+    pub fn hook(&self, name: &str) -> Result<HookInfo> {
+        let hooks = self.hooks();
+        hooks
+            .iter()
+            .find(|h| h.name == name)
+            .cloned()
+            .ok_or_else(|| ControlError::NoSuchHook {
+                hook: name.into(),
+                known: if hooks.is_empty() {
+                    "none declared".into()
+                } else {
+                    hooks
+                        .iter()
+                        .map(|h| h.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
+            })
+    }
+
+    pub fn hook_by_index(&self, index: u32) -> Option<HookInfo> {
+        self.hooks().into_iter().find(|h| h.index == index)
+    }
+}
+
+/// Reads the published part of the context table.
+pub fn read_context(t: &dyn Transport, info: &HeaderInfo) -> Result<Vec<ContextSymbol>> {
+    let ctx = info.section(SectionId::Context);
+    let count = t.read_u64(ctx.offset)?;
+    if count > info.context_capacity as u64 {
+        return Err(ControlError::BadContextTable(format!(
+            "count {count} above capacity {}",
+            info.context_capacity
+        )));
+    }
+    let entry = size_of::<ContextEntry>();
+    let mut bytes = vec![0u8; count as usize * entry];
+    t.read(info.context_entry_offset(0), &mut bytes)?;
+    let mut out = Vec::with_capacity(count as usize);
+    for (i, e) in bytes.chunks_exact(entry).enumerate() {
+        let raw_kind = u32::from_le_bytes(e[0..4].try_into().expect("4"));
+        let kind = ContextKind::from_u32(raw_kind).ok_or_else(|| {
+            ControlError::BadContextTable(format!("entry {i}: unknown kind {raw_kind}"))
+        })?;
+        let name_raw = &e[24..24 + CONTEXT_NAME_LEN];
+        let end = name_raw
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(CONTEXT_NAME_LEN);
+        let name = std::str::from_utf8(&name_raw[..end])
+            .map_err(|_| ControlError::BadContextTable(format!("entry {i}: name not UTF-8")))?
+            .to_string();
+        let id = u32::from_le_bytes(e[4..8].try_into().expect("4"));
+        if kind == ContextKind::Hook && id >= info.max_hooks {
+            return Err(ControlError::BadContextTable(format!(
+                "entry {i}: hook {name:?} at slot {id} of {}",
+                info.max_hooks
+            )));
+        }
+        out.push(ContextSymbol {
+            kind,
+            id,
+            addr: u64::from_le_bytes(e[8..16].try_into().expect("8")),
+            size: u64::from_le_bytes(e[16..24].try_into().expect("8")),
+            name,
+        });
+    }
+    Ok(out)
+}
+
+/// Reads a hook's slot and sums its per-thread counters.
+pub fn hook_status(t: &dyn Transport, info: &HeaderInfo, index: u32) -> Result<HookStatus> {
+    let slot = info.hook_offset(index);
+    let mut b = [0u8; size_of::<HookSlot>()];
+    t.read(slot, &mut b)?;
+    let w = |o: u64| u64::from_le_bytes(b[o as usize..o as usize + 8].try_into().expect("8"));
+    let active = t.read_u64(slot + offsets::HOOK_ACTIVE)?;
+    let mut s = HookStatus {
+        active_word: active,
+        version: active_version(active),
+        held: active & ACTIVE_HOLD != 0,
+        budget: w(offsets::HOOK_BUDGET),
+        failures: w(offsets::HOOK_FAILURES),
+        errors: w(offsets::HOOK_ERRORS),
+        hold_timeouts: w(offsets::HOOK_HOLD_TIMEOUTS),
+        ..Default::default()
+    };
+    let stride = size_of::<HookCounters>() as u64;
+    let (mut timed_runs, mut timed_ns) = (0u64, 0u64);
+    let mut c = [0u8; 32];
+    for thread in 0..info.thread_slots {
+        t.read(
+            info.counters_offset(thread, index),
+            &mut c[..stride as usize],
+        )?;
+        let f = |i: usize| u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().expect("8"));
+        s.runs = s.runs.wrapping_add(f(0));
+        timed_runs = timed_runs.wrapping_add(f(1));
+        timed_ns = timed_ns.wrapping_add(f(2));
+    }
+    s.avg_ns = (timed_runs > 0).then(|| timed_ns / timed_runs);
+    Ok(s)
+}
+
+/// Epoch words of every owned thread slot: (slot, epoch).
+pub fn thread_epochs(t: &dyn Transport, info: &HeaderInfo) -> Result<Vec<(u32, u64)>> {
+    let n = info.thread_slots as usize;
+    let mut bytes = vec![0u8; n * size_of::<ThreadSlot>()];
+    t.read(info.thread_offset(0), &mut bytes)?;
+    let mut out = Vec::new();
+    for (i, s) in bytes.chunks_exact(size_of::<ThreadSlot>()).enumerate() {
+        let owner = u64::from_le_bytes(s[0..8].try_into().expect("8"));
+        if owner != 0 {
+            out.push((
+                i as u32,
+                t.read_u64(info.thread_offset(i as u32) + offsets::THREAD_EPOCH)?,
+            ));
+        }
+    }
+    Ok(out)
+}

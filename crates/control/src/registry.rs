@@ -1,0 +1,341 @@
+//! The control plane's own state: compiled artifacts by content hash (and the compile cache
+//! that maps bytecode hash + architecture + class to them), the nodes it knows, and the
+//! deployment history per node and hook.
+//!
+//! Stored in SQLite (bundled, so nothing is needed on the machine) in
+//! `<state dir>/registry.sqlite`. SQLite rather than a single-process store such as redb
+//! because several `rdx` processes use one state directory at once — two control planes
+//! contending for a node, a watcher next to a deploy — and SQLite's file locking with a busy
+//! timeout lets them share it where redb would refuse the second opener.
+//!
+//! Nothing here is needed to operate a node: the region itself holds everything another
+//! control plane must recover (lease, allocator, versions). The registry is the history
+//! and the cache.
+
+use crate::error::{ControlError, Result};
+use rusqlite::{params, Connection, OptionalExtension};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The state directory: `$RDX_STATE_DIR`, else `$XDG_STATE_HOME/rdx`, else
+/// `~/.local/state/rdx`.
+pub fn default_state_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("RDX_STATE_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("rdx");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    home.join(".local/state/rdx")
+}
+
+/// A known node.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct NodeEntry {
+    pub name: String,
+    pub address: String,
+    pub added_ms: u64,
+}
+
+/// One entry of a hook's deployment history.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct HistoryEntry {
+    pub id: i64,
+    pub node: String,
+    pub hook: String,
+    /// `deploy`, `rollback` or `detach`.
+    pub action: String,
+    pub version: u32,
+    pub previous_version: u32,
+    pub program: String,
+    pub object: String,
+    pub class: String,
+    pub artifact: String,
+    pub at_ms: u64,
+    pub generation: u64,
+}
+
+pub struct Registry {
+    conn: Connection,
+    dir: PathBuf,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("dir", &self.dir).finish()
+    }
+}
+
+fn db_err(e: rusqlite::Error) -> ControlError {
+    ControlError::Registry(e.to_string())
+}
+
+impl Registry {
+    /// Opens (creating if needed) the registry in `dir`.
+    pub fn open(dir: &Path) -> Result<Registry> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            ControlError::Registry(format!(
+                "cannot create state directory {}: {e}",
+                dir.display()
+            ))
+        })?;
+        let path = dir.join("registry.sqlite");
+        let conn = Connection::open(&path)
+            .map_err(|e| ControlError::Registry(format!("{}: {e}", path.display())))?;
+        conn.busy_timeout(Duration::from_secs(10)).map_err(db_err)?;
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL;
+             PRAGMA synchronous=NORMAL;
+             CREATE TABLE IF NOT EXISTS artifacts(hash TEXT PRIMARY KEY, bytes BLOB NOT NULL, created_ms INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS compile_cache(key TEXT PRIMARY KEY, hash TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS nodes(name TEXT PRIMARY KEY, address TEXT NOT NULL, added_ms INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS history(
+                 id INTEGER PRIMARY KEY AUTOINCREMENT, node TEXT NOT NULL, hook TEXT NOT NULL,
+                 action TEXT NOT NULL, version INTEGER NOT NULL, previous INTEGER NOT NULL,
+                 program TEXT NOT NULL, object TEXT NOT NULL, class TEXT NOT NULL,
+                 artifact TEXT NOT NULL, at_ms INTEGER NOT NULL, generation INTEGER NOT NULL);
+             CREATE INDEX IF NOT EXISTS history_by_hook ON history(node, hook, id);",
+        )
+        .map_err(db_err)?;
+        Ok(Registry {
+            conn,
+            dir: dir.into(),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The artifact cached under a compile key, with its content hash.
+    pub fn cached_artifact(&self, key: &str) -> Result<Option<([u8; 32], Vec<u8>)>> {
+        let row: Option<(String, Vec<u8>)> = self
+            .conn
+            .query_row(
+                "SELECT a.hash, a.bytes FROM compile_cache c JOIN artifacts a ON a.hash = c.hash WHERE c.key = ?1",
+                params![key],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(db_err)?;
+        Ok(row.and_then(|(h, b)| unhex32(&h).map(|h| (h, b))))
+    }
+
+    /// Stores an artifact by content hash and points a compile key at it.
+    pub fn put_artifact(&self, key: &str, hash: &[u8; 32], bytes: &[u8]) -> Result<()> {
+        let h = crate::codeflow::hex(hash);
+        self.conn
+            .execute(
+                "INSERT OR IGNORE INTO artifacts(hash, bytes, created_ms) VALUES (?1, ?2, ?3)",
+                params![h, bytes, crate::lease::now_ms() as i64],
+            )
+            .map_err(db_err)?;
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO compile_cache(key, hash) VALUES (?1, ?2)",
+                params![key, h],
+            )
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    /// An artifact by content hash (hex, or a unique prefix of it).
+    pub fn artifact(&self, hash_hex: &str) -> Result<Option<Vec<u8>>> {
+        self.conn
+            .query_row(
+                "SELECT bytes FROM artifacts WHERE hash LIKE ?1 || '%' LIMIT 1",
+                params![hash_hex],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db_err)
+    }
+
+    pub fn add_node(&self, name: &str, address: &str) -> Result<()> {
+        if name.is_empty() || name.contains(char::is_whitespace) {
+            return Err(ControlError::Invalid(format!("bad node name {name:?}")));
+        }
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO nodes(name, address, added_ms) VALUES (?1, ?2, ?3)",
+                params![name, address, crate::lease::now_ms() as i64],
+            )
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    pub fn remove_node(&self, name: &str) -> Result<bool> {
+        Ok(self
+            .conn
+            .execute("DELETE FROM nodes WHERE name = ?1", params![name])
+            .map_err(db_err)?
+            > 0)
+    }
+
+    pub fn nodes(&self) -> Result<Vec<NodeEntry>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT name, address, added_ms FROM nodes ORDER BY name")
+            .map_err(db_err)?;
+        let rows = st
+            .query_map([], |r| {
+                Ok(NodeEntry {
+                    name: r.get(0)?,
+                    address: r.get(1)?,
+                    added_ms: r.get::<_, i64>(2)? as u64,
+                })
+            })
+            .map_err(db_err)?;
+        rows.collect::<std::result::Result<_, _>>().map_err(db_err)
+    }
+
+    /// A node by name; a name that is not registered but looks like an address
+    /// (`shm:...` or a path) is used as one.
+    pub fn node(&self, name: &str) -> Result<NodeEntry> {
+        let found = self
+            .conn
+            .query_row(
+                "SELECT name, address, added_ms FROM nodes WHERE name = ?1",
+                params![name],
+                |r| {
+                    Ok(NodeEntry {
+                        name: r.get(0)?,
+                        address: r.get(1)?,
+                        added_ms: r.get::<_, i64>(2)? as u64,
+                    })
+                },
+            )
+            .optional()
+            .map_err(db_err)?;
+        match found {
+            Some(n) => Ok(n),
+            None if name.starts_with("shm:") || name.starts_with('/') => Ok(NodeEntry {
+                name: name.into(),
+                address: name.into(),
+                added_ms: 0,
+            }),
+            None => Err(ControlError::Invalid(format!(
+                "unknown node {name:?} (add it with `rdx node add {name} shm:/dev/shm/<region>`)"
+            ))),
+        }
+    }
+
+    pub fn record(&self, e: &HistoryEntry) -> Result<i64> {
+        self.conn
+            .execute(
+                "INSERT INTO history(node, hook, action, version, previous, program, object, class, artifact, at_ms, generation)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                params![
+                    e.node,
+                    e.hook,
+                    e.action,
+                    e.version,
+                    e.previous_version,
+                    e.program,
+                    e.object,
+                    e.class,
+                    e.artifact,
+                    e.at_ms as i64,
+                    e.generation as i64
+                ],
+            )
+            .map_err(db_err)?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// History of a node, optionally one hook, oldest first.
+    pub fn history(&self, node: &str, hook: Option<&str>) -> Result<Vec<HistoryEntry>> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT id, node, hook, action, version, previous, program, object, class, artifact, at_ms, generation
+                 FROM history WHERE node = ?1 AND (?2 IS NULL OR hook = ?2) ORDER BY id",
+            )
+            .map_err(db_err)?;
+        let rows = st
+            .query_map(params![node, hook], |r| {
+                Ok(HistoryEntry {
+                    id: r.get(0)?,
+                    node: r.get(1)?,
+                    hook: r.get(2)?,
+                    action: r.get(3)?,
+                    version: r.get(4)?,
+                    previous_version: r.get(5)?,
+                    program: r.get(6)?,
+                    object: r.get(7)?,
+                    class: r.get(8)?,
+                    artifact: r.get(9)?,
+                    at_ms: r.get::<_, i64>(10)? as u64,
+                    generation: r.get::<_, i64>(11)? as u64,
+                })
+            })
+            .map_err(db_err)?;
+        rows.collect::<std::result::Result<_, _>>().map_err(db_err)
+    }
+}
+
+fn unhex32(s: &str) -> Option<[u8; 32]> {
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_everything() {
+        let dir = std::env::temp_dir().join(format!("rdx-reg-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let r = Registry::open(&dir).unwrap();
+        r.add_node("kv", "shm:/dev/shm/rdx-kv").unwrap();
+        assert_eq!(r.node("kv").unwrap().address, "shm:/dev/shm/rdx-kv");
+        assert!(r.node("nope").is_err());
+        assert_eq!(r.node("shm:/x").unwrap().address, "shm:/x");
+        let h = [5u8; 32];
+        r.put_artifact("k1", &h, b"bytes").unwrap();
+        assert_eq!(
+            r.cached_artifact("k1").unwrap(),
+            Some((h, b"bytes".to_vec()))
+        );
+        assert_eq!(r.cached_artifact("k2").unwrap(), None);
+        let e = HistoryEntry {
+            id: 0,
+            node: "kv".into(),
+            hook: "on_get".into(),
+            action: "deploy".into(),
+            version: 1,
+            previous_version: 0,
+            program: "p".into(),
+            object: "o.o".into(),
+            class: "c".into(),
+            artifact: "ab".into(),
+            at_ms: 1,
+            generation: 1,
+        };
+        r.record(&e).unwrap();
+        r.record(&HistoryEntry {
+            hook: "other".into(),
+            ..e.clone()
+        })
+        .unwrap();
+        assert_eq!(r.history("kv", Some("on_get")).unwrap().len(), 1);
+        assert_eq!(r.history("kv", None).unwrap().len(), 2);
+        drop(r);
+        // A second opener (another rdx process) shares it.
+        let a = Registry::open(&dir).unwrap();
+        let b = Registry::open(&dir).unwrap();
+        a.add_node("n2", "shm:/y").unwrap();
+        assert_eq!(b.nodes().unwrap().len(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

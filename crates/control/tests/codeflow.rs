@@ -1,0 +1,260 @@
+//! CodeFlow against real host processes: deploy, upgrade, rollback, detach, map state,
+//! leases, and the bad-input paths that must leave the host on its previous version.
+
+mod common;
+
+use common::{extension, state_dir, Host};
+use rdx_control::registry::Registry;
+use rdx_control::{create_codeflow, ControlError, ExtSpec};
+use std::time::Duration;
+
+#[test]
+fn deploy_upgrade_rollback_detach_across_processes() {
+    let mut host = Host::start("cycle", &[]);
+    assert_eq!(
+        host.request(5),
+        (0, 0),
+        "nothing attached: the hook's default"
+    );
+    let reg = Registry::open(&state_dir("cycle")).unwrap();
+    let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+
+    let a = extension("plus_one");
+    let v1 = cf.deploy("on_request", &a, None, Some(&reg)).unwrap();
+    assert_eq!(v1.version, 1);
+    assert_eq!(host.request(5), (1, 6));
+
+    let b = extension("times_two");
+    let v2 = cf.deploy("on_request", &b, None, Some(&reg)).unwrap();
+    assert_eq!((v2.version, v2.previous_version), (2, 1));
+    assert_eq!(host.request(5), (2, 10));
+    // Both versions share the `hits` map: three requests so far.
+    assert_eq!(v1.map_ids[0], v2.map_ids[0]);
+    let info = cf.view().info.clone();
+    let hits = rdx_transport::xstate::open(cf.transport(), &info, v2.map_ids[0]).unwrap();
+    let mut val = [0u8; 8];
+    rdx_transport::xstate::lookup(cf.transport(), &hits.map, &0u32.to_le_bytes(), &mut val)
+        .unwrap();
+    assert_eq!(u64::from_le_bytes(val), 2);
+
+    let back = cf.rollback("on_request", None).unwrap();
+    assert_eq!((back.version, back.previous_version), (1, 2));
+    assert_eq!(host.request(7), (1, 8));
+
+    let fwd = cf.rollback("on_request", Some(2)).unwrap();
+    assert_eq!(fwd.version, 2);
+    assert_eq!(host.request(7), (2, 14));
+
+    assert_eq!(cf.detach("on_request").unwrap(), 2);
+    assert_eq!(host.request(7), (0, 0));
+    assert_eq!(
+        cf.detach("on_request").unwrap(),
+        0,
+        "detaching twice is a no-op"
+    );
+
+    // Re-attach by rollback after a detach: newest held version.
+    assert_eq!(cf.rollback("on_request", None).unwrap().version, 2);
+    assert_eq!(host.request(1), (2, 2));
+
+    let versions = cf.versions("on_request").unwrap();
+    assert_eq!(
+        versions.iter().map(|v| v.version).collect::<Vec<_>>(),
+        vec![2, 1]
+    );
+    assert!(versions[0].active && !versions[1].active);
+    assert!(matches!(
+        cf.rollback("on_request", Some(9)),
+        Err(ControlError::NoSuchVersion { version: 9, .. })
+    ));
+
+    // The second deploy of the same bytecode comes from the registry's compile cache.
+    let checked = cf.validate_code(&a, "on_request", None).unwrap();
+    assert!(
+        cf.jit_compile_code(&a, &checked, Some(&reg))
+            .unwrap()
+            .cached
+    );
+}
+
+#[test]
+fn a_rejected_program_never_reaches_the_node() {
+    let mut host = Host::start("reject", &[]);
+    let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    cf.deploy("on_request", &extension("plus_one"), None, None)
+        .unwrap();
+    let before = cf.arena_usage().unwrap();
+    let err = cf
+        .deploy("on_request", &extension("out_of_bounds"), None, None)
+        .unwrap_err();
+    assert!(matches!(err, ControlError::Verify { .. }), "{err}");
+    assert!(err.to_string().contains("on_request"), "{err}");
+    assert_eq!(cf.arena_usage().unwrap(), before, "nothing allocated");
+    assert_eq!(host.request(3), (1, 4), "still the previous version");
+    // Unknown hook and class are named.
+    let e = cf
+        .deploy("nope", &extension("plus_one"), None, None)
+        .unwrap_err();
+    assert!(e.to_string().contains("no hook named \"nope\""), "{e}");
+    let e = cf
+        .deploy("on_request", &extension("plus_one"), Some("gold"), None)
+        .unwrap_err();
+    assert!(e.to_string().contains("no class \"gold\""), "{e}");
+}
+
+#[test]
+fn a_full_code_arena_is_refused_and_the_old_version_stays() {
+    // 64 KiB of code arena: the smallest the layout allows.
+    let mut host = Host::start("full", &["--code-size", "65536"]);
+    let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    cf.deploy("on_request", &extension("plus_one"), None, None)
+        .unwrap();
+    // A program larger than the arena.
+    let big = rdx_control::Extension::new(
+        "big",
+        "rdx/on_request",
+        {
+            use rdx_bpf::isa::{AluOp, Insn, Operand, Reg, Size, Width};
+            // Depends on the context at every step, so nothing folds away.
+            let mut v = vec![
+                Insn::Load {
+                    size: Size::DW,
+                    sign_extend: false,
+                    dst: Reg(2),
+                    base: Reg(1),
+                    off: 0,
+                },
+                Insn::Alu {
+                    width: Width::W64,
+                    op: AluOp::Mov,
+                    dst: Reg(0),
+                    src: Operand::Reg(Reg(2)),
+                },
+            ];
+            for i in 0..20_000 {
+                let op = if i % 2 == 0 { AluOp::Mul } else { AluOp::Xor };
+                v.push(Insn::Alu {
+                    width: Width::W64,
+                    op,
+                    dst: Reg(0),
+                    src: Operand::Reg(Reg(2)),
+                });
+            }
+            v.push(Insn::Exit);
+            v
+        },
+        vec![],
+    );
+    let err = cf.deploy("on_request", &big, None, None).unwrap_err();
+    assert!(
+        matches!(err, ControlError::ArenaFull { arena: "code", .. }),
+        "{err}"
+    );
+    assert_eq!(host.request(3), (1, 4));
+    // Small versions keep fitting: old ones are reclaimed as needed.
+    let reg = Registry::open(&state_dir("full")).unwrap();
+    for i in 0..40 {
+        let ext = if i % 2 == 0 {
+            extension("times_two")
+        } else {
+            extension("plus_one")
+        };
+        cf.deploy("on_request", &ext, None, Some(&reg)).unwrap();
+    }
+    assert_eq!(host.request(3), (1, 4));
+}
+
+#[test]
+fn two_control_planes_contend_for_the_lease() {
+    let mut host = Host::start("lease", &[]);
+    let spec = ExtSpec {
+        lease_ttl: Duration::from_millis(2500),
+        ..ExtSpec::default()
+    };
+    let mut first = create_codeflow(&host.address(), spec.clone()).unwrap();
+    let mut second = create_codeflow(&host.address(), spec).unwrap();
+    first
+        .deploy("on_request", &extension("plus_one"), None, None)
+        .unwrap();
+    let err = second
+        .deploy("on_request", &extension("times_two"), None, None)
+        .unwrap_err();
+    match &err {
+        ControlError::LeaseHeld {
+            pid, remaining_ms, ..
+        } => {
+            assert_eq!(*pid, std::process::id());
+            assert!(*remaining_ms > 0);
+        }
+        other => panic!("expected LeaseHeld, got {other}"),
+    }
+    assert_eq!(host.request(1), (1, 2));
+    // A released lease is free at once.
+    first.release().unwrap();
+    let v = second
+        .deploy("on_request", &extension("times_two"), None, None)
+        .unwrap();
+    assert_eq!(
+        v.version, 2,
+        "the second control plane recovered the first one's allocator"
+    );
+    assert_eq!(host.request(1), (2, 2));
+    // A holder that stops renewing (as if it died) loses the lease once it expires.
+    std::mem::forget(second);
+    let mut third = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    assert!(matches!(
+        third.detach("on_request"),
+        Err(ControlError::LeaseHeld { .. })
+    ));
+    std::thread::sleep(Duration::from_millis(2600));
+    assert_eq!(third.rollback("on_request", None).unwrap().version, 1);
+    assert_eq!(host.request(1), (1, 2));
+}
+
+#[test]
+fn a_dead_or_restarted_host_is_named() {
+    let mut host = Host::start("dead", &[]);
+    let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    cf.deploy("on_request", &extension("plus_one"), None, None)
+        .unwrap();
+    // Keep the region file: the host dies without tearing down.
+    let keep = host.path.with_extension("keep");
+    std::fs::copy(&host.path, &keep).unwrap();
+    host.kill();
+    let err = cf
+        .deploy("on_request", &extension("times_two"), None, None)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ControlError::HostDead { .. } | ControlError::NotReady { .. }
+        ),
+        "{err}"
+    );
+    let err = create_codeflow(&format!("shm:{}", keep.display()), ExtSpec::default()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ControlError::HostDead { .. } | ControlError::NotReady { .. }
+        ),
+        "{err}"
+    );
+    let _ = std::fs::remove_file(&keep);
+    assert!(create_codeflow("shm:/dev/shm/rdx-no-such-region", ExtSpec::default()).is_err());
+    assert!(create_codeflow("rdma:somewhere", ExtSpec::default())
+        .unwrap_err()
+        .to_string()
+        .contains("unknown transport scheme"));
+}
+
+#[test]
+fn a_region_of_another_layout_version_is_refused() {
+    let host = Host::start("version", &[]);
+    let copy = host.path.with_extension("v9");
+    let mut bytes = std::fs::read(&host.path).unwrap();
+    bytes[8] = 9; // layout_version
+    std::fs::write(&copy, &bytes).unwrap();
+    let err = create_codeflow(&format!("shm:{}", copy.display()), ExtSpec::default()).unwrap_err();
+    let _ = std::fs::remove_file(&copy);
+    assert!(err.to_string().contains("layout version 9"), "{err}");
+}
