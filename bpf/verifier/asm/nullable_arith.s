@@ -1,6 +1,6 @@
 # expect: reject pointer-arith
 # env: xdp
-# map: counts array 4 8 4
+# map: counts hash 4 8 4
 stw [%r10-4], 0
 mov %r2, %r10
 add %r2, -4

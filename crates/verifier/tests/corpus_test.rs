@@ -44,6 +44,8 @@ fn corpus_outcomes_match_expectations() {
 #[test]
 fn corpus_is_broad() {
     let cases = all_cases();
+    let c_programs = corpus::c_cases().len();
+    assert!(c_programs >= 20, "only {c_programs} C corpus programs");
     assert!(cases.len() >= 60, "only {} corpus programs", cases.len());
     let covered: BTreeSet<Rule> = cases
         .iter()

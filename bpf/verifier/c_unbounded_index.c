@@ -1,0 +1,27 @@
+// expect: reject out-of-bounds
+// Indexes a 64-byte map value with an unchecked packet length.
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+struct table {
+	__u8 slots[64];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct table);
+} tables SEC(".maps");
+
+SEC("socket")
+int unbounded(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct table *t = bpf_map_lookup_elem(&tables, &zero);
+	if (!t)
+		return 0;
+	return t->slots[skb->len];
+}
+
+char LICENSE[] SEC("license") = "GPL";
