@@ -32,6 +32,8 @@ const volatile __u8 drop_proto = 17;
 /* .data and .bss: mutable program state. */
 __u64 seen_total = 7;
 __u64 hook_calls;
+/* A named data section (.data.<name>): its own one-entry array map. */
+__u32 last_request_words[2] SEC(".data.requests") = { 1, 2 };
 
 static __attribute__((noinline)) __u64 mix(__u64 a, __u64 b)
 {
@@ -94,6 +96,8 @@ SEC("rdx/request")
 __u64 on_request(__u64 *ctx)
 {
 	hook_calls++;
+	last_request_words[0] = (__u32)ctx[0];
+	bpf_printk("request %llu", hook_calls);
 	return mix(ctx[0], hook_calls);
 }
 

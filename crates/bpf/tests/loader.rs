@@ -164,12 +164,41 @@ fn global_data_references_carry_map_and_offset() {
     assert!(value_refs.contains(&(rodata, 0)), "{value_refs:?}");
     assert!(value_refs.contains(&(data, 0)), "{value_refs:?}");
     let (hook, _) = obj.program("on_request").unwrap();
-    assert_eq!(
-        lddws(&hook.insns)
+    let hook_refs: Vec<(ImmKind, i32, i32)> =
+        lddws(&hook.insns).iter().map(|r| (r.1, r.2, r.3)).collect();
+    let requests = map_index(&obj, ".data.requests") as i32;
+    // hook_calls (.bss+0), last_request_words (.data.requests+0), the printk format (.rodata).
+    assert!(
+        hook_refs.contains(&(ImmKind::MapIdxValue, bss, 0)),
+        "{hook_refs:?}"
+    );
+    assert!(
+        hook_refs.contains(&(ImmKind::MapIdxValue, requests, 0)),
+        "{hook_refs:?}"
+    );
+    assert!(
+        hook_refs
             .iter()
-            .map(|r| (r.1, r.2, r.3))
-            .collect::<Vec<_>>(),
-        [(ImmKind::MapIdxValue, bss, 0)]
+            .any(|&(k, m, off)| k == ImmKind::MapIdxValue && m == rodata && off >= 5),
+        "{hook_refs:?}"
+    );
+}
+
+#[test]
+fn named_data_sections_are_maps_of_their_own() {
+    let obj = load("examples/multi");
+    let requests = &obj.object.maps[map_index(&obj, ".data.requests")];
+    assert_eq!(requests.origin, MapOrigin::GlobalData);
+    assert!(!requests.read_only);
+    assert_eq!(
+        requests.initial_value.as_deref(),
+        Some(&[1, 0, 0, 0, 2, 0, 0, 0][..])
+    );
+    let rodata = &obj.object.maps[map_index(&obj, ".rodata")];
+    let text = rodata.initial_value.as_ref().unwrap();
+    assert!(
+        text.windows(12).any(|w| w == b"request %llu"),
+        "printk format string lives in .rodata"
     );
 }
 

@@ -42,13 +42,13 @@ fn frame(len: usize) -> Vec<u8> {
 fn inspect_lists_programs_maps_relocations_and_code() {
     let text = stdout(&rdx(&["inspect", &object("examples/multi")]));
     for needle in [
-        "3 programs, 5 maps",
+        "3 programs, 6 maps",
         "classify",
         "rdx/request",
         "bytes_by_proto",
         "global data, read-only",
         "call should_drop",
-        "map #2 bytes_by_proto",
+        "map #3 bytes_by_proto",
         "<account> (from .text):",
         "exit",
     ] {
@@ -130,6 +130,48 @@ fn run_xdp_program_uses_the_xdp_model() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["ctx_model"], "xdp");
     assert_eq!(v["r0"], 1);
+}
+
+#[test]
+fn run_hook_program_with_raw_context() {
+    // on_request: hook_calls++ (.bss), then mix(ctx[0], hook_calls) in .text:
+    // (a ^ (b << 7)) + (b >> 3). With ctx[0] = 5: run 1 -> 5 ^ 128, run 2 -> 5 ^ 256.
+    let ctx = temp_file("ctx.bin", &5u64.to_le_bytes());
+    let multi = object("examples/multi");
+    let ctx = ctx.to_str().unwrap();
+    let out = stdout(&rdx(&[
+        "run",
+        &multi,
+        "--prog",
+        "on_request",
+        "--ctx",
+        ctx,
+        "--json",
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["ctx_model"], "raw");
+    assert_eq!(v["r0"], 5 ^ 128);
+    assert_eq!(v["trace"][0], "request 1");
+    let out = stdout(&rdx(&[
+        "run",
+        &multi,
+        "--prog",
+        "on_request",
+        "--ctx",
+        ctx,
+        "--repeat",
+        "2",
+        "--json",
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["r0"], 5 ^ 256);
+    let bss = v["map_changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["map"] == ".bss")
+        .unwrap();
+    assert_eq!(bss["after"], "0200000000000000");
 }
 
 #[test]
