@@ -24,6 +24,9 @@ const KNOWN: &[(MapType, i64, i64)] = &[
     (MapType::LpmTrie, -libc::EINVAL as i64, -libc::E2BIG as i64),
 ];
 
+/// What one operation returned: the value looked up (if any) or the negative errno.
+type OpResult = Result<Option<Vec<u8>>, i64>;
+
 #[derive(Clone, Debug)]
 enum Op {
     Update { key: u8, value: u64, flags: u64 },
@@ -114,7 +117,7 @@ fn compare(map_type: MapType, ops: &[Op]) -> Result<usize, TestCaseError> {
     let rdx = Map::new(&d).map_err(|e| TestCaseError::fail(e.to_string()))?;
     let mut known = 0;
     for (i, op) in ops.iter().enumerate() {
-        let (k, r): (Result<Option<Vec<u8>>, i64>, Result<Option<Vec<u8>>, i64>) = match op {
+        let (k, r): (OpResult, OpResult) = match op {
             Op::Update {
                 key: kk,
                 value,
