@@ -191,29 +191,41 @@ impl SkBuff {
 
     /// The `__sk_buff` a socket filter sees under the kernel's `BPF_PROG_TEST_RUN` for the
     /// Ethernet frame `frame`: the kernel runs `eth_type_trans` on the loopback device, so the
-    /// data starts after the 14-byte Ethernet header, `len` excludes it, `protocol` is the
-    /// frame's EtherType, `pkt_type` follows from the destination MAC (the loopback address
-    /// is all zeroes) and `ifindex` is 1. Returns `None` for frames shorter than 14 bytes,
-    /// which the kernel rejects too.
+    /// data starts after the 14-byte Ethernet header, `len` excludes it, and `ifindex` is 1.
+    /// `pkt_type` follows from the destination MAC: any multicast address is
+    /// `PACKET_MULTICAST` (the loopback device's broadcast address is all zeroes, so not even
+    /// ff:ff:ff:ff:ff:ff counts as broadcast), the device address (all zeroes) is
+    /// `PACKET_HOST`, anything else `PACKET_OTHERHOST`. `protocol` is the EtherType when it is
+    /// at least 0x0600; below that (an 802.3 length) it is `ETH_P_802_3` when the payload
+    /// starts with ff ff and `ETH_P_802_2` otherwise. Returns `None` for frames shorter than
+    /// 14 bytes, which the kernel rejects too.
     pub fn socket_filter_test_run(frame: &[u8]) -> Option<Self> {
         const ETH_HLEN: usize = 14;
+        const ETH_P_802_3: u16 = 0x0001;
+        const ETH_P_802_2: u16 = 0x0004;
         if frame.len() < ETH_HLEN {
             return None;
         }
         let dst = &frame[..6];
         let pkt_type = if dst[0] & 1 != 0 {
-            if dst.iter().all(|&b| b == 0xff) {
-                1 // PACKET_BROADCAST
-            } else {
-                2 // PACKET_MULTICAST
-            }
+            2 // PACKET_MULTICAST
         } else if dst.iter().all(|&b| b == 0) {
-            0 // PACKET_HOST: matches the loopback device's address
+            0 // PACKET_HOST
         } else {
             3 // PACKET_OTHERHOST
         };
-        let mut skb = Self::new(frame[ETH_HLEN..].to_vec());
-        skb.protocol = u16::from_le_bytes([frame[12], frame[13]]) as u32;
+        let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
+        let payload = &frame[ETH_HLEN..];
+        let protocol = if ethertype >= 0x0600 {
+            ethertype
+        } else if payload.starts_with(&[0xff, 0xff]) {
+            ETH_P_802_3
+        } else {
+            ETH_P_802_2
+        };
+        let mut skb = Self::new(payload.to_vec());
+        // `skb->protocol` is big-endian; the field exposes its two bytes as stored.
+        skb.protocol = u16::from_le_bytes(protocol.to_be_bytes()) as u32;
         skb.pkt_type = pkt_type;
         skb.ifindex = 1;
         Some(skb)
@@ -413,6 +425,17 @@ mod tests {
         assert_eq!(skb.load(SkBuff::OFF_CB + 8, Size::W).unwrap(), 42);
         assert!(skb.store(SkBuff::OFF_LEN, Size::W, 1).is_err());
         assert!(SkBuff::socket_filter_test_run(&[0; 13]).is_none());
+        // Broadcast on loopback is multicast; short EtherTypes are 802.3 lengths.
+        let mut f = vec![0xffu8; 6];
+        f.extend_from_slice(&[0; 6]);
+        f.extend_from_slice(&[0x00, 0x40, 0xff, 0xff]);
+        let skb = SkBuff::socket_filter_test_run(&f).unwrap();
+        assert_eq!(skb.pkt_type, 2);
+        assert_eq!(skb.protocol, 0x0100);
+        f[14] = 0xaa;
+        assert_eq!(SkBuff::socket_filter_test_run(&f).unwrap().protocol, 0x0400);
+        f[0] = 0x02;
+        assert_eq!(SkBuff::socket_filter_test_run(&f).unwrap().pkt_type, 3);
     }
 
     #[test]

@@ -55,7 +55,7 @@ impl LpmTrie {
     fn split(&self, key: &[u8]) -> Result<(u32, Vec<u8>), MapError> {
         let prefix_len = u32::from_le_bytes(key[..4].try_into().expect("4-byte prefix"));
         if prefix_len as usize > self.data_len * 8 {
-            return Err(MapError::OutOfRange);
+            return Err(MapError::InvalidKey("prefix length exceeds the key's data"));
         }
         Ok((prefix_len, mask(&key[4..], prefix_len)))
     }
@@ -90,7 +90,8 @@ impl MapOps for LpmTrie {
         if flags == BPF_EXIST {
             return Err(MapError::NotFound);
         }
-        let slot = e.free.pop().ok_or(MapError::Full)?;
+        // The kernel's trie reports a full map as ENOSPC, unlike the hash map's E2BIG.
+        let slot = e.free.pop().ok_or(MapError::NoSpace)?;
         self.slab.write(slot, value);
         self.slab.set_live(slot, true);
         e.slots.insert(k.clone(), slot);
@@ -153,6 +154,17 @@ mod tests {
         assert_eq!(get([11, 0, 0, 0]), None);
         t.delete(&key(24, [10, 1, 2, 0])).unwrap();
         assert_eq!(get([10, 1, 2, 3]), Some(1));
-        assert!(t.update(&key(33, [0; 4]), &[0; 4], 0).is_err());
+        assert_eq!(
+            t.update(&key(33, [0; 4]), &[0; 4], 0).unwrap_err().errno(),
+            -22
+        );
+        let t = LpmTrie::new(8, 4, 1).unwrap();
+        t.update(&key(8, [1, 0, 0, 0]), &[0; 4], 0).unwrap();
+        assert_eq!(
+            t.update(&key(8, [2, 0, 0, 0]), &[0; 4], 0)
+                .unwrap_err()
+                .errno(),
+            -28
+        );
     }
 }

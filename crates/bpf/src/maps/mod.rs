@@ -59,6 +59,10 @@ pub enum MapError {
     Exists,
     #[error("map is full")]
     Full,
+    #[error("trie is full")]
+    NoSpace,
+    #[error("invalid key: {0}")]
+    InvalidKey(&'static str),
     #[error("key is out of range for this map")]
     OutOfRange,
     #[error("invalid update flags {0:#x}")]
@@ -74,6 +78,7 @@ impl MapError {
             MapError::NotFound => -2,      // ENOENT
             MapError::Exists => -17,       // EEXIST
             MapError::Full => -7,          // E2BIG
+            MapError::NoSpace => -28,      // ENOSPC
             MapError::OutOfRange => -7,    // E2BIG (array index past max_entries)
             MapError::NotSupported => -95, // EOPNOTSUPP
             _ => -22,                      // EINVAL
