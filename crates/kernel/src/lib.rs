@@ -12,6 +12,10 @@
 //!   [`create_maps`] and [`load_linked`] do the same for a program as rdx's own loader
 //!   linked it (maps by index, global data with its initial values).
 //!
+//! [`oracle`] turns the kernel into a reference for other implementations: test inputs
+//! (hand-built and seeded random frames) and the kernel's [`oracle::Outcome`] for each (r0,
+//! packet, context fields, every map), with [`oracle::difference`] to explain a mismatch.
+//!
 //! Every program, however loaded, runs through [`test_run`] and every map is read through
 //! [`KernelMap`]. When the `bpf()` system call cannot be used (not root, a kernel without BPF,
 //! a seccomp filter), [`probe`] and every other entry point return
@@ -37,6 +41,7 @@ mod error;
 mod linked;
 mod map;
 mod object;
+pub mod oracle;
 mod program;
 mod run;
 
