@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use crate::interp::context::ContextModel;
 use crate::interp::memory::{Access, Regions};
-use crate::maps::{Map, MapSet};
+use crate::maps::{Map, MapSet, RingBuf, RINGBUF_HEADER};
 use rdx_region::abi::HelperFn;
 
 /// Standard helper ids, as in the kernel's `enum bpf_func_id`.
@@ -31,6 +31,11 @@ pub mod id {
     pub const GET_PRANDOM_U32: i32 = 7;
     pub const GET_SMP_PROCESSOR_ID: i32 = 8;
     pub const SKB_LOAD_BYTES: i32 = 26;
+    pub const RINGBUF_OUTPUT: i32 = 130;
+    pub const RINGBUF_RESERVE: i32 = 131;
+    pub const RINGBUF_SUBMIT: i32 = 132;
+    pub const RINGBUF_DISCARD: i32 = 133;
+    pub const RINGBUF_QUERY: i32 = 134;
     /// The conformance suite's "unwind" helper (shares the number of `ktime_get_ns`; it only
     /// exists in [`super::Helpers::conformance`]).
     pub const CONFORMANCE_UNWIND: i32 = 5;
@@ -194,7 +199,9 @@ impl Helpers {
 
     /// The standard kernel-numbered helpers rdx implements: map lookup/update/delete (1-3),
     /// `ktime_get_ns` (5), `trace_printk` (6), `get_prandom_u32` (7),
-    /// `get_smp_processor_id` (8), `skb_load_bytes` (26).
+    /// `get_smp_processor_id` (8), `skb_load_bytes` (26), and the ring buffer helpers
+    /// `ringbuf_output` (130), `ringbuf_reserve` (131), `ringbuf_submit` (132),
+    /// `ringbuf_discard` (133), `ringbuf_query` (134).
     pub fn standard() -> Self {
         let mut h = Self::empty();
         h.register(id::MAP_LOOKUP_ELEM, "bpf_map_lookup_elem", map_lookup_elem);
@@ -209,6 +216,11 @@ impl Helpers {
             get_smp_processor_id,
         );
         h.register(id::SKB_LOAD_BYTES, "bpf_skb_load_bytes", skb_load_bytes);
+        h.register(id::RINGBUF_OUTPUT, "bpf_ringbuf_output", ringbuf_output);
+        h.register(id::RINGBUF_RESERVE, "bpf_ringbuf_reserve", ringbuf_reserve);
+        h.register(id::RINGBUF_SUBMIT, "bpf_ringbuf_submit", ringbuf_submit);
+        h.register(id::RINGBUF_DISCARD, "bpf_ringbuf_discard", ringbuf_discard);
+        h.register(id::RINGBUF_QUERY, "bpf_ringbuf_query", ringbuf_query);
         h
     }
 
@@ -403,6 +415,54 @@ fn skb_load_bytes(cx: &mut HelperCtx<'_, '_>, a: [u64; 5]) -> Result<u64, Helper
     }
 }
 
+const EAGAIN: i64 = 11;
+
+fn ringbuf_of<'m>(cx: &'m HelperCtx<'_, '_>, addr: u64) -> Result<&'m RingBuf, HelperError> {
+    cx.map(addr)?
+        .ringbuf()
+        .ok_or_else(|| HelperError::Invalid(format!("map at {addr:#x} is not a ring buffer")))
+}
+
+fn ringbuf_output(cx: &mut HelperCtx<'_, '_>, a: [u64; 5]) -> Result<u64, HelperError> {
+    let rb = ringbuf_of(cx, a[0])?;
+    let data = cx.read(a[1], a[2])?;
+    Ok(if rb.output(&data) {
+        0
+    } else {
+        (-EAGAIN) as u64
+    })
+}
+
+fn ringbuf_reserve(cx: &mut HelperCtx<'_, '_>, a: [u64; 5]) -> Result<u64, HelperError> {
+    let rb = ringbuf_of(cx, a[0])?;
+    Ok(rb.reserve(a[1]).unwrap_or(0))
+}
+
+/// The ring of the program's maps holding the reservation at `data`.
+fn reservation_owner<'m>(cx: &'m HelperCtx<'_, '_>, data: u64) -> Result<&'m RingBuf, HelperError> {
+    cx.maps()
+        .iter()
+        .filter_map(|m| m.ringbuf())
+        .find(|rb| rb.owns_reservation(data))
+        .ok_or_else(|| {
+            HelperError::Invalid(format!("{data:#x} is not a reserved ring buffer record"))
+        })
+}
+
+fn ringbuf_submit(cx: &mut HelperCtx<'_, '_>, a: [u64; 5]) -> Result<u64, HelperError> {
+    reservation_owner(cx, a[0])?.submit(a[0]);
+    Ok(0)
+}
+
+fn ringbuf_discard(cx: &mut HelperCtx<'_, '_>, a: [u64; 5]) -> Result<u64, HelperError> {
+    reservation_owner(cx, a[0])?.discard(a[0]);
+    Ok(0)
+}
+
+fn ringbuf_query(cx: &mut HelperCtx<'_, '_>, a: [u64; 5]) -> Result<u64, HelperError> {
+    Ok(ringbuf_of(cx, a[0])?.query(a[1]))
+}
+
 fn conformance_unwind(cx: &mut HelperCtx<'_, '_>, a: [u64; 5]) -> Result<u64, HelperError> {
     if a[0] == 0 {
         cx.stop_program();
@@ -495,10 +555,65 @@ unsafe extern "C" fn native_trace_printk(fmt: u64, fmt_size: u64, a: u64, b: u64
     }
 }
 
+/// # Safety
+/// `map` must be a live ring buffer map's address; `data` must point to `size` readable bytes.
+unsafe extern "C" fn native_ringbuf_output(map: u64, data: u64, size: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: the verifier proved `map` a ring buffer reference and `data` readable.
+    let map = unsafe { Map::from_address(map) };
+    let bytes = unsafe { std::slice::from_raw_parts(data as *const u8, size as usize) };
+    match map.ringbuf() {
+        Some(rb) if rb.output(bytes) => 0,
+        _ => (-EAGAIN) as u64,
+    }
+}
+
+/// # Safety
+/// `map` must be a live ring buffer map's address.
+unsafe extern "C" fn native_ringbuf_reserve(map: u64, size: u64, _: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: the verifier proved `map` a ring buffer reference.
+    let map = unsafe { Map::from_address(map) };
+    map.ringbuf().and_then(|rb| rb.reserve(size)).unwrap_or(0)
+}
+
+/// The ring a reservation belongs to, from the header before its data.
+///
+/// # Safety
+/// `data` must be a pointer `bpf_ringbuf_reserve` returned and not yet submitted or discarded.
+unsafe fn native_owner<'a>(data: u64) -> &'a RingBuf {
+    // SAFETY: the verifier tracks reservations, so `data` follows a header written by
+    // `RingBuf::reserve`, which holds the address of the (live) ring.
+    unsafe { &*(((data - RINGBUF_HEADER) as *const u64).read() as *const RingBuf) }
+}
+
+/// # Safety
+/// As for [`native_owner`].
+unsafe extern "C" fn native_ringbuf_submit(data: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: guaranteed by the caller.
+    unsafe { native_owner(data) }.submit(data);
+    0
+}
+
+/// # Safety
+/// As for [`native_owner`].
+unsafe extern "C" fn native_ringbuf_discard(data: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: guaranteed by the caller.
+    unsafe { native_owner(data) }.discard(data);
+    0
+}
+
+/// # Safety
+/// `map` must be a live ring buffer map's address.
+unsafe extern "C" fn native_ringbuf_query(map: u64, flags: u64, _: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: the verifier proved `map` a ring buffer reference.
+    let map = unsafe { Map::from_address(map) };
+    map.ringbuf().map_or(0, |rb| rb.query(flags))
+}
+
 /// The native (C ABI) version of standard helper `id`, for JIT-compiled code: map helpers
 /// (1-3, `r1` = [`Map::address`]), `ktime_get_ns` (5), `trace_printk` (6, printed to stderr),
-/// `get_prandom_u32` (7), `get_smp_processor_id` (8). Helpers that need the interpreter's
-/// context model (`skb_load_bytes`) have no native twin.
+/// `get_prandom_u32` (7), `get_smp_processor_id` (8), and the ring buffer helpers (130-134;
+/// submit and discard find their ring from the record's header). Helpers that need the
+/// interpreter's context model (`skb_load_bytes`) have no native twin.
 pub fn native_helper(id: i32) -> Option<HelperFn> {
     Some(match id {
         id::MAP_LOOKUP_ELEM => native_map_lookup_elem,
@@ -508,6 +623,11 @@ pub fn native_helper(id: i32) -> Option<HelperFn> {
         id::TRACE_PRINTK => native_trace_printk,
         id::GET_PRANDOM_U32 => native_get_prandom_u32,
         id::GET_SMP_PROCESSOR_ID => native_get_smp_processor_id,
+        id::RINGBUF_OUTPUT => native_ringbuf_output,
+        id::RINGBUF_RESERVE => native_ringbuf_reserve,
+        id::RINGBUF_SUBMIT => native_ringbuf_submit,
+        id::RINGBUF_DISCARD => native_ringbuf_discard,
+        id::RINGBUF_QUERY => native_ringbuf_query,
         _ => return None,
     })
 }
@@ -563,5 +683,35 @@ mod tests {
         let p = unsafe { lookup(map.address(), key.as_ptr() as u64, 0, 0, 0) };
         assert_eq!(p, map.lookup_ptr(&key).unwrap() as u64);
         assert!(native_helper(12345).is_none());
+    }
+
+    #[test]
+    fn native_ringbuf_round_trip() {
+        let map = Map::new(&MapDef {
+            name: "rb".into(),
+            map_type: MapType::RingBuf,
+            key_size: 0,
+            value_size: 0,
+            max_entries: 4096,
+            flags: 0,
+            origin: MapOrigin::Btf,
+            initial_value: None,
+            read_only: false,
+        })
+        .unwrap();
+        let reserve = native_helper(id::RINGBUF_RESERVE).unwrap();
+        let submit = native_helper(id::RINGBUF_SUBMIT).unwrap();
+        let discard = native_helper(id::RINGBUF_DISCARD).unwrap();
+        // SAFETY: live ring buffer map; the records are used as reserved.
+        unsafe {
+            let a = reserve(map.address(), 4, 0, 0, 0);
+            assert_ne!(a, 0);
+            (a as *mut u32).write_unaligned(0xdead_beef);
+            let b = reserve(map.address(), 4, 0, 0, 0);
+            discard(b, 0, 0, 0, 0);
+            submit(a, 0, 0, 0, 0);
+        }
+        let records = map.ringbuf().unwrap().consume();
+        assert_eq!(records, vec![0xdead_beefu32.to_le_bytes().to_vec()]);
     }
 }

@@ -373,3 +373,66 @@ fn atomics_need_alignment() {
         RunErrorKind::MisalignedAtomic { size: 8, .. }
     ));
 }
+
+#[test]
+fn ring_buffer_records_in_checked_mode() {
+    let maps = MapSet::new(&[map_def("events", MapType::RingBuf, 0, 0, 4096)]).unwrap();
+    // p = reserve(rb, 8); if p { *(u64 *)p = 77; submit(p) }; output(rb, &stack, 4)
+    let src = "
+        lddw %r1, 0
+        mov %r2, 8
+        mov %r3, 0
+        call 131
+        jeq %r0, 0, +5
+        stdw [%r0], 77
+        mov %r1, %r0
+        mov %r2, 0
+        call 132
+        stw [%r10-4], 5
+        lddw %r1, 0
+        mov %r2, %r10
+        add %r2, -4
+        mov %r3, 4
+        mov %r4, 0
+        call 130
+        exit";
+    let v = Vm::new(
+        &with_map_ref(src, 0),
+        &maps,
+        &Helpers::standard(),
+        Config::default(),
+    )
+    .unwrap();
+    assert_eq!(v.run_checked(Input::Empty).unwrap(), 0);
+    let rb = maps.get(0).unwrap().ringbuf().unwrap();
+    assert_eq!(
+        rb.consume(),
+        vec![77u64.to_le_bytes().to_vec(), 5u32.to_le_bytes().to_vec()]
+    );
+    // Writing past the reservation, or submitting what was not reserved, is an error.
+    let src = "
+        lddw %r1, 0
+        mov %r2, 8
+        mov %r3, 0
+        call 131
+        jeq %r0, 0, +1
+        stdw [%r0+8], 1
+        mov %r0, 0
+        exit";
+    let v = Vm::new(
+        &with_map_ref(src, 0),
+        &maps,
+        &Helpers::standard(),
+        Config::default(),
+    )
+    .unwrap();
+    assert!(matches!(
+        kind(v.run_checked(Input::Empty)),
+        RunErrorKind::OutOfBounds { write: true, .. }
+    ));
+    let v = vm_with("mov %r1, %r10\nmov %r2, 0\ncall 132\nexit", &maps);
+    assert!(matches!(
+        kind(v.run_checked(Input::Empty)),
+        RunErrorKind::Helper { id: 132, .. }
+    ));
+}

@@ -19,6 +19,7 @@
 mod array;
 mod hash;
 mod lpm;
+mod ringbuf;
 mod slab;
 
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use crate::program::{MapDef, MapOrigin, MapType};
 pub use array::ArrayMap;
 pub use hash::HashMap;
 pub use lpm::LpmTrie;
+pub use ringbuf::{RingBuf, RINGBUF_HEADER};
 pub use slab::ValueSlab;
 
 /// `BPF_ANY`: create or update.
@@ -97,6 +99,14 @@ pub trait MapOps: Send + Sync {
     fn keys(&self) -> Vec<Vec<u8>>;
     /// The slab every value of this map lives in.
     fn slab(&self) -> &ValueSlab;
+    /// Whether `[addr, addr + len)` is memory a program may access in this map.
+    fn value_access(&self, addr: u64, len: u64) -> bool {
+        self.slab().contains(addr, len)
+    }
+    /// The ring buffer behind this map, if it is one.
+    fn as_ringbuf(&self) -> Option<&RingBuf> {
+        None
+    }
 }
 
 /// One map: its definition and its storage, at a stable address.
@@ -123,6 +133,18 @@ impl Map {
             name: def.name.clone(),
             reason: reason.to_string(),
         };
+        if def.map_type == MapType::RingBuf {
+            if def.key_size != 0 || def.value_size != 0 {
+                return Err(invalid("ring buffers have no keys or values"));
+            }
+            let rb = RingBuf::new(def.max_entries as usize).ok_or_else(|| {
+                invalid("max_entries must be a power of two and a multiple of 4096")
+            })?;
+            return Ok(Arc::new(Map {
+                def: def.clone(),
+                ops: Box::new(rb),
+            }));
+        }
         if def.value_size == 0 {
             return Err(invalid("value_size is 0"));
         }
@@ -271,9 +293,13 @@ impl Map {
     /// program may write it (`Some(writable)`), for the interpreter's checked mode.
     pub fn value_access(&self, addr: u64, len: u64) -> Option<bool> {
         self.ops
-            .slab()
-            .contains(addr, len)
+            .value_access(addr, len)
             .then_some(!self.def.read_only)
+    }
+
+    /// The ring buffer, if this is a `BPF_MAP_TYPE_RINGBUF` map.
+    pub fn ringbuf(&self) -> Option<&RingBuf> {
+        self.ops.as_ringbuf()
     }
 
     /// Address of byte `offset` of the value under key 0 (global data, `lddw` of
@@ -477,6 +503,11 @@ mod tests {
 
     #[test]
     fn unsupported_types_are_errors() {
+        assert!(Map::new(&def(MapType::RingBuf, 0, 0, 4096))
+            .unwrap()
+            .ringbuf()
+            .is_some());
+        assert!(Map::new(&def(MapType::RingBuf, 0, 0, 4095)).is_err());
         assert!(matches!(
             Map::new(&def(MapType::ProgArray, 4, 4, 1)),
             Err(MapError::UnsupportedType { .. })
