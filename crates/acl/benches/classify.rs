@@ -26,6 +26,8 @@ struct Result {
     mpps: f64,
     p50_ns: f64,
     p99_ns: f64,
+    mean_ns: f64,
+    max_ns: f64,
 }
 
 fn percentile(sorted: &[u64], p: f64) -> f64 {
@@ -55,7 +57,10 @@ fn measure(
         })
         .collect();
     lat.sort_unstable();
+    let mean_ns = lat.iter().sum::<u64>() as f64 / lat.len() as f64 - timer_ns;
     Result {
+        mean_ns,
+        max_ns: *lat.last().unwrap_or(&0) as f64,
         mpps: packets.len() as f64 / elapsed.as_secs_f64() / 1e6,
         p50_ns: (percentile(&lat, 0.50) - timer_ns).max(0.0),
         p99_ns: (percentile(&lat, 0.99) - timer_ns).max(0.0),
@@ -75,8 +80,8 @@ fn timer_overhead() -> f64 {
 
 fn row(name: &str, r: &Result) {
     println!(
-        "  {name:<34} {:>9.3} Mpps/core   p50 {:>9.0} ns   p99 {:>9.0} ns",
-        r.mpps, r.p50_ns, r.p99_ns
+        "  {name:<38} {:>7.3} Mpps/core  p50 {:>6.0} ns  p99 {:>6.0} ns  mean {:>6.0} ns  max {:>8.0} ns",
+        r.mpps, r.p50_ns, r.p99_ns, r.mean_ns, r.max_ns
     );
 }
 
@@ -87,6 +92,7 @@ fn main() {
         .unwrap_or(300_000);
     let timer_ns = timer_overhead();
     println!("rdx-acl classify benchmark: {n_rules} rules, {PACKETS} packets per mix, 1 thread");
+    println!("(throughput = packets / thread CPU time, i.e. per core even on a shared machine)");
     println!(
         "(latency = per-packet Instant pairs minus the timer's own median cost, {timer_ns:.0} ns)"
     );
@@ -182,8 +188,9 @@ fn main() {
             &lin,
         );
         println!(
-            "  hot-rule tier: {} rules hot, {:.1}% of packets decided by it, refresh {:.1} ms ({} candidates rejected)",
+            "  hot-rule tier: {} rules hot (scanned: {}), {:.1}% of packets decided by it, refresh {:.1} ms ({} candidates rejected)",
             tier.hot_rules().len(),
+            tier.enabled(),
             100.0 * hits as f64 / total.max(1) as f64,
             ms(refresh),
             after.rejected

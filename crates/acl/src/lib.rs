@@ -7,9 +7,15 @@
 //! - [`cm`]: the per-connection state that gives RTU/REJ/DREQ/DREP their queue pairs;
 //! - [`rule`]: the fixed-size `#[repr(C)]` rule layout that lives in XState;
 //! - [`compile`]: policies to rules;
-//! - [`classify`]: the linear-scan oracle, the tuple-space classifier and its hot tier;
+//! - [`classify`]: the linear-scan oracle, the tuple-space classifier, the hot-rule tier and
+//!   the hot-flow table in front of it;
 //! - [`engine`]: the per-packet pipeline (parse, CM state, classify, count);
-//! - [`pcap`] and [`api`]: what `rdx acl check|compile|test` call.
+//! - [`pcap`] and [`api`]: what `rdx acl check|compile|test` call;
+//! - [`craft`] and [`synth`]: well-formed packets and synthetic rule sets and traffic for
+//!   tests, benchmarks and fuzz seeds.
+//!
+//! The language, field semantics, CM state, rule layout and measured numbers are described in
+//! `docs/acl.md`.
 //!
 //! It must not load programs, touch a region or talk to the kernel: deployment belongs to the
 //! control plane, which consumes the rule image produced here.

@@ -31,8 +31,15 @@ pub struct HotTier {
     hot_counts: Vec<u64>,
     miss_counts: FxHashMap<u32, u64>,
     since_refresh: u64,
+    /// Whether scanning the hot set pays: the rules promoted decided enough of the last
+    /// period's packets. When they did not, packets go straight to the complete table.
+    enabled: bool,
     stats: HotStats,
 }
+
+/// Share of the last period's packets (in percent) the promoted rules must have decided for
+/// the tier to scan them.
+const MIN_COVERAGE_PCT: u64 = 25;
 
 impl HotTier {
     /// A tier of at most `capacity` rules, rebuilt after every `refresh_every` packets.
@@ -44,6 +51,7 @@ impl HotTier {
             hot_counts: Vec::new(),
             miss_counts: FxHashMap::default(),
             since_refresh: 0,
+            enabled: true,
             stats: HotStats::default(),
         }
     }
@@ -51,6 +59,11 @@ impl HotTier {
     /// Counters so far.
     pub fn stats(&self) -> HotStats {
         self.stats
+    }
+
+    /// Whether the hot set is currently scanned.
+    pub fn enabled(&self) -> bool {
+        self.enabled
     }
 
     /// Priorities of the rules currently hot.
@@ -66,6 +79,9 @@ impl HotTier {
             self.refresh(full);
         }
         for (i, r) in self.hot.iter().enumerate() {
+            if !self.enabled {
+                break;
+            }
             if r.matches(key) {
                 self.hot_counts[i] += 1;
                 self.stats.hot_hits += 1;
@@ -82,13 +98,14 @@ impl HotTier {
 
     /// Rebuilds the hot set from the hit counts since the last rebuild.
     pub fn refresh(&mut self, full: &TupleSpace) {
+        let period = self.since_refresh.max(1);
         self.since_refresh = 0;
         self.stats.refreshes += 1;
         let mut counts: FxHashMap<u32, u64> = std::mem::take(&mut self.miss_counts);
         for (r, c) in self.hot.iter().zip(&self.hot_counts) {
             *counts.entry(r.priority).or_default() += c;
         }
-        let mut candidates: Vec<(u32, u64)> = counts.into_iter().collect();
+        let mut candidates: Vec<(u32, u64)> = counts.iter().map(|(p, c)| (*p, *c)).collect();
         candidates.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let rules = full.rules();
         let mut set: FxHashSet<u32> = FxHashSet::default();
@@ -106,6 +123,8 @@ impl HotTier {
         }
         let mut hot: Vec<u32> = set.into_iter().collect();
         hot.sort_unstable();
+        let covered: u64 = hot.iter().filter_map(|p| counts.get(p)).sum();
+        self.enabled = covered * 100 >= period * MIN_COVERAGE_PCT;
         self.hot = hot.iter().map(|&p| rules[p as usize]).collect();
         self.hot_counts = vec![0; self.hot.len()];
     }

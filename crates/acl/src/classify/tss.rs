@@ -30,7 +30,128 @@ struct Tuple {
     min_priority: u32,
     /// Key hash -> rule priorities, ascending. Distinct keys may share a hash: every
     /// candidate is checked in full.
-    table: FxHashMap<u64, Vec<u32>>,
+    table: FxHashMap<u64, Bucket>,
+}
+
+/// A compact, conservative pre-check of a rule's most selective residual fields, stored
+/// contiguously in large buckets so most candidates are rejected without touching the
+/// 224-byte rule. `admits` is false only if the rule cannot match.
+#[derive(Clone, Copy, Debug)]
+struct QuickFilter {
+    /// Opcodes 0..=63 (RC and UC); higher opcodes are not filtered.
+    opcodes: u64,
+    va_lo: u64,
+    va_hi: u64,
+    dqpn_lo: u32,
+    dqpn_hi: u32,
+    sport_lo: u16,
+    sport_hi: u16,
+    absent_ok: u16,
+}
+
+impl QuickFilter {
+    fn of(r: &Rule) -> QuickFilter {
+        QuickFilter {
+            opcodes: r.opcode_mask[0],
+            va_lo: r.va_lo,
+            va_hi: r.va_hi,
+            dqpn_lo: r.dqpn_lo,
+            dqpn_hi: r.dqpn_hi,
+            sport_lo: r.sport_lo,
+            sport_hi: r.sport_hi,
+            absent_ok: r.absent_ok,
+        }
+    }
+
+    #[inline(always)]
+    fn admits(&self, k: &PacketKey) -> bool {
+        let has = |f: Field| k.present & (1 << f.index()) != 0;
+        let absent_ok = |f: Field| self.absent_ok & (1 << f.index()) != 0;
+        (k.opcode >= 64 || self.opcodes >> k.opcode & 1 != 0)
+            && (if has(Field::Va) {
+                self.va_lo <= k.va && k.va <= self.va_hi
+            } else {
+                absent_ok(Field::Va)
+            })
+            && (if has(Field::DQpn) {
+                self.dqpn_lo <= k.dqpn && k.dqpn <= self.dqpn_hi
+            } else {
+                absent_ok(Field::DQpn)
+            })
+            && (if has(Field::Sport) {
+                self.sport_lo <= k.sport && k.sport <= self.sport_hi
+            } else {
+                absent_ok(Field::Sport)
+            })
+    }
+}
+
+/// Rule priorities under one key hash, ascending. Most buckets hold one rule, stored inline
+/// so a probe costs no extra pointer chase; larger ones carry a [`QuickFilter`] per rule.
+#[derive(Clone, Debug)]
+enum Bucket {
+    One(u32),
+    Many {
+        prios: Vec<u32>,
+        filters: Vec<QuickFilter>,
+    },
+}
+
+impl Bucket {
+    #[inline(always)]
+    fn as_slice(&self) -> &[u32] {
+        match self {
+            Bucket::One(p) => std::slice::from_ref(p),
+            Bucket::Many { prios, .. } => prios,
+        }
+    }
+
+    fn from_prios(prios: Vec<u32>, rules: &[Rule]) -> Bucket {
+        if prios.len() == 1 {
+            return Bucket::One(prios[0]);
+        }
+        let filters = prios
+            .iter()
+            .map(|&p| QuickFilter::of(&rules[p as usize]))
+            .collect();
+        Bucket::Many { prios, filters }
+    }
+
+    fn insert(&mut self, p: u32, rules: &[Rule]) {
+        let mut v = self.as_slice().to_vec();
+        let at = v.partition_point(|&q| q < p);
+        v.insert(at, p);
+        *self = Bucket::from_prios(v, rules);
+    }
+
+    /// Removes `p`; returns whether the bucket is now empty.
+    fn remove(&mut self, p: u32, rules: &[Rule]) -> bool {
+        let v: Vec<u32> = self
+            .as_slice()
+            .iter()
+            .copied()
+            .filter(|&q| q != p)
+            .collect();
+        if v.is_empty() {
+            return true;
+        }
+        *self = Bucket::from_prios(v, rules);
+        false
+    }
+}
+
+/// Prefix lengths a tuple indexes on: a rule's prefix is rounded down to the nearest one, so
+/// that e.g. /24 and /32 IPv4 rules share one tuple (fewer probes per packet) and the full
+/// match check on candidates restores exactness. IPv4 lengths are 96 + n in the mapped form.
+const INDEXED_PREFIXES: [u8; 7] = [16, 32, 48, 64, 104, 112, 120];
+
+fn indexed_prefix(len: u32) -> u8 {
+    INDEXED_PREFIXES
+        .iter()
+        .rev()
+        .copied()
+        .find(|&l| l as u32 <= len)
+        .unwrap_or(0)
 }
 
 #[inline(always)]
@@ -93,7 +214,7 @@ fn signature(r: &Rule) -> Signature {
     for (i, f) in ADDR_FIELDS.iter().enumerate() {
         if !absent_ok(*f) {
             if let Some(len) = ranges[i].prefix_len() {
-                sig.prefix[i] = len as u8;
+                sig.prefix[i] = indexed_prefix(len);
             }
         }
     }
@@ -122,6 +243,9 @@ pub struct TupleSpace {
     tuples: Vec<Tuple>,
     /// Rule priority -> tuple index, for updates.
     tuple_of: Vec<u32>,
+    /// Tuple indices by ascending `min_priority`: the probe order. Tuples themselves never
+    /// move, so an update re-sorts this short list instead of renumbering every rule.
+    order: Vec<u32>,
 }
 
 /// Shape of a built table.
@@ -138,6 +262,7 @@ impl TupleSpace {
     pub fn new(rules: Vec<Rule>) -> TupleSpace {
         let mut ts = TupleSpace {
             tuple_of: vec![0; rules.len()],
+            order: Vec::new(),
             rules,
             tuples: Vec::new(),
         };
@@ -178,23 +303,22 @@ impl TupleSpace {
     fn insert_into(&mut self, t: usize, p: u32) {
         let tuple = &mut self.tuples[t];
         let h = tuple.hash(&rule_key(&self.rules[p as usize]));
-        let bucket = tuple.table.entry(h).or_default();
-        let at = bucket.partition_point(|&q| q < p);
-        bucket.insert(at, p);
+        match tuple.table.get_mut(&h) {
+            Some(bucket) => bucket.insert(p, &self.rules),
+            None => {
+                tuple.table.insert(h, Bucket::One(p));
+            }
+        }
         tuple.min_priority = tuple.min_priority.min(p);
         self.tuple_of[p as usize] = t as u32;
     }
 
     fn order_tuples(&mut self) {
-        self.tuples.retain(|t| !t.table.is_empty());
-        self.tuples.sort_by_key(|t| t.min_priority);
-        for (ti, t) in self.tuples.iter().enumerate() {
-            for bucket in t.table.values() {
-                for &p in bucket {
-                    self.tuple_of[p as usize] = ti as u32;
-                }
-            }
-        }
+        let mut order: Vec<u32> = (0..self.tuples.len() as u32)
+            .filter(|&t| !self.tuples[t as usize].table.is_empty())
+            .collect();
+        order.sort_by_key(|&t| self.tuples[t as usize].min_priority);
+        self.order = order;
     }
 
     /// The rule table.
@@ -205,11 +329,11 @@ impl TupleSpace {
     /// Table shape.
     pub fn stats(&self) -> TupleStats {
         TupleStats {
-            tuples: self.tuples.len(),
+            tuples: self.order.len(),
             max_bucket: self
                 .tuples
                 .iter()
-                .flat_map(|t| t.table.values().map(Vec::len))
+                .flat_map(|t| t.table.values().map(|b| b.as_slice().len()))
                 .max()
                 .unwrap_or(0),
         }
@@ -230,8 +354,7 @@ impl TupleSpace {
             let t = self.tuple_of[p as usize] as usize;
             let h = self.tuples[t].hash(&rule_key(&old));
             if let Some(bucket) = self.tuples[t].table.get_mut(&h) {
-                bucket.retain(|&q| q != p);
-                if bucket.is_empty() {
+                if bucket.remove(p, &self.rules) {
                     self.tuples[t].table.remove(&h);
                 }
             }
@@ -239,7 +362,7 @@ impl TupleSpace {
                 self.tuples[t].min_priority = self.tuples[t]
                     .table
                     .values()
-                    .filter_map(|b| b.first().copied())
+                    .filter_map(|b| b.as_slice().first().copied())
                     .min()
                     .unwrap_or(u32::MAX);
                 reorder = true;
@@ -268,7 +391,8 @@ impl Classifier for TupleSpace {
     #[inline]
     fn classify(&self, key: &PacketKey) -> Option<u32> {
         let mut best = u32::MAX;
-        for t in &self.tuples {
+        for &ti in &self.order {
+            let t = &self.tuples[ti as usize];
             if t.min_priority >= best {
                 break;
             }
@@ -278,13 +402,22 @@ impl Classifier for TupleSpace {
             let Some(bucket) = t.table.get(&t.hash(key)) else {
                 continue;
             };
-            for &p in bucket {
-                if p >= best {
-                    break;
+            match bucket {
+                Bucket::One(p) => {
+                    if *p < best && self.rules[*p as usize].matches(key) {
+                        best = *p;
+                    }
                 }
-                if self.rules[p as usize].matches(key) {
-                    best = p;
-                    break;
+                Bucket::Many { prios, filters } => {
+                    for (&p, f) in prios.iter().zip(filters) {
+                        if p >= best {
+                            break;
+                        }
+                        if f.admits(key) && self.rules[p as usize].matches(key) {
+                            best = p;
+                            break;
+                        }
+                    }
                 }
             }
         }
