@@ -41,6 +41,9 @@ impl ProgType {
     }
 }
 
+/// Largest verifier log buffer a load retries with after ENOSPC.
+const MAX_LOG_SIZE: usize = 64 << 20;
+
 /// Options of [`KernelProgram::load`].
 #[derive(Clone, Debug)]
 pub struct LoadOptions<'a> {
@@ -53,8 +56,9 @@ pub struct LoadOptions<'a> {
     /// Verifier log level: 0 = no log unless the load fails, 1 = log, 2 = verbose. With 0
     /// a failed load is retried once with level 1 so that the error carries the log.
     pub log_level: u32,
-    /// Size of the log buffer in bytes (the kernel fails the load with ENOSPC if a requested
-    /// log does not fit).
+    /// Size of the log buffer in bytes. If a requested log does not fit, the kernel fails the
+    /// load with ENOSPC and reports the size it needed; the load is retried once with that
+    /// size (at most 64 MiB).
     pub log_size: usize,
 }
 
@@ -149,8 +153,9 @@ impl KernelProgram {
         let fd_array: Vec<i32> = options.fd_array.iter().map(|f| f.as_raw_fd()).collect();
 
         let mut log_level = options.log_level;
+        let mut log_size = options.log_size;
         loop {
-            let mut log = vec![0u8; if log_level > 0 { options.log_size } else { 0 }];
+            let mut log = vec![0u8; if log_level > 0 { log_size } else { 0 }];
             let mut opts = libbpf_sys::bpf_prog_load_opts {
                 sz: size_of::<libbpf_sys::bpf_prog_load_opts>() as _,
                 fd_array: if fd_array.is_empty() {
@@ -199,6 +204,13 @@ impl KernelProgram {
             let errno = Errno::from_ret(ret);
             if log_level == 0 && !matches!(errno.0, libc::EPERM | libc::ENOSYS) {
                 log_level = 1;
+                continue;
+            }
+            // The log did not fit: kernels since 6.4 say how much it needs; retry once with
+            // that much (bounded, so a huge verifier log cannot exhaust memory).
+            let needed = opts.log_true_size as usize;
+            if errno.0 == libc::ENOSPC && needed > log.len() && log_size < MAX_LOG_SIZE {
+                log_size = needed.min(MAX_LOG_SIZE);
                 continue;
             }
             return Err(KernelError::ProgramRejected {

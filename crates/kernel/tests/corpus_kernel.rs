@@ -170,3 +170,29 @@ fn maps_created_directly_support_update_lookup_iterate_delete() {
         other => panic!("a short key must be refused, got {other:?}"),
     }
 }
+
+#[test]
+fn a_verifier_log_too_big_for_its_buffer_is_retried_with_the_size_the_kernel_asks_for() {
+    if !kernel_available() {
+        return;
+    }
+    use rdx_bpf::isa::RawInsn;
+    use rdx_kernel::{KernelProgram, LoadOptions};
+    // 200 x `r0 += 1` then exit: a level-2 log of it is far larger than 256 bytes.
+    let mut insns = vec![RawInsn::new(0xb7, 0, 0, 0, 0)];
+    insns.extend(std::iter::repeat_n(RawInsn::new(0x07, 0, 0, 0, 1), 200));
+    insns.push(RawInsn::new(0x95, 0, 0, 0, 0));
+    let options = LoadOptions {
+        log_level: 2,
+        log_size: 256,
+        ..LoadOptions::default()
+    };
+    let loaded = KernelProgram::load("long_log", ProgType::Xdp, &insns, &options)
+        .expect("the load succeeds after growing the log buffer");
+    assert!(loaded.log.len() > 256, "log of {} bytes", loaded.log.len());
+    let out = loaded
+        .program
+        .test_run(&TestRunInput::packet(&[0u8; 14]))
+        .unwrap();
+    assert_eq!(out.retval, 200);
+}
