@@ -174,8 +174,33 @@ pub struct AllocTable {
 
 impl AllocTable {
     /// Reads the table from the region; initialises it if the section is blank or describes
-    /// a previous incarnation of the host (whose code and maps are gone with it).
+    /// a previous incarnation of the host (whose code and maps are gone with it). Writes:
+    /// only under the lease.
     pub fn load(t: &dyn Transport, info: &HeaderInfo, incarnation: u64) -> Result<AllocTable> {
+        match Self::read(t, info, incarnation)? {
+            (Some(table), _) => Ok(table),
+            (None, mut blank) => {
+                blank.format(t, incarnation)?;
+                Ok(blank)
+            }
+        }
+    }
+
+    /// Reads the table without writing anything: `None` when the region has none for this
+    /// incarnation of the host yet (no control plane deployed since it started).
+    pub fn peek(
+        t: &dyn Transport,
+        info: &HeaderInfo,
+        incarnation: u64,
+    ) -> Result<Option<AllocTable>> {
+        Ok(Self::read(t, info, incarnation)?.0)
+    }
+
+    fn read(
+        t: &dyn Transport,
+        info: &HeaderInfo,
+        incarnation: u64,
+    ) -> Result<(Option<AllocTable>, AllocTable)> {
         let sec = info.section(SectionId::Alloc);
         let capacity = ((sec.size.saturating_sub(ALLOC_HEADER_LEN)) / RECORD_LEN) as u32;
         if capacity == 0 {
@@ -207,8 +232,7 @@ impl AllocTable {
                     "bad magic {magic:#018x} in the alloc section"
                 )));
             }
-            table.format(t, incarnation)?;
-            return Ok(table);
+            return Ok((None, table));
         }
         if version != ALLOC_VERSION {
             return Err(ControlError::AllocCorrupt(format!(
@@ -232,7 +256,21 @@ impl AllocTable {
             }
             table.records[i] = rec;
         }
-        Ok(table)
+        let blank = AllocTable {
+            records: vec![None; capacity as usize],
+            ..table.clone_shape()
+        };
+        Ok((Some(table), blank))
+    }
+
+    fn clone_shape(&self) -> AllocTable {
+        AllocTable {
+            section: self.section,
+            capacity: self.capacity,
+            records: Vec::new(),
+            code: self.code,
+            scratch: self.scratch,
+        }
     }
 
     fn format(&mut self, t: &dyn Transport, incarnation: u64) -> Result<()> {

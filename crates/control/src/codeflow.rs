@@ -159,7 +159,7 @@ impl Extension {
     }
 }
 
-pub(crate) fn hex(b: &[u8]) -> String {
+pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
@@ -1139,33 +1139,20 @@ impl CodeFlow {
         Ok(active_version(current))
     }
 
-    /// Versions of a hook still held in the code arena, newest first.
+    /// Versions of a hook still held in the code arena, newest first (takes the lease).
     pub fn versions(&mut self, hook: &str) -> Result<Vec<HeldVersion>> {
         self.begin()?;
         let hook = self.view.hook(hook)?;
-        let active = self.active_word(&hook)?;
-        let mut v: Vec<HeldVersion> = self
-            .alloc
-            .as_ref()
-            .expect("loaded")
-            .records()
-            .filter(|(_, r)| {
-                r.arena == Arena::Code && r.hook == hook.index && r.state == RecordState::Held
-            })
-            .map(|(_, r)| HeldVersion {
-                version: r.version,
-                active: active_version(active) == r.version
-                    && active_entry_offset(active) as u64 == r.entry,
-                code_offset: r.offset,
-                code_len: r.size,
-                insns: r.insn_count,
-                created_ms: r.created_ms,
-                hash_prefix: hex(&r.hash[..8]),
-                map_ids: r.maps.clone(),
-            })
-            .collect();
-        v.sort_by_key(|b| std::cmp::Reverse(b.version));
-        Ok(v)
+        held_versions(self.t.as_ref(), self.alloc.as_ref().expect("loaded"), &hook)
+    }
+
+    /// Versions of a hook still held, read without the lease (for `node show`, `history`).
+    pub fn versions_readonly(&self, hook: &str) -> Result<Vec<HeldVersion>> {
+        let hook = self.view.hook(hook)?;
+        match AllocTable::peek(self.t.as_ref(), &self.view.info, self.view.incarnation)? {
+            Some(table) => held_versions(self.t.as_ref(), &table, &hook),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// `rollback`: republishes an earlier version still held in the code arena — `to`, or
@@ -1364,6 +1351,33 @@ impl Drop for CodeFlow {
     fn drop(&mut self) {
         let _ = self.lease.release(self.t.as_ref());
     }
+}
+
+fn held_versions(
+    t: &dyn Transport,
+    table: &AllocTable,
+    hook: &HookInfo,
+) -> Result<Vec<HeldVersion>> {
+    let active = t.read_u64(hook.slot_offset + offsets::HOOK_ACTIVE)?;
+    let mut v: Vec<HeldVersion> = table
+        .records()
+        .filter(|(_, r)| {
+            r.arena == Arena::Code && r.hook == hook.index && r.state == RecordState::Held
+        })
+        .map(|(_, r)| HeldVersion {
+            version: r.version,
+            active: active_version(active) == r.version
+                && active_entry_offset(active) as u64 == r.entry,
+            code_offset: r.offset,
+            code_len: r.size,
+            insns: r.insn_count,
+            created_ms: r.created_ms,
+            hash_prefix: hex(&r.hash[..8]),
+            map_ids: r.maps.clone(),
+        })
+        .collect();
+    v.sort_by_key(|b| std::cmp::Reverse(b.version));
+    Ok(v)
 }
 
 fn list_or_none(v: &[&str]) -> String {

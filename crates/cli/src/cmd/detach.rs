@@ -1,0 +1,69 @@
+//! `rdx detach`: the hook stops running its program (one compare-and-swap); the program stays
+//! held in the node so that `rdx rollback` can re-attach it.
+
+use rdx_control::registry::HistoryEntry;
+use serde::Serialize;
+
+use super::node::{attach, StateArgs};
+
+/// Detach the program from a node's hook.
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long)]
+    node: String,
+    #[arg(long)]
+    hook: String,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    state: StateArgs,
+}
+
+#[derive(Serialize)]
+struct Report {
+    node: String,
+    hook: String,
+    detached_version: u32,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let registry = args.state.registry()?;
+    let (node, mut cf) = attach(&registry, &args.node)?;
+    let was = cf.detach(&args.hook)?;
+    if was != 0 {
+        registry.record(&HistoryEntry {
+            id: 0,
+            node: node.clone(),
+            hook: args.hook.clone(),
+            action: "detach".into(),
+            version: 0,
+            previous_version: was,
+            program: String::new(),
+            object: String::new(),
+            class: String::new(),
+            artifact: String::new(),
+            at_ms: rdx_control::lease::now_ms(),
+            generation: cf
+                .transport()
+                .read_u64(rdx_region::layout::offsets::HEADER_GENERATION)?,
+        })?;
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&Report {
+                node,
+                hook: args.hook,
+                detached_version: was
+            })?
+        );
+    } else if was == 0 {
+        println!("{node}/{}: nothing attached", args.hook);
+    } else {
+        println!(
+            "{node}/{}: detached version {was} (still held; `rdx rollback` re-attaches it)",
+            args.hook
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,279 @@
+//! `rdx node add|ls|show|rm`: the nodes this control plane knows, and what a node runs, read
+//! remotely from its region (hooks, versions, counters, maps, lease).
+//!
+//! Also the pieces every control-plane subcommand shares: the state directory option, the
+//! registry, and resolving `--node` to an attached CodeFlow.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use rdx_control::node::{hook_status, HookStatus};
+use rdx_control::registry::{default_state_dir, Registry};
+use rdx_control::{create_codeflow, CodeFlow, ExtSpec, HeldVersion};
+use rdx_region::layout::offsets;
+use serde::Serialize;
+
+/// Where the control plane keeps its registry.
+#[derive(clap::Args, Clone, Debug)]
+pub struct StateArgs {
+    /// State directory (default: $RDX_STATE_DIR, $XDG_STATE_HOME/rdx or ~/.local/state/rdx).
+    #[arg(long, value_name = "DIR", global = true)]
+    pub state_dir: Option<PathBuf>,
+}
+
+impl StateArgs {
+    pub fn registry(&self) -> anyhow::Result<Registry> {
+        let dir = self.state_dir.clone().unwrap_or_else(default_state_dir);
+        Registry::open(&dir)
+            .with_context(|| format!("cannot open the registry in {}", dir.display()))
+    }
+}
+
+/// Attaches to a node by registered name or address.
+pub fn attach(registry: &Registry, node: &str) -> anyhow::Result<(String, CodeFlow)> {
+    let entry = registry.node(node)?;
+    let cf = create_codeflow(&entry.address, ExtSpec::default())
+        .with_context(|| format!("cannot attach to node {} ({})", entry.name, entry.address))?;
+    Ok((entry.name, cf))
+}
+
+/// Manage and inspect nodes.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: NodeCommand,
+    #[command(flatten)]
+    state: StateArgs,
+}
+
+#[derive(clap::Subcommand)]
+enum NodeCommand {
+    /// Register a node: `rdx node add kv-1 shm:/dev/shm/rdx-kv-1234`.
+    Add {
+        name: String,
+        /// Transport address (`shm:<region file>`).
+        address: String,
+        /// Register even if the node cannot be reached now.
+        #[arg(long)]
+        no_check: bool,
+    },
+    /// List registered nodes.
+    Ls {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what a node runs: hooks, versions, counters, maps, lease (read remotely).
+    Show {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forget a node.
+    Rm { name: String },
+}
+
+#[derive(Serialize)]
+struct HookReport {
+    name: String,
+    index: u32,
+    #[serde(flatten)]
+    status: HookStatus,
+    held_versions: Vec<HeldVersion>,
+}
+
+#[derive(Serialize)]
+struct MapReport {
+    id: u32,
+    name: String,
+    #[serde(rename = "type")]
+    map_type: String,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    bytes: u64,
+}
+
+#[derive(Serialize)]
+struct NodeReport {
+    name: String,
+    address: String,
+    arch: String,
+    host_pid: u32,
+    region_bytes: u64,
+    incarnation: u64,
+    generation: u64,
+    lease: String,
+    hooks: Vec<HookReport>,
+    maps: Vec<MapReport>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let registry = args.state.registry()?;
+    match args.command {
+        NodeCommand::Add {
+            name,
+            address,
+            no_check,
+        } => {
+            if !no_check {
+                let cf = create_codeflow(&address, ExtSpec::default()).with_context(|| {
+                    format!("cannot reach {address} (use --no-check to add it anyway)")
+                })?;
+                let hooks: Vec<String> = cf.view().hooks().into_iter().map(|h| h.name).collect();
+                println!(
+                    "added {name}: {address} (pid {}, hooks: {})",
+                    cf.view().info.host_pid,
+                    if hooks.is_empty() {
+                        "none".into()
+                    } else {
+                        hooks.join(", ")
+                    }
+                );
+            } else {
+                println!("added {name}: {address}");
+            }
+            registry.add_node(&name, &address)?;
+        }
+        NodeCommand::Ls { json } => {
+            let nodes = registry.nodes()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&nodes)?);
+            } else if nodes.is_empty() {
+                println!("no nodes (add one with `rdx node add NAME shm:/dev/shm/<region>`)");
+            } else {
+                println!("{:<20} ADDRESS", "NAME");
+                for n in nodes {
+                    println!("{:<20} {}", n.name, n.address);
+                }
+            }
+        }
+        NodeCommand::Rm { name } => {
+            if !registry.remove_node(&name)? {
+                anyhow::bail!("unknown node {name:?}");
+            }
+            println!("removed {name}");
+        }
+        NodeCommand::Show { name, json } => {
+            let entry = registry.node(&name)?;
+            let (name, cf) = attach(&registry, &name)?;
+            let report = report(&name, &entry.address, &cf)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print_report(&report);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn report(name: &str, address: &str, cf: &CodeFlow) -> anyhow::Result<NodeReport> {
+    let t = cf.transport();
+    let view = cf.view();
+    let info = &view.info;
+    let mut hooks = Vec::new();
+    for h in view.hooks() {
+        hooks.push(HookReport {
+            status: hook_status(t, info, h.index)?,
+            held_versions: cf.versions_readonly(&h.name)?,
+            name: h.name,
+            index: h.index,
+        });
+    }
+    let maps = rdx_transport::xstate::list(t, info)?
+        .into_iter()
+        .map(|m| MapReport {
+            id: m.id,
+            name: m.name,
+            map_type: format!("{:?}", m.map.map_type).to_lowercase(),
+            key_size: m.map.key_size,
+            value_size: m.map.value_size,
+            max_entries: m.map.max_entries,
+            bytes: m.size,
+        })
+        .collect();
+    let lease = match rdx_control::lease::inspect(t)? {
+        (_, rdx_control::lease::LeaseState::Free) => "free".to_string(),
+        (_, rdx_control::lease::LeaseState::Held { holder, expiry_ms }) => format!(
+            "held by {holder:#07x} for {} ms",
+            expiry_ms.saturating_sub(rdx_control::lease::now_ms())
+        ),
+        (_, rdx_control::lease::LeaseState::Expired { holder, .. }) => {
+            format!("expired (last holder {holder:#07x})")
+        }
+    };
+    Ok(NodeReport {
+        name: name.into(),
+        address: address.into(),
+        arch: info.arch.name().into(),
+        host_pid: info.host_pid,
+        region_bytes: info.region_size,
+        incarnation: view.incarnation,
+        generation: t.read_u64(offsets::HEADER_GENERATION)?,
+        lease,
+        hooks,
+        maps,
+    })
+}
+
+fn print_report(r: &NodeReport) {
+    println!("node {} ({})", r.name, r.address);
+    println!(
+        "  host pid {}, {}, region {} KiB, incarnation {}, generation {}, lease {}",
+        r.host_pid,
+        r.arch,
+        r.region_bytes / 1024,
+        r.incarnation,
+        r.generation,
+        r.lease
+    );
+    println!("hooks:");
+    println!(
+        "  {:<20} {:>7} {:>12} {:>9} {:>7} {:>8}  HELD VERSIONS",
+        "NAME", "VERSION", "RUNS", "FAILURES", "ERRORS", "AVG NS"
+    );
+    for h in &r.hooks {
+        let held: Vec<String> = h
+            .held_versions
+            .iter()
+            .map(|v| {
+                if v.active {
+                    format!("{}*", v.version)
+                } else {
+                    v.version.to_string()
+                }
+            })
+            .collect();
+        println!(
+            "  {:<20} {:>7} {:>12} {:>9} {:>7} {:>8}  {}",
+            h.name,
+            if h.status.version == 0 {
+                "-".to_string()
+            } else {
+                h.status.version.to_string()
+            },
+            h.status.runs,
+            h.status.failures,
+            h.status.errors,
+            h.status
+                .avg_ns
+                .map(|n| n.to_string())
+                .unwrap_or_else(|| "-".into()),
+            if held.is_empty() {
+                "-".into()
+            } else {
+                held.join(" ")
+            }
+        );
+    }
+    println!("maps:");
+    if r.maps.is_empty() {
+        println!("  none");
+    }
+    for m in &r.maps {
+        println!(
+            "  {:>3} {:<24} {:<14} key {:>3} value {:>5} max {:>7}",
+            m.id, m.name, m.map_type, m.key_size, m.value_size, m.max_entries
+        );
+    }
+}
