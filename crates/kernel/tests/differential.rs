@@ -47,77 +47,12 @@ struct KnownMismatch {
     excuse: fn(&TestInput, &Outcome, &mut Outcome) -> bool,
 }
 
-const KNOWN_MISMATCHES: &[KnownMismatch] = &[
-    KnownMismatch {
-        program: "socket_ctx",
-        reason: "rdx's SkBuff::socket_filter_test_run gives pkt_type PACKET_BROADCAST (1) for \
-                 destination ff:ff:ff:ff:ff:ff; the kernel compares with the loopback device's \
-                 broadcast address, which is all zeroes, and reports PACKET_MULTICAST (2)",
-        // socket_ctx records pkt_type in results[1] and adds it to priority in cb[3].
-        excuse: |input, kernel, rdx| {
-            input.frame[..6] == [0xff; 6]
-                && copy_result(kernel, rdx, 1)
-                && copy_skb_field(kernel, rdx, 2 + 3)
-        },
-    },
-    KnownMismatch {
-        program: "socket_ctx",
-        reason: "rdx's SkBuff::socket_filter_test_run copies an EtherType below 0x0600 (an \
-                 802.3 length) into protocol; the kernel's eth_type_trans reports ETH_P_802_3 \
-                 (0x0001) when the payload starts with ff ff and ETH_P_802_2 (0x0004) otherwise",
-        // socket_ctx records ntohs(protocol) in results[0] (with len) and cb[1].
-        excuse: |input, kernel, rdx| {
-            u16::from_be_bytes([input.frame[12], input.frame[13]]) < 0x0600
-                && copy_result(kernel, rdx, 0)
-                && copy_skb_field(kernel, rdx, 2 + 1)
-        },
-    },
-    KnownMismatch {
-        program: "lpm_trie",
-        reason: "rdx's LPM trie (crates/bpf/src/maps/lpm.rs) returns -E2BIG from \
-                 bpf_map_update_elem where the kernel returns -ENOSPC (trie full) or -EINVAL \
-                 (prefix length larger than the key's data)",
-        // lpm_trie records the update's return value in results[0].
-        excuse: |_, kernel, rdx| {
-            let e2big = (-7i64) as u64;
-            let kernel_ret = result_slot(kernel, 0);
-            result_slot(rdx, 0) == Some(e2big)
-                && matches!(kernel_ret, Some(r) if r == (-28i64) as u64 || r == (-22i64) as u64)
-                && copy_result(kernel, rdx, 0)
-        },
-    },
-];
-
-/// `results[index]` of an outcome, if the program has a results map.
-fn result_slot(outcome: &Outcome, index: u32) -> Option<u64> {
-    let value = outcome.maps.get("results")?.get(&index.to_le_bytes()[..])?;
-    Some(u64::from_le_bytes(value.as_slice().try_into().ok()?))
-}
-
-/// Overwrites rdx's `results[index]` with the kernel's; true if they differed.
-fn copy_result(kernel: &Outcome, rdx: &mut Outcome, index: u32) -> bool {
-    let key = index.to_le_bytes().to_vec();
-    let Some(theirs) = kernel.maps.get("results").and_then(|m| m.get(&key)) else {
-        return false;
-    };
-    let Some(ours) = rdx.maps.get_mut("results").and_then(|m| m.get_mut(&key)) else {
-        return false;
-    };
-    let differed = ours != theirs;
-    *ours = theirs.clone();
-    differed
-}
-
-/// Overwrites rdx's socket-filter field `index` (mark, priority, cb[0..5]) with the kernel's.
-fn copy_skb_field(kernel: &Outcome, rdx: &mut Outcome, index: usize) -> bool {
-    match (&kernel.skb_fields, &mut rdx.skb_fields) {
-        (Some(k), Some(r)) => {
-            r[index] = k[index];
-            true
-        }
-        _ => false,
-    }
-}
+/// Empty: the differences this test found (socket-filter `pkt_type` for ff:ff:ff:ff:ff:ff,
+/// `protocol` for 802.3 frames, LPM trie update errors) have been fixed in rdx. A new entry
+/// names the program, the reason, and an `excuse` that copies into rdx's outcome exactly the
+/// kernel values the reason explains (for example `results[0]` of `lpm_trie`, where it
+/// records the update's return value) and returns whether anything was copied.
+const KNOWN_MISMATCHES: &[KnownMismatch] = &[];
 
 /// The reason of the known mismatch that explains every difference between `kernel` and
 /// `rdx` on this input, if there is one.
