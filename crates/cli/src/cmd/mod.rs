@@ -27,4 +27,5 @@ subcommands! {
     acl => Acl,
     inspect => Inspect,
     run => Run,
+    verify => Verify,
 }
