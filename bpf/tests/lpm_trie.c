@@ -53,13 +53,16 @@ int lpm_trie(struct xdp_md *ctx)
 
 	struct lpm_key want = { .prefixlen = 32, .addr = probe };
 	__u64 *hit = bpf_map_lookup_elem(&prefixes, &want);
-	record(1, hit ? *hit : 0xffffffffffffffffULL);
+	__u64 found = hit ? *hit : 0xffffffffffffffffULL;
+	record(1, found);
 
+	/* The value is read before the delete: reading it afterwards is what
+	 * map_value_after_delete.c is about. */
 	if (del) {
 		key.addr ^= bpf_htonl(1U << 31) & -(__u32)(data[15] & 8);
 		record(2, (__u64)bpf_map_delete_elem(&prefixes, &key));
 	}
-	return hit ? (__u32)(*hit >> 32) : 100;
+	return hit ? (__u32)(found >> 32) : 100;
 }
 
 char LICENSE[] SEC("license") = "GPL";
