@@ -271,3 +271,30 @@ fn loading_is_deterministic() {
         loader::load_detailed(&bytes).unwrap()
     );
 }
+
+#[test]
+fn callbacks_are_linked_as_function_references() {
+    let obj = load("examples/callback");
+    let (program, layout) = obj.program("sum_indices").unwrap();
+    assert_eq!(program.section, "rdx/sum");
+    let names: Vec<&str> = layout.functions.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["sum_indices", "add_index"]);
+    let callback_start = layout.functions[1].start as i64;
+    let refs: Vec<(usize, i32)> = lddws(&program.insns)
+        .into_iter()
+        .filter(|r| r.1 == ImmKind::Func)
+        .map(|r| (r.0, r.2))
+        .collect();
+    assert_eq!(refs.len(), 1, "{refs:?}");
+    let (pc, imm) = refs[0];
+    assert_eq!(pc as i64 + 1 + imm as i64, callback_start);
+    let reloc = layout.relocations.iter().find(|r| r.insn == pc).unwrap();
+    assert_eq!(
+        reloc.kind,
+        RelocationKind::FuncAddr {
+            function: "add_index".into()
+        }
+    );
+    // The reference is against the nameless .text section symbol; it is reported by section.
+    assert_eq!(reloc.symbol, ".text");
+}

@@ -467,6 +467,17 @@ fn corrupt_btf_is_reported() {
 }
 
 #[test]
+fn co_re_relocations_are_refused_not_ignored() {
+    let mut bytes = rdx_testdata::object("examples/hello");
+    let ext = section_range(&bytes, ".BTF.ext");
+    // core_relo_len is the last field of the 32-byte .BTF.ext header.
+    bytes[ext.start + 28..ext.start + 32].copy_from_slice(&40u32.to_le_bytes());
+    let err = load_err(&bytes);
+    assert_eq!(err, LoadError::UnsupportedCoRe { bytes: 40 });
+    assert!(err.to_string().contains("CO-RE"), "{err}");
+}
+
+#[test]
 fn legacy_map_definition_outside_its_section_is_rejected() {
     let mut b = Builder::new();
     let maps = b.section("maps", SectionKind::Data, &[0; 20]);

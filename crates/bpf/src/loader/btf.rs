@@ -312,3 +312,24 @@ impl<'a> Btf<'a> {
         })
     }
 }
+
+/// Size of the CO-RE relocation subsection `.BTF.ext` declares, if it declares one.
+///
+/// Only this field of `.BTF.ext` matters to the loader (function and line info are debug
+/// aids), so an unreadable header is treated as declaring none.
+pub(crate) fn core_relocation_bytes(ext: &[u8]) -> Option<u32> {
+    let mut c = Cursor { data: ext, pos: 0 };
+    let magic_and_version = c.u32("btf.ext").ok()?;
+    if magic_and_version as u16 != MAGIC {
+        return None;
+    }
+    let hdr_len = c.u32("btf.ext").ok()?;
+    // hdr_len, func_info_off/len, line_info_off/len, then core_relo_off/len from 32 bytes on.
+    if hdr_len < 32 {
+        return None;
+    }
+    c.skip(16, "btf.ext").ok()?;
+    let _core_relo_off = c.u32("btf.ext").ok()?;
+    let core_relo_len = c.u32("btf.ext").ok()?;
+    (core_relo_len > 0).then_some(core_relo_len)
+}

@@ -29,6 +29,7 @@ pub(crate) enum SectionKind {
         read_only: bool,
     },
     Btf,
+    BtfExt,
     License,
     Other,
 }
@@ -116,6 +117,8 @@ fn classify(name: &str, executable: bool) -> SectionKind {
         SectionKind::GlobalData { read_only: false }
     } else if name == ".BTF" {
         SectionKind::Btf
+    } else if name == ".BTF.ext" {
+        SectionKind::BtfExt
     } else if name == "license" {
         SectionKind::License
     } else {
@@ -207,8 +210,15 @@ impl<'a> ElfView<'a> {
                 .map(|s| s.0)
                 .filter(|&s| s < sections.len());
             let st_type = sym.st_type();
+            let mut name = String::from_utf8_lossy(name).into_owned();
+            if name.is_empty() && st_type == elf::STT_SECTION {
+                // Section symbols are nameless in ELF; messages read better with the section.
+                if let Some(s) = section.and_then(|s| sections.get(s)) {
+                    name = s.name.clone();
+                }
+            }
             symbols.push(Symbol {
-                name: String::from_utf8_lossy(name).into_owned(),
+                name,
                 section,
                 undefined: sym.st_shndx(endian) == elf::SHN_UNDEF,
                 value: sym.st_value(endian),

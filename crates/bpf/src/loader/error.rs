@@ -122,6 +122,12 @@ pub enum LoadError {
         size: u64,
         limit: u64,
     },
+    #[error(
+        ".BTF.ext: the object carries {bytes} bytes of CO-RE relocations, which rdx does not \
+         apply (no target kernel BTF on the control plane); build without \
+         preserve_access_index / vmlinux.h types"
+    )]
+    UnsupportedCoRe { bytes: u32 },
     #[error("section .maps holds BTF-defined maps but the object has no .BTF section (compile with `-g`)")]
     MissingBtf,
     // Not `#[from]`: that would also make it the error's source, and reporters that print

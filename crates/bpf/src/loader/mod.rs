@@ -108,6 +108,11 @@ pub fn load_detailed(bytes: &[u8]) -> Result<LoadedObject, LoadError> {
         .find(|s| s.kind == SectionKind::Btf)
         .map(|s| btf::Btf::parse(s.data))
         .transpose()?;
+    if let Some(ext) = elf.sections.iter().find(|s| s.kind == SectionKind::BtfExt) {
+        if let Some(bytes) = btf::core_relocation_bytes(ext.data) {
+            return Err(LoadError::UnsupportedCoRe { bytes });
+        }
+    }
     let maps = maps::MapTable::collect(&elf, btf.as_ref())?;
     let linker = link::Linker::new(&elf, &maps)?;
     let (programs, layouts) = linker.link_all()?;
