@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use rdx_bpf::disasm::{self, InsnText};
-use rdx_bpf::isa::Insn;
+use rdx_bpf::isa::{ImmKind, Insn};
 use rdx_bpf::loader::{LoadedObject, ProgramLayout, RelocationKind};
 use rdx_bpf::program::{MapDef, MapOrigin, Program};
 use serde::Serialize;
@@ -300,7 +300,17 @@ fn disassembly(p: &Program, layout: &ProgramLayout, map_names: &[String]) -> Str
         .insns
         .iter()
         .enumerate()
-        .filter_map(|(pc, i)| i.jump_target(pc).or_else(|| i.call_target(pc)))
+        .filter_map(|(pc, i)| {
+            i.jump_target(pc).or_else(|| i.call_target(pc)).or(match *i {
+                // Callbacks passed to helpers: `lddw rX, func` is relative like a call.
+                Insn::LoadImm64 {
+                    kind: ImmKind::Func,
+                    imm_lo,
+                    ..
+                } => Some(pc as i64 + 1 + imm_lo as i64),
+                _ => None,
+            })
+        })
         .collect();
     let mut out = String::new();
     for (pc, text) in listing(p, map_names) {
