@@ -28,4 +28,11 @@ subcommands! {
     inspect => Inspect,
     run => Run,
     verify => Verify,
+    node => Node,
+    deploy => Deploy,
+    detach => Detach,
+    rollback => Rollback,
+    history => History,
+    map => Map,
+    events => Events,
 }
