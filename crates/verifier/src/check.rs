@@ -482,6 +482,12 @@ impl Explorer<'_> {
                     ));
                 };
                 let inner = start - f.offset as i64;
+                if !f.is_array() && size < f.size as u64 && (write || !layout.narrow_reads) {
+                    return Err(v(
+                        Rule::CtxAccess,
+                        format!("{size}-byte access to the {}-byte field `{}` of {}: only full-width accesses", f.size, f.name, self.env.name),
+                    ));
+                }
                 let aligned = if f.is_array() || size < f.size as u64 {
                     !layout.aligned_access || start % size as i64 == 0
                 } else {

@@ -594,6 +594,7 @@ impl EimSpec {
                 size: h.context.size,
                 fields,
                 aligned_access: false,
+                narrow_reads: true,
             },
             helpers: helpers_map,
             denied_helpers: denied,

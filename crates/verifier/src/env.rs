@@ -49,6 +49,9 @@ pub struct CtxLayout {
     /// Narrow and array accesses must be naturally aligned within the structure (the kernel's
     /// rule for its own contexts).
     pub aligned_access: bool,
+    /// Loads narrower than a scalar field are allowed (the kernel allows them in `__sk_buff`
+    /// but not in `xdp_md`).
+    pub narrow_reads: bool,
 }
 
 impl CtxLayout {
@@ -174,6 +177,7 @@ impl Env {
                         size: 192,
                         fields,
                         aligned_access: true,
+                        narrow_reads: true,
                     },
                     &[1, 2, 3, 5, 6, 7, 8, 12, 26, 130, 131, 132, 133],
                 )
@@ -191,6 +195,7 @@ impl Env {
                         field("egress_ifindex", 20, 4, true, false, FieldKind::Scalar),
                     ],
                     aligned_access: true,
+                    narrow_reads: false,
                 },
                 &[1, 2, 3, 5, 6, 7, 8, 12, 130, 131, 132, 133],
             ),

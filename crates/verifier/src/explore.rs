@@ -88,6 +88,9 @@ pub(crate) struct Explorer<'a> {
     pub(crate) worst: u64,
     pub(crate) unbounded: bool,
     pub(crate) tail_calls: bool,
+    /// In the exact phase of a budgeted class: give up (and let the caller widen) once a path
+    /// runs longer than the budget, since the program needs metering anyway.
+    pub(crate) abort_past: Option<u64>,
 }
 
 impl<'a> Explorer<'a> {
@@ -120,6 +123,7 @@ impl<'a> Explorer<'a> {
             worst: 0,
             unbounded: false,
             tail_calls: false,
+            abort_past: None,
         }
     }
 
@@ -284,6 +288,16 @@ impl<'a> Explorer<'a> {
                 ));
             }
             p.len += 1;
+            if self.abort_past.is_some_and(|b| p.len > b) {
+                return Err(self.error(
+                    Violation::new(
+                        Rule::TooComplex,
+                        "a path runs longer than the class's instruction budget",
+                    ),
+                    p.pc,
+                    &p.state,
+                ));
+            }
             if self.log_level == LogLevel::Verbose && self.log.len() < self.limits.max_log_bytes {
                 let _ = writeln!(
                     self.log,

@@ -255,6 +255,9 @@ pub fn verify_insns(
         env
     };
     let mut ex = explore::Explorer::new(insns, maps, first_env, cfg, opts.limits, opts.log);
+    if env.allow_budgeted_loops {
+        ex.abort_past = env.budget;
+    }
     if let Err(mut e) = ex.run() {
         let retry =
             env.allow_budgeted_loops && matches!(e.rule, Rule::TooComplex | Rule::InfiniteLoop);
