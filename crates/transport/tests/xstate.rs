@@ -317,3 +317,77 @@ proptest! {
         prop_assert_eq!(keys, model.keys().copied().collect::<Vec<_>>());
     }
 }
+
+fn lpm_key(bits: u32, ip: [u8; 4]) -> [u8; 8] {
+    let mut k = [0u8; 8];
+    k[..4].copy_from_slice(&bits.to_le_bytes());
+    k[4..].copy_from_slice(&ip);
+    k
+}
+
+#[test]
+fn lpm_returns_the_longest_matching_prefix() {
+    let r = region();
+    let m = xstate::create(
+        &r.t,
+        &r.info,
+        0,
+        at(&r, 0),
+        &spec(MapType::LpmTrie, 8, 4, 16),
+    )
+    .unwrap();
+    let put = |bits, ip, v: u32| {
+        xstate::update(
+            &r.t,
+            &m,
+            &lpm_key(bits, ip),
+            &v.to_le_bytes(),
+            UPDATE_ANY,
+            Copies::All,
+            1,
+        )
+        .unwrap()
+    };
+    put(8, [10, 99, 99, 99], 1); // stored masked: 10.0.0.0/8
+    put(16, [10, 1, 0, 0], 2);
+    put(24, [10, 1, 2, 0], 3);
+    let get = |ip| {
+        let mut out = [0u8; 4];
+        xstate::lookup(&r.t, &m, &lpm_key(32, ip), &mut out)
+            .unwrap()
+            .then(|| u32::from_le_bytes(out))
+    };
+    assert_eq!(get([10, 1, 2, 3]), Some(3));
+    assert_eq!(get([10, 1, 9, 9]), Some(2));
+    assert_eq!(get([10, 9, 9, 9]), Some(1));
+    assert_eq!(get([11, 0, 0, 0]), None);
+    assert!(matches!(
+        xstate::update(
+            &r.t,
+            &m,
+            &lpm_key(8, [10, 0, 0, 0]),
+            &[0; 4],
+            UPDATE_NOEXIST,
+            Copies::All,
+            1
+        ),
+        Err(MapError::Exists)
+    ));
+    xstate::delete(&r.t, &m, &lpm_key(16, [10, 1, 77, 0]), 1).unwrap();
+    assert_eq!(get([10, 1, 9, 9]), Some(1));
+    assert!(matches!(
+        xstate::update(
+            &r.t,
+            &m,
+            &lpm_key(33, [0; 4]),
+            &[0; 4],
+            UPDATE_ANY,
+            Copies::All,
+            1
+        ),
+        Err(MapError::Invalid(_))
+    ));
+    let keys = xstate::keys(&r.t, &m).unwrap();
+    assert_eq!(keys.len(), 2);
+    assert!(keys.contains(&lpm_key(8, [10, 0, 0, 0]).to_vec()));
+}

@@ -14,10 +14,12 @@
 //!   other); readers never lock.
 //! - [`prog_array`]: program arrays for tail calls; each element is an active word (same
 //!   encoding as a hook slot's).
+//! - [`lpm`]: longest-prefix-match maps; a flat table of seqlocked elements, scanned.
 //! - [`ringbuf`]: a multi-producer (host threads), single-consumer (control plane) byte ring.
 
 pub mod array;
 pub mod hash;
+pub mod lpm;
 pub mod prog_array;
 pub mod ringbuf;
 
@@ -176,10 +178,16 @@ pub fn layout(spec: &MapSpec, thread_slots: u32) -> Result<MapLayout, MapError> 
             (0, spec.max_entries, 1, size)
         }
         MapType::LpmTrie => {
-            return Err(MapError::Unsupported {
-                op: "create",
-                map_type: MapType::LpmTrie,
-            })
+            if spec.key_size <= 4 || spec.value_size == 0 {
+                return invalid("LPM maps need a key of a 4-byte prefix length plus data, and a nonzero value size");
+            }
+            let stride = 8 + key_stride as u64 + value_stride as u64;
+            (
+                stride as u32,
+                spec.max_entries,
+                1,
+                stride * spec.max_entries as u64,
+            )
         }
     };
     Ok(MapLayout {
@@ -365,6 +373,7 @@ macro_rules! dispatch {
             MapType::Array | MapType::PerThreadArray => array::ArrayMap::$f($($arg),*),
             MapType::Hash | MapType::PerThreadHash => hash::HashMap::$f($($arg),*),
             MapType::ProgArray => prog_array::ProgArrayMap::$f($($arg),*),
+            MapType::LpmTrie => lpm::LpmMap::$f($($arg),*),
             other => Err(MapError::Unsupported { op: $op, map_type: other }),
         }
     };

@@ -1,0 +1,339 @@
+//! Hook and map overhead of the rdx runtime against its baselines, all measured in one run:
+//!
+//! - hook: a direct call of the hooked function; an rdx hook with nothing attached; an rdx
+//!   hook running a trivial program (`r0 = 42; exit`, JIT-compiled and deployed through the
+//!   shared-memory transport like a control plane would); the same direct call with a kernel
+//!   uprobe running a trivial eBPF program attached to it (bpf/runtime/uprobe_trivial.c).
+//! - maps: lookup and update through the runtime's helpers (what extension code calls) on
+//!   array and hash XState maps, against the same operations on kernel maps through `bpf()`,
+//!   and a control plane's remote hash lookup through the shm transport.
+//!
+//! `cargo bench -p rdx-runtime --bench hook_overhead` (x86-64; root for the kernel baselines).
+//! Each figure is the best of 5 timed loops, in nanoseconds per operation.
+
+use rdx_region::layout::{active_word, offsets, MapType, SectionId};
+use rdx_runtime::{helper_ids, HookSpec, Runtime, HELPERS};
+use rdx_transport::shm::ShmTransport;
+use rdx_transport::xstate::{self, Copies, MapSpec, UPDATE_ANY};
+use rdx_transport::Transport;
+use std::hint::black_box;
+use std::time::Instant;
+
+#[repr(C)]
+struct Ctx {
+    value: u64,
+    out: u64,
+}
+
+/// The hooked host function (and the uprobe's target).
+#[inline(never)]
+extern "C" fn rdx_bench_target(ctx: &mut Ctx) -> u64 {
+    ctx.value.wrapping_add(1)
+}
+
+fn best_ns(iters: u64, mut f: impl FnMut()) -> f64 {
+    for _ in 0..iters / 10 {
+        f();
+    }
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..iters {
+            f();
+        }
+        best = best.min(t.elapsed().as_nanos() as f64 / iters as f64);
+    }
+    best
+}
+
+fn row(name: &str, ns: f64, note: &str) {
+    println!("  {name:<46} {ns:>9.2} ns  {note}");
+}
+
+fn helper(id: u32) -> rdx_region::abi::HelperFn {
+    HELPERS
+        .iter()
+        .find(|h| h.id == id)
+        .expect("built-in helper")
+        .func
+}
+
+/// File offset of `addr` in this executable, from /proc/self/maps.
+fn file_offset_of(addr: u64) -> Result<u64, String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").map_err(|e| e.to_string())?;
+    for line in maps.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (range, off) = (f[0], f[2]);
+        let (s, e) = range.split_once('-').ok_or("bad maps line")?;
+        let (s, e) = (
+            u64::from_str_radix(s, 16).unwrap(),
+            u64::from_str_radix(e, 16).unwrap(),
+        );
+        if addr >= s && addr < e {
+            return Ok(addr - s + u64::from_str_radix(off, 16).unwrap());
+        }
+    }
+    Err(format!("{addr:#x} not in any mapping"))
+}
+
+fn uprobe_ns(iters: u64) -> Result<f64, String> {
+    let path = rdx_testdata::object_path("runtime/uprobe_trivial");
+    let obj = libbpf_rs::ObjectBuilder::default()
+        .open_file(&path)
+        .and_then(|o| o.load())
+        .map_err(|e| format!("loading {}: {e}", path.display()))?;
+    let prog = obj
+        .progs_mut()
+        .find(|p| p.name() == "trivial")
+        .ok_or("program missing")?;
+    let offset = file_offset_of(rdx_bench_target as *const () as u64)?;
+    let _link = prog
+        .attach_uprobe(false, -1, "/proc/self/exe", offset as usize)
+        .map_err(|e| format!("attaching a uprobe at /proc/self/exe+{offset:#x}: {e}"))?;
+    let target: extern "C" fn(&mut Ctx) -> u64 = black_box(rdx_bench_target);
+    let mut ctx = Ctx { value: 1, out: 0 };
+    Ok(best_ns(iters, || {
+        black_box(target(black_box(&mut ctx)));
+    }))
+}
+
+fn main() {
+    let rt = Runtime::builder()
+        .thread_slots(4)
+        .code_size(1 << 20)
+        .scratch_size(4 << 20)
+        .hook("empty", HookSpec::for_context::<Ctx>())
+        .hook("trivial", HookSpec::for_context::<Ctx>())
+        .build()
+        .expect("runtime");
+    rt.register().unwrap();
+    let cp = ShmTransport::open(rt.path()).expect("control-plane mapping");
+    let info = cp.info().clone();
+
+    // Deploy `r0 = 42; exit` into the trivial hook, as a control plane would.
+    let insns = rdx_bpf::asm::assemble("mov %r0, 42\nexit").unwrap();
+    let opts = rdx_jit::CompileOptions::new(rdx_jit::Arch::X86_64);
+    let (artifact, _) = rdx_jit::Compiler::new(rdx_jit::Arch::X86_64)
+        .unwrap()
+        .compile(&insns, &opts)
+        .unwrap();
+    let code_at = info.section(SectionId::Code).offset;
+    let linked = rdx_jit::link::link(
+        &artifact,
+        rdx_jit::LinkTarget::new(rdx_jit::Arch::X86_64),
+        &|_: &rdx_jit::Symbol| None,
+        info.base_address + code_at,
+    )
+    .unwrap();
+    cp.write(code_at, &linked.code).unwrap();
+    let slot = info.hook_offset(rt.hook("trivial").unwrap().index());
+    cp.compare_and_swap(
+        slot + offsets::HOOK_ACTIVE,
+        0,
+        active_word(1, (code_at + linked.entry_offset as u64) as u32),
+    )
+    .unwrap();
+
+    let empty = rt.hook("empty").unwrap();
+    let trivial = rt.hook("trivial").unwrap();
+    let mut ctx = Ctx { value: 1, out: 0 };
+    assert_eq!(trivial.run(&mut ctx), 42);
+    let target: extern "C" fn(&mut Ctx) -> u64 = black_box(rdx_bench_target);
+
+    const N: u64 = 20_000_000;
+    println!("hook overhead, ns per call (best of 5 x {N} calls)");
+    let direct = best_ns(N, || {
+        black_box(target(black_box(&mut ctx)));
+    });
+    row("direct call of the hooked function", direct, "baseline");
+    let e = best_ns(N, || {
+        black_box(empty.run(black_box(&mut ctx)));
+    });
+    row(
+        "rdx hook, nothing attached",
+        e,
+        &format!("target < 2 ns; {:+.2} ns vs direct", e - direct),
+    );
+    let t = best_ns(N, || {
+        black_box(trivial.run(black_box(&mut ctx)));
+    });
+    row(
+        "rdx hook, trivial program",
+        t,
+        &format!("target < 10 ns; {:+.2} ns vs direct", t - direct),
+    );
+    match uprobe_ns(200_000) {
+        Ok(u) => row(
+            "kernel uprobe, trivial eBPF program",
+            u,
+            &format!("{:.0}x the rdx hook with a trivial program", u / t),
+        ),
+        Err(why) => println!("  kernel uprobe: not measured: {why}"),
+    }
+
+    // XState maps through the helpers extension code calls (this thread already ran a hook
+    // of this runtime, so the helpers know their runtime).
+    let scratch = info.section(SectionId::Scratch).offset + info.scratch_reserved;
+    let array = xstate::create(
+        &cp,
+        &info,
+        1,
+        scratch,
+        &MapSpec {
+            map_type: MapType::Array,
+            key_size: 4,
+            value_size: 8,
+            max_entries: 1024,
+            flags: 0,
+            name: "bench_array".into(),
+        },
+    )
+    .unwrap();
+    let hash_at = scratch
+        + xstate::layout(
+            &MapSpec {
+                map_type: MapType::Array,
+                key_size: 4,
+                value_size: 8,
+                max_entries: 1024,
+                flags: 0,
+                name: String::new(),
+            },
+            info.thread_slots,
+        )
+        .unwrap()
+        .footprint();
+    let hspec = MapSpec {
+        map_type: MapType::Hash,
+        key_size: 8,
+        value_size: 8,
+        max_entries: 1024,
+        flags: 0,
+        name: "bench_hash".into(),
+    };
+    let hash = xstate::create(&cp, &info, 2, hash_at, &hspec).unwrap();
+    for k in 0..1000u64 {
+        xstate::update(
+            &cp,
+            &hash,
+            &k.to_le_bytes(),
+            &k.to_le_bytes(),
+            UPDATE_ANY,
+            Copies::All,
+            1,
+        )
+        .unwrap();
+    }
+    let (lookup, update) = (
+        helper(helper_ids::MAP_LOOKUP_ELEM),
+        helper(helper_ids::MAP_UPDATE_ELEM),
+    );
+    let (array_addr, hash_addr) = (
+        info.base_address + array.offset,
+        info.base_address + hash.offset,
+    );
+    let keys32: Vec<u32> = (0..1000).collect();
+    let keys64: Vec<u64> = (0..1000).collect();
+    let value = 7u64;
+    const M: u64 = 5_000_000;
+    println!("map operations, ns per operation (best of 5 x {M}; 1000 keys cycled)");
+    let mut i = 0usize;
+    let mut next = || {
+        i = if i == 999 { 0 } else { i + 1 };
+        i
+    };
+    // SAFETY (all helper calls below): the helpers get a map header address in this
+    // runtime's region and pointers to live keys/values of the map's sizes, as verified
+    // extension code would pass them.
+    let al = best_ns(M, || unsafe {
+        black_box(lookup(
+            array_addr,
+            &keys32[next()] as *const u32 as u64,
+            0,
+            0,
+            0,
+        ));
+    });
+    let hl = best_ns(M, || unsafe {
+        let r = lookup(hash_addr, &keys64[next()] as *const u64 as u64, 0, 0, 0);
+        debug_assert_ne!(r, 0);
+        black_box(r);
+    });
+    let au = best_ns(M, || unsafe {
+        black_box(update(
+            array_addr,
+            &keys32[next()] as *const u32 as u64,
+            &value as *const u64 as u64,
+            0,
+            0,
+        ));
+    });
+    let hu = best_ns(M, || unsafe {
+        black_box(update(
+            hash_addr,
+            &keys64[next()] as *const u64 as u64,
+            &value as *const u64 as u64,
+            0,
+            0,
+        ));
+    });
+    let mut out = [0u8; 8];
+    let remote = best_ns(M / 5, || {
+        black_box(xstate::lookup(&cp, &hash, &keys64[next()].to_le_bytes(), &mut out).unwrap());
+    });
+
+    let kernel = rdx_kernel::probe().and_then(|_| {
+        let ka =
+            rdx_kernel::KernelMap::create(&rdx_kernel::MapSpec::array("bench_array", 4, 8, 1024))?;
+        let kh =
+            rdx_kernel::KernelMap::create(&rdx_kernel::MapSpec::hash("bench_hash", 8, 8, 1024))?;
+        for k in 0..1000u64 {
+            kh.update(&k.to_le_bytes(), &k.to_le_bytes(), 0)?;
+        }
+        const K: u64 = 200_000;
+        let mut j = 0usize;
+        let mut next = || {
+            j = if j == 999 { 0 } else { j + 1 };
+            j
+        };
+        Ok([
+            best_ns(K, || {
+                black_box(ka.lookup(&keys32[next()].to_le_bytes()).unwrap());
+            }),
+            best_ns(K, || {
+                black_box(kh.lookup(&keys64[next()].to_le_bytes()).unwrap());
+            }),
+            best_ns(K, || {
+                ka.update(&keys32[next()].to_le_bytes(), &value.to_le_bytes(), 0)
+                    .unwrap()
+            }),
+            best_ns(K, || {
+                kh.update(&keys64[next()].to_le_bytes(), &value.to_le_bytes(), 0)
+                    .unwrap()
+            }),
+        ])
+    });
+    let vs = |ours: f64, i: usize| match &kernel {
+        Ok(k) => format!("kernel map via bpf(): {:.1} ns ({:.0}x)", k[i], k[i] / ours),
+        Err(_) => String::new(),
+    };
+    row("rdx array lookup (helper 1)", al, &vs(al, 0));
+    row(
+        "rdx hash lookup (helper 1)",
+        hl,
+        &format!("target < 30 ns; {}", vs(hl, 1)),
+    );
+    row("rdx array update (helper 2)", au, &vs(au, 2));
+    row("rdx hash update (helper 2)", hu, &vs(hu, 3));
+    row(
+        "control plane hash lookup (shm transport)",
+        remote,
+        "consistent copy, seqlock-checked",
+    );
+    if let Err(e) = &kernel {
+        println!("  kernel maps: not measured: {e}");
+    }
+    drop(cp);
+    rt.teardown(std::time::Duration::from_millis(100)).unwrap();
+    rt.unlink().unwrap();
+}
