@@ -51,7 +51,7 @@ fn generate(target: usize) -> Vec<Insn> {
     });
     p.push(alu(AluOp::Mov, 0, Operand::Imm(2)));
     p.push(Insn::Exit);
-    let mut i = 0;
+    let mut i: i32 = 0;
     while p.len() + 24 < target {
         let off = (i * 7 % 60) as i16;
         p.push(Insn::Load {
@@ -65,11 +65,11 @@ fn generate(target: usize) -> Vec<Insn> {
             width: Width::W64,
             cond: JmpCond::Gt,
             dst: Reg(3),
-            src: Operand::Imm((i * 13 % 250) as i32),
+            src: Operand::Imm(i * 13 % 250),
             off: 2,
         });
         p.push(alu(AluOp::Add, 9, Operand::Reg(Reg(3))));
-        p.push(alu(AluOp::Xor, 9, Operand::Imm(i as i32)));
+        p.push(alu(AluOp::Xor, 9, Operand::Imm(i)));
         p.push(alu(AluOp::And, 9, Operand::Imm(0xffff)));
         // Straight-line arithmetic between branches, so that a 100K-instruction program stays
         // under the kernel's 8192 pending branches on one path.
@@ -83,7 +83,7 @@ fn generate(target: usize) -> Vec<Insn> {
                 AluOp::Sub,
                 AluOp::Lsh,
             ][k % 7];
-            p.push(alu(op, 6, Operand::Imm((k as i32 + i as i32) % 13 + 1)));
+            p.push(alu(op, 6, Operand::Imm((k as i32 + i) % 13 + 1)));
         }
         p.push(alu(AluOp::Add, 9, Operand::Reg(Reg(6))));
         p.push(alu(AluOp::And, 9, Operand::Imm(0xffff)));
