@@ -5,7 +5,7 @@
 //! state, and a failed assertion *is* the error message. Changing a rule means changing the
 //! listing here or its evaluation in `check.rs`, never the transfer functions.
 
-use rdx_bpf::isa::{AluOp, AtomicOp, Insn, Operand, Reg, Size, Width};
+use rdx_bpf::isa::{AluOp, AtomicOp, Insn, JmpCond, Operand, Reg, Size, Width};
 
 /// Kind of memory access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +44,7 @@ pub enum Assertion {
         dst: Reg,
         src: Operand,
         width: Width,
+        cond: JmpCond,
     },
     /// The helper exists, is granted, and its arguments match its prototype.
     HelperArgs { id: i32 },
@@ -85,13 +86,22 @@ pub fn of(insn: &Insn) -> Vec<Assertion> {
         Insn::Endian { dst, .. } => vec![Init(dst), IsScalar(dst)],
         Insn::Ja { .. } | Insn::LoadImm64 { .. } | Insn::LoadImm64Hi => vec![],
         Insn::Jmp {
-            width, dst, src, ..
+            width,
+            cond,
+            dst,
+            src,
+            ..
         } => {
             let mut v = vec![Init(dst)];
             if let Operand::Reg(r) = src {
                 v.push(Init(r));
             }
-            v.push(Compare { dst, src, width });
+            v.push(Compare {
+                dst,
+                src,
+                width,
+                cond,
+            });
             v
         }
         Insn::Call(rdx_bpf::isa::CallTarget::Helper(id)) => vec![HelperArgs { id }],

@@ -102,7 +102,12 @@ impl Explorer<'_> {
                     _ => Ok(()),
                 }
             }
-            Assertion::Compare { dst, src, width } => self.check_compare(st, dst, src, width),
+            Assertion::Compare {
+                dst,
+                src,
+                width,
+                cond,
+            } => self.check_compare(st, dst, src, width, cond),
             Assertion::HelperArgs { id } => self.check_helper(st, id),
             Assertion::ExitValue => self.check_exit(st),
         }
@@ -177,6 +182,7 @@ impl Explorer<'_> {
         dst: Reg,
         src: Operand,
         width: Width,
+        cond: JmpCond,
     ) -> Result<(), Violation> {
         let a = st.reg(dst.index());
         let b = operand_value(st, src);
@@ -184,7 +190,13 @@ impl Explorer<'_> {
             (Value::Scalar { .. }, Value::Scalar { .. }) => Ok(()),
             (Value::Ptr(p), Value::Scalar { val, .. })
             | (Value::Scalar { val, .. }, Value::Ptr(p)) => {
-                if val.is_const(0) && width == Width::W64 && p.off == 0 && !p.has_var_off() {
+                let null_check = matches!(cond, JmpCond::Eq | JmpCond::Ne);
+                if null_check
+                    && val.is_const(0)
+                    && width == Width::W64
+                    && p.off == 0
+                    && !p.has_var_off()
+                {
                     Ok(())
                 } else {
                     Err(v(
@@ -200,7 +212,15 @@ impl Explorer<'_> {
                         PtrKind::Packet | PtrKind::PacketEnd | PtrKind::PacketMeta
                     )
                 };
-                if width == Width::W64 && pkt(p.kind) && pkt(q.kind) {
+                if width == Width::W64
+                    && cond != JmpCond::Set
+                    && !matches!(
+                        cond,
+                        JmpCond::Sgt | JmpCond::Sge | JmpCond::Slt | JmpCond::Sle
+                    )
+                    && pkt(p.kind)
+                    && pkt(q.kind)
+                {
                     Ok(())
                 } else {
                     Err(v(
@@ -446,6 +466,12 @@ impl Explorer<'_> {
                     ));
                 }
                 let fr = &st.frames[frame as usize];
+                if access == Access::Atomic && fr.slot(Frame::locate(start).0).holds_pointer() {
+                    return Err(v(
+                        Rule::PointerLeak,
+                        format!("atomic operation on the spilled pointer at fp{start}"),
+                    ));
+                }
                 if access != Access::Write {
                     check_stack_init(fr, start, size, insn_size.is_none(), what)?;
                 }
