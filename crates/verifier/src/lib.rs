@@ -142,8 +142,8 @@ pub enum MemFact {
 pub struct Verified {
     /// Longest path in executed instructions, when every path was explored to its exit.
     pub worst_case_insns: Option<u64>,
-    /// The JIT must meter instructions: a loop could not be bounded, or the worst case
-    /// exceeds the class's budget.
+    /// The JIT must meter instructions: a loop could not be bounded, the worst case exceeds
+    /// the class's budget, or the program tail-calls (the callee's count adds to this run's).
     pub needs_budget: bool,
     /// The class's instruction budget, if it has one.
     pub budget: Option<u64>,
@@ -307,11 +307,13 @@ pub fn verify_insns(
         ));
     }
     let worst = if ex.unbounded { None } else { Some(ex.worst) };
-    let needs_budget = match (worst, env.budget) {
-        (None, _) => true,
-        (Some(w), Some(b)) => w > b,
-        (Some(_), None) => false,
-    };
+    // A tail-called program's instructions add to this run's count, so chains are metered.
+    let needs_budget = ex.tail_calls
+        || match (worst, env.budget) {
+            (None, _) => true,
+            (Some(w), Some(b)) => w > b,
+            (Some(_), None) => false,
+        };
     Ok(Verified {
         worst_case_insns: worst,
         needs_budget,
