@@ -39,6 +39,10 @@ pub struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// Run natively through rdx's JIT (verified first, as the kernel program type of the
+    /// section) instead of the interpreter.
+    #[arg(long)]
+    jit: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -190,11 +194,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let vm = Vm::new(&program.insns, &maps, &Helpers::standard(), Config::default())
         .with_context(|| format!("cannot prepare program {}", program.name))?;
 
+    let mut jit = if args.jit {
+        Some(crate::cmd::compile::JitRunner::new(&loaded, index, &maps)?)
+    } else {
+        None
+    };
     let before = snapshot(&maps);
     let mut r0 = 0;
     let started = Instant::now();
     for _ in 0..args.repeat {
-        r0 = run_once(&vm, model, input.as_deref())
+        r0 = match jit.as_mut() {
+            Some(jit) => jit.run(model, input.as_deref()),
+            None => run_once(&vm, model, input.as_deref()),
+        }
             .with_context(|| format!("program {} failed", program.name))?;
     }
     let elapsed_ns = started.elapsed().as_nanos();
