@@ -27,6 +27,7 @@ subcommands! {
     acl => Acl,
     inspect => Inspect,
     run => Run,
+    compile => Compile,
     verify => Verify,
     node => Node,
     deploy => Deploy,
