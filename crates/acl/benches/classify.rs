@@ -158,6 +158,22 @@ fn main() {
         }
 
         let tss = measure(&packets, |k| table.classify(k), timer_ns);
+        let mut work = [0u64; 3];
+        let mut worst = 0u32;
+        for k in &packets[..LATENCY_SAMPLE] {
+            let (_, w) = table.classify_counting(k);
+            work[0] += w.tuples as u64;
+            work[1] += w.entries as u64;
+            work[2] += w.full_checks as u64;
+            worst = worst.max(w.entries);
+        }
+        let per = |x: u64| x as f64 / LATENCY_SAMPLE as f64;
+        println!(
+            "  tuple-space work per packet: {:.1} tuples probed, {:.1} bucket entries, {:.1} full rule checks (most entries: {worst})",
+            per(work[0]),
+            per(work[1]),
+            per(work[2])
+        );
         let mut tier = HotTier::new(HOT_CAPACITY, HOT_REFRESH);
         for k in &packets[..65_536] {
             tier.classify(&table, k);

@@ -12,12 +12,13 @@
 mod flow;
 mod hot;
 mod linear;
+mod table;
 mod tss;
 
 pub use flow::{FlowCache, FlowCacheStats};
 pub use hot::{HotAdapter, HotStats, HotTier};
 pub use linear::LinearScan;
-pub use tss::TupleSpace;
+pub use tss::{ProbeWork, TupleSpace};
 
 use crate::rule::PacketKey;
 

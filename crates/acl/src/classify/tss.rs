@@ -1,5 +1,7 @@
 use rustc_hash::FxHashMap;
 
+use super::table::HashTable;
+
 use super::Classifier;
 use crate::field::Field;
 use crate::rule::{PacketKey, Rule};
@@ -30,7 +32,7 @@ struct Tuple {
     min_priority: u32,
     /// Key hash -> rule priorities, ascending. Distinct keys may share a hash: every
     /// candidate is checked in full.
-    table: FxHashMap<u64, Bucket>,
+    table: HashTable<Bucket>,
 }
 
 /// A compact, conservative pre-check of a rule's most selective residual fields, stored
@@ -296,14 +298,14 @@ impl TupleSpace {
             masks: sig.prefix.map(mask_of),
             required,
             min_priority: u32::MAX,
-            table: FxHashMap::default(),
+            table: HashTable::new(),
         }
     }
 
     fn insert_into(&mut self, t: usize, p: u32) {
         let tuple = &mut self.tuples[t];
         let h = tuple.hash(&rule_key(&self.rules[p as usize]));
-        match tuple.table.get_mut(&h) {
+        match tuple.table.get_mut(h) {
             Some(bucket) => bucket.insert(p, &self.rules),
             None => {
                 tuple.table.insert(h, Bucket::One(p));
@@ -353,9 +355,9 @@ impl TupleSpace {
             };
             let t = self.tuple_of[p as usize] as usize;
             let h = self.tuples[t].hash(&rule_key(&old));
-            if let Some(bucket) = self.tuples[t].table.get_mut(&h) {
+            if let Some(bucket) = self.tuples[t].table.get_mut(h) {
                 if bucket.remove(p, &self.rules) {
-                    self.tuples[t].table.remove(&h);
+                    self.tuples[t].table.remove(h);
                 }
             }
             if self.tuples[t].min_priority == p {
@@ -387,9 +389,21 @@ impl TupleSpace {
     }
 }
 
-impl Classifier for TupleSpace {
-    #[inline]
-    fn classify(&self, key: &PacketKey) -> Option<u32> {
+/// Work one lookup did (for benchmarks and tuning).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeWork {
+    /// Tuples whose hash table was probed.
+    pub tuples: u32,
+    /// Bucket entries examined.
+    pub entries: u32,
+    /// Full rule checks.
+    pub full_checks: u32,
+}
+
+impl TupleSpace {
+    /// [`Classifier::classify`], also reporting the work done.
+    pub fn classify_counting(&self, key: &PacketKey) -> (Option<u32>, ProbeWork) {
+        let mut w = ProbeWork::default();
         let mut best = u32::MAX;
         for &ti in &self.order {
             let t = &self.tuples[ti as usize];
@@ -399,7 +413,72 @@ impl Classifier for TupleSpace {
             if key.present & t.required != t.required {
                 continue;
             }
-            let Some(bucket) = t.table.get(&t.hash(key)) else {
+            w.tuples += 1;
+            let Some(bucket) = t.table.get(t.hash(key)) else {
+                continue;
+            };
+            match bucket {
+                Bucket::One(p) => {
+                    w.entries += 1;
+                    if *p < best {
+                        w.full_checks += 1;
+                        if self.rules[*p as usize].matches(key) {
+                            best = *p;
+                        }
+                    }
+                }
+                Bucket::Many { prios, filters } => {
+                    for (&p, f) in prios.iter().zip(filters) {
+                        if p >= best {
+                            break;
+                        }
+                        w.entries += 1;
+                        if f.admits(key) {
+                            w.full_checks += 1;
+                            if self.rules[p as usize].matches(key) {
+                                best = p;
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        ((best != u32::MAX).then_some(best), w)
+    }
+}
+
+/// Tuples whose home slots are touched ahead of the probe loop.
+const EARLY_TOUCH: usize = 32;
+
+impl Classifier for TupleSpace {
+    #[inline]
+    fn classify(&self, key: &PacketKey) -> Option<u32> {
+        // Hash every tuple and touch its home slot first: the loads are independent, so the
+        // memory system serves them in parallel instead of one miss per tuple in sequence.
+        let mut hashes = [0u64; EARLY_TOUCH];
+        let mut touched = 0u64;
+        for (i, &ti) in self.order.iter().take(EARLY_TOUCH).enumerate() {
+            let t = &self.tuples[ti as usize];
+            hashes[i] = t.hash(key);
+            touched ^= t.table.touch(hashes[i]);
+        }
+        std::hint::black_box(touched);
+        let mut best = u32::MAX;
+        for (i, &ti) in self.order.iter().enumerate() {
+            let t = &self.tuples[ti as usize];
+            if t.min_priority >= best {
+                break;
+            }
+            if key.present & t.required != t.required {
+                continue;
+            }
+            let h = if i < EARLY_TOUCH {
+                hashes[i]
+            } else {
+                t.hash(key)
+            };
+            let Some(bucket) = t.table.get(h) else {
                 continue;
             };
             match bucket {
