@@ -397,6 +397,8 @@ fn trace_printk(cx: &mut HelperCtx<'_, '_>, a: [u64; 5]) -> Result<u64, HelperEr
 
 fn skb_load_bytes(cx: &mut HelperCtx<'_, '_>, a: [u64; 5]) -> Result<u64, HelperError> {
     let (offset, to, len) = (a[1] as u32 as usize, a[2], a[3] as u32 as usize);
+    // Validate the destination before allocating anything of the program-chosen length.
+    cx.check(to, len as u64, true)?;
     let ctx = cx.context().ok_or(HelperError::NoContext)?;
     let chunk = ctx
         .packet_bytes()
