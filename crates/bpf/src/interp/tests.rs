@@ -436,3 +436,33 @@ fn ring_buffer_records_in_checked_mode() {
         RunErrorKind::Helper { id: 132, .. }
     ));
 }
+
+#[test]
+fn vm_is_shareable_across_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Vm>();
+    assert_send_sync::<MapSet>();
+    let v = std::sync::Arc::new(vm("mov %r0, 3\nexit"));
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let v = v.clone();
+            std::thread::spawn(move || v.run_checked(Input::Empty).unwrap())
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), 3);
+    }
+}
+
+#[test]
+fn conformance_unwind_stops_on_zero() {
+    let insns = assemble("mov %r1, 0\ncall 5\nmov %r0, 2\nexit").unwrap();
+    let v = Vm::new(
+        &insns,
+        &MapSet::default(),
+        &Helpers::conformance(),
+        Config::default(),
+    )
+    .unwrap();
+    assert_eq!(v.run_checked(Input::Empty).unwrap(), 0);
+}
