@@ -197,7 +197,7 @@ impl<'a> Explorer<'a> {
             if c.branches == 0 {
                 if c.state.subsumes(&p.state) {
                     c.hits += 1;
-                    pruned_by = Some(c.max_end - c.len);
+                    pruned_by = Some(c.max_end.saturating_sub(c.len));
                     break;
                 }
                 c.misses += 1;

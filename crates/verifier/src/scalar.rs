@@ -199,6 +199,9 @@ impl Scalar {
 
     /// The low `bits` bits, sign-extended to 64 (`bits` = 8, 16 or 32): the signed view.
     pub fn sext(&self, bits: u32) -> Scalar {
+        if !matches!(bits, 8 | 16 | 32) {
+            return Scalar::UNKNOWN;
+        }
         let z = if bits == 32 {
             self.subreg()
         } else {
@@ -467,6 +470,9 @@ impl Scalar {
 
     /// Result of a byte-order instruction on `bits` bits.
     pub fn endian(&self, order: ByteOrder, bits: u8) -> Scalar {
+        if !matches!(bits, 16 | 32 | 64) {
+            return Scalar::UNKNOWN;
+        }
         let bytes = bits as u32 / 8;
         if order == ByteOrder::ToLe {
             return if bytes == 8 {

@@ -165,3 +165,79 @@ proptest! {
         }
     }
 }
+
+/// Arbitrary decoded instructions, including ones the decoder would refuse (jumps out of
+/// range, stray `lddw` halves, odd widths): the API takes `&[Insn]`, so it must cope.
+fn any_insn() -> impl Strategy<Value = Insn> {
+    use rdx_bpf::isa::{AtomicOp, ByteOrder, ImmKind};
+    let r = || (0u8..11).prop_map(Reg);
+    let operand = prop_oneof![
+        any::<i32>().prop_map(Operand::Imm),
+        (0u8..11).prop_map(|x| Operand::Reg(Reg(x)))
+    ];
+    let size = prop_oneof![Just(Size::B), Just(Size::H), Just(Size::W), Just(Size::DW)];
+    let op = prop_oneof![
+        Just(AluOp::Add),
+        Just(AluOp::Sub),
+        Just(AluOp::Mul),
+        Just(AluOp::Div),
+        Just(AluOp::SDiv),
+        Just(AluOp::Or),
+        Just(AluOp::And),
+        Just(AluOp::Lsh),
+        Just(AluOp::Rsh),
+        Just(AluOp::Neg),
+        Just(AluOp::Mod),
+        Just(AluOp::SMod),
+        Just(AluOp::Xor),
+        Just(AluOp::Mov),
+        Just(AluOp::Arsh),
+        any::<u8>().prop_map(AluOp::MovSx),
+    ];
+    let cond = prop_oneof![
+        Just(JmpCond::Eq),
+        Just(JmpCond::Gt),
+        Just(JmpCond::Set),
+        Just(JmpCond::Sle),
+        Just(JmpCond::Ne)
+    ];
+    let width = prop_oneof![Just(Width::W32), Just(Width::W64)];
+    prop_oneof![
+        4 => (width.clone(), op, r(), operand.clone()).prop_map(|(width, op, dst, src)| Insn::Alu { width, op, dst, src }),
+        1 => (any::<u8>(), r()).prop_map(|(bits, dst)| Insn::Endian { order: ByteOrder::ToBe, bits, dst }),
+        1 => (-20i32..20).prop_map(|off| Insn::Ja { off }),
+        3 => (width, cond, r(), operand.clone(), -20i16..20).prop_map(|(width, cond, dst, src, off)| Insn::Jmp { width, cond, dst, src, off }),
+        1 => prop_oneof![(-3i32..140).prop_map(CallTarget::Helper), (-10i32..10).prop_map(CallTarget::Local)].prop_map(Insn::Call),
+        2 => Just(Insn::Exit),
+        3 => (size.clone(), any::<bool>(), r(), r(), -600i16..600).prop_map(|(size, sign_extend, dst, base, off)| Insn::Load { size, sign_extend, dst, base, off }),
+        3 => (size.clone(), r(), -600i16..600, operand).prop_map(|(size, base, off, src)| Insn::Store { size, base, off, src }),
+        1 => (size, r(), -600i16..600, r(), any::<bool>()).prop_map(|(size, base, off, src, fetch)| Insn::Atomic { size, op: AtomicOp::Add, fetch, base, off, src }),
+        1 => (r(), prop_oneof![Just(ImmKind::Imm), Just(ImmKind::MapIdx), Just(ImmKind::MapIdxValue)], -2i32..3, -2i32..40)
+            .prop_map(|(dst, kind, imm_lo, imm_hi)| Insn::LoadImm64 { dst, kind, imm_lo, imm_hi }),
+        1 => Just(Insn::LoadImm64Hi),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 600, failure_persistence: None, ..ProptestConfig::default() })]
+    #[test]
+    fn arbitrary_instructions_never_panic(insns in proptest::collection::vec(any_insn(), 1..40)) {
+        let maps = [rdx_bpf::MapDef {
+            name: "m".into(),
+            map_type: rdx_bpf::MapType::Array,
+            key_size: 4,
+            value_size: 16,
+            max_entries: 1,
+            flags: 0,
+            origin: rdx_bpf::MapOrigin::Btf,
+            initial_value: None,
+            read_only: false,
+        }];
+        let mut o = xdp();
+        o.limits.max_processed = 20_000;
+        let _ = verify_insns(&insns, &maps, &o);
+        let mut s = VerifyOptions::kernel(KernelProgType::SocketFilter);
+        s.limits.max_processed = 20_000;
+        let _ = verify_insns(&insns, &maps, &s);
+    }
+}
