@@ -24,6 +24,16 @@ pub(crate) struct ThreadState {
     pub tail_result: Option<u64>,
     pub tail_depth: u32,
     pub rng: u64,
+    /// Map headers this thread decoded recently (see `helpers::maps::map_at`).
+    pub maps: Vec<CachedMap>,
+}
+
+/// A decoded map header and the first 64 header bytes it was decoded from, compared on
+/// every use so that a map re-created at the same address is decoded again.
+pub(crate) struct CachedMap {
+    pub addr: u64,
+    pub header: [u64; 8],
+    pub map: rdx_transport::xstate::MapRef,
 }
 
 impl ThreadState {
@@ -139,6 +149,7 @@ fn claim(inner: &Arc<Inner>) -> Option<ThreadState> {
                     ^ inner.id
                     ^ 0x9e37_79b9_7f4a_7c15
                     ^ (s as *const ThreadSlot as u64),
+                maps: Vec::with_capacity(8),
             });
         }
     }

@@ -2,7 +2,7 @@
 
 use super::{host_token, EINVAL};
 use crate::hook::entry_of;
-use crate::thread::{self, ThreadState};
+use crate::thread::{self, CachedMap, ThreadState};
 use rdx_region::layout::{MapHeader, MapType};
 use rdx_transport::xstate::{self, ringbuf, Copies, MapRef};
 use rdx_transport::Transport;
@@ -11,18 +11,55 @@ use std::mem::size_of;
 /// Maximum tail calls in one run, as in the kernel.
 pub const MAX_TAIL_CALLS: u32 = 33;
 
+/// Map objects a thread remembers; beyond this the cache starts over.
+const MAP_CACHE: usize = 16;
+
 /// The map whose header is at host address `addr`, for the running thread's runtime.
+///
+/// Decoding and checking a header costs more than most map operations, so each thread
+/// keeps the maps it used last. A hit still compares the header's first 64 bytes (every
+/// immutable field) with what was decoded, so a map retired and re-created at the same
+/// address by a control plane is decoded afresh.
 #[inline]
 fn map_at(addr: u64) -> Option<(&'static mut ThreadState, MapRef)> {
     let ts = thread::current()?;
-    let inner = &ts.inner;
-    let offset = addr.checked_sub(inner.base)?;
-    if offset.checked_add(size_of::<MapHeader>() as u64)? > inner.data.region_len() {
+    let offset = addr.checked_sub(ts.inner.base)?;
+    if offset.checked_add(size_of::<MapHeader>() as u64)? > ts.inner.data.region_len()
+        || offset % 8 != 0
+    {
         return None;
     }
+    let mut header = [0u64; 8];
+    for (i, w) in header.iter_mut().enumerate() {
+        *w = ts.inner.data.read_u64(offset + 8 * i as u64).ok()?;
+    }
+    if let Some(c) = ts
+        .maps
+        .iter()
+        .find(|c| c.addr == addr && c.header == header)
+    {
+        let m = c.map;
+        return Some((ts, m));
+    }
     let mut b = [0u8; size_of::<MapHeader>()];
-    inner.data.read(offset, &mut b).ok()?;
-    let m = MapRef::from_header_bytes(&b, offset, inner.data.region_len()).ok()?;
+    ts.inner.data.read(offset, &mut b).ok()?;
+    if b[..64]
+        .chunks_exact(8)
+        .zip(header.iter())
+        .any(|(c, w)| u64::from_le_bytes(c.try_into().expect("8")) != *w)
+    {
+        return None; // changing under us: refuse this call
+    }
+    let m = MapRef::from_header_bytes(&b, offset, ts.inner.data.region_len()).ok()?;
+    if ts.maps.len() >= MAP_CACHE {
+        ts.maps.clear();
+    }
+    ts.maps.retain(|c| c.addr != addr);
+    ts.maps.push(CachedMap {
+        addr,
+        header,
+        map: m,
+    });
     Some((ts, m))
 }
 
