@@ -122,7 +122,7 @@ fn run_xdp_program_uses_the_xdp_model() {
         "run",
         &object("examples/multi"),
         "--prog",
-        "xdp_gate",
+        "xdp", // a section name selects that section's only program
         "--packet",
         path.to_str().unwrap(),
         "--json",
@@ -190,7 +190,7 @@ fn errors_name_the_problem_and_fail() {
     assert!(err.contains("xdp_gate (xdp)"), "{err}");
 
     let out = rdx(&["run", &object("examples/multi"), "--prog", "missing"]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no program named missing"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no program or section named missing"));
 
     // on_request dereferences its context; without one the checked interpreter stops it.
     let out = rdx(&["run", &object("examples/multi"), "--prog", "on_request"]);

@@ -76,15 +76,27 @@ pub fn model_for_section(section: &str) -> CtxModel {
     }
 }
 
-/// Index of program `name`, or an error listing the programs there are.
+/// Index of the program called `name`, or else of the only program in section `name` (so
+/// `--prog xdp` works on an object with one XDP program); an error lists what there is.
 pub fn find_program(loaded: &LoadedObject, name: &str) -> anyhow::Result<usize> {
     let programs = &loaded.object.programs;
-    programs.iter().position(|p| p.name == name).with_context(|| {
-        format!(
-            "no program named {name}; the object has: {}",
+    if let Some(i) = programs.iter().position(|p| p.name == name) {
+        return Ok(i);
+    }
+    let in_section: Vec<usize> = (0..programs.len())
+        .filter(|&i| programs[i].section == name)
+        .collect();
+    match in_section[..] {
+        [i] => Ok(i),
+        [] => bail!(
+            "no program or section named {name}; the object has: {}",
             program_list(loaded)
-        )
-    })
+        ),
+        _ => bail!(
+            "section {name} holds several programs; choose one by name: {}",
+            program_list(loaded)
+        ),
+    }
 }
 
 fn program_list(loaded: &LoadedObject) -> String {
@@ -232,31 +244,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 fn run_once(vm: &Vm, model: CtxModel, input: Option<&[u8]>) -> anyhow::Result<u64> {
-    let packet = input.unwrap_or_default().to_vec();
-    let r0 = match model {
-        CtxModel::Skb => {
-            let mut skb = if input.is_some() {
-                SkBuff::socket_filter_test_run(&packet).with_context(|| {
-                    format!(
-                        "the skb model takes an Ethernet frame; {} bytes is shorter than its \
-                         14-byte header",
-                        packet.len()
-                    )
-                })?
-            } else {
-                SkBuff::new(Vec::new())
-            };
+    let r0 = match (model, input) {
+        (CtxModel::Skb, Some(frame)) => {
+            let mut skb = SkBuff::socket_filter_test_run(frame).with_context(|| {
+                format!(
+                    "the skb model takes an Ethernet frame; {} bytes is shorter than its \
+                     14-byte header",
+                    frame.len()
+                )
+            })?;
             vm.run_checked(Input::Context(&mut skb))?
         }
-        CtxModel::Xdp => {
-            let mut xdp = XdpMd::new(packet);
+        (CtxModel::Skb, None) => vm.run_checked(Input::Context(&mut SkBuff::new(Vec::new())))?,
+        (CtxModel::Xdp, packet) => {
+            let mut xdp = XdpMd::new(packet.unwrap_or_default().to_vec());
             vm.run_checked(Input::Context(&mut xdp))?
         }
-        CtxModel::Raw if input.is_some() => {
-            let mut bytes = packet;
-            vm.run_checked(Input::Bytes(&mut bytes))?
-        }
-        CtxModel::Raw => vm.run_checked(Input::Empty)?,
+        // A fresh copy per run: the program may write its input.
+        (CtxModel::Raw, Some(bytes)) => vm.run_checked(Input::Bytes(&mut bytes.to_vec()))?,
+        (CtxModel::Raw, None) => vm.run_checked(Input::Empty)?,
     };
     Ok(r0)
 }
