@@ -1,0 +1,12 @@
+//! Compiles the C shim that turns libfabric's static inline calls into real functions, and
+//! links libfabric (Debian: `libfabric-dev`).
+fn main() {
+    println!("cargo:rerun-if-changed=csrc/shim.c");
+    cc::Build::new()
+        .file("csrc/shim.c")
+        .warnings(true)
+        .extra_warnings(true)
+        .flag_if_supported("-Wno-unused-parameter")
+        .compile("rdx_fabric_shim");
+    println!("cargo:rustc-link-lib=fabric");
+}

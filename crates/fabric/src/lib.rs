@@ -1,0 +1,53 @@
+//! `rdx-fabric`: rdx's transport across hosts, over libfabric.
+//!
+//! - [`FabricTransport`] (control plane): implements [`rdx_transport::Transport`] with RMA
+//!   reads and writes and 64-bit atomics (compare-and-swap, fetch-and-add) on an RDM
+//!   endpoint; batches are posted together and completed with delivery-complete semantics,
+//!   so a write that returned is in the node's memory before a later compare-and-swap.
+//! - [`serve`] (data plane): registers a region file through a read+write alias mapping
+//!   that extension code has no pointer to, and answers a token-checked bootstrap exchange
+//!   with the endpoint address and key ([`auth`]).
+//! - [`Provider`]: provider choice by flag, by libfabric's `FI_PROVIDER`, or by preference.
+//!
+//! This crate must not load, verify or compile extensions, and on the node it must not run
+//! anything that reads region requests: the provider serves them. The only rdx threads on the
+//! node are the bootstrap listener and, for providers that need it, a thread that only
+//! drives libfabric's progress.
+
+pub mod auth;
+mod client;
+mod provider;
+mod serve;
+mod sys;
+
+pub use auth::{Grant, Token};
+pub use client::{ConnectOptions, FabricTransport};
+pub use provider::{Provider, PREFERENCE};
+pub use serve::{serve, BootstrapStats, FabricServer, ProgressThread, ServeConfig};
+
+/// Why connecting or serving failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FabricError {
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what}: {message}")]
+    Fabric { what: String, message: String },
+    #[error("no libfabric provider with RDM endpoints, RMA and 64-bit atomics could serve {node} (tried {tried})")]
+    NoProvider { node: String, tried: String },
+    #[error("node {node} refused the token")]
+    Refused { node: String },
+    #[error("node {node} sent a malformed bootstrap reply: {message}")]
+    Protocol { node: String, message: String },
+    #[error("region of {node}: {source}")]
+    Region {
+        node: String,
+        #[source]
+        source: rdx_transport::TransportError,
+    },
+    #[error("bad token: {0}")]
+    BadToken(String),
+}

@@ -1,0 +1,287 @@
+//! The data plane's side: register the region with a provider and hand its address and
+//! key to control planes that present the node's token.
+//!
+//! Nothing here reads a request for the region: remote reads, writes and atomics are served
+//! by the provider. The one thread that reads anything is the bootstrap listener, which
+//! only answers "here is my token" with the endpoint address and key.
+
+use crate::auth::{self, Grant, Token};
+use crate::provider::Provider;
+use crate::sys::{Completion, Endpoint, Registration};
+use crate::FabricError;
+use rdx_transport::shm::ShmTransport;
+use rdx_transport::Transport;
+use std::io::ErrorKind;
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// When to run a thread that drives the provider's progress on the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProgressThread {
+    /// Only when the provider reports manual data progress (e.g. `tcp;ofi_rxm`).
+    #[default]
+    WhenNeeded,
+    Always,
+    /// Never: remote operations on manual-progress providers then stall while the host is
+    /// idle (useful to measure which providers are truly one-sided).
+    Never,
+}
+
+/// How a node serves its region.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// The address the fabric endpoint and the bootstrap listener bind to.
+    pub bind: IpAddr,
+    /// Bootstrap TCP port; 0 picks a free one.
+    pub bootstrap_port: u16,
+    pub provider: Provider,
+    pub token: Token,
+    pub progress: ProgressThread,
+}
+
+/// Counters of the bootstrap listener.
+#[derive(Debug, Default)]
+pub struct BootstrapStats {
+    pub granted: AtomicU64,
+    pub refused: AtomicU64,
+    pub malformed: AtomicU64,
+}
+
+/// A region being served. Dropping it stops serving: the listener and progress thread end,
+/// the registration and endpoint close, the alias mapping goes away.
+pub struct FabricServer {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    // Drop order after the threads: registration, endpoint, mapping.
+    mr: Option<Registration>,
+    _endpoint: Arc<Mutex<Endpoint>>,
+    _alias: ShmTransport,
+    bootstrap: SocketAddr,
+    grant: Grant,
+    manual_progress: bool,
+    progress_thread: bool,
+    stats: Arc<BootstrapStats>,
+}
+
+impl std::fmt::Debug for FabricServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FabricServer")
+            .field("bootstrap", &self.bootstrap)
+            .field("provider", &self.grant.provider)
+            .field("progress_thread", &self.progress_thread)
+            .finish()
+    }
+}
+
+/// Registers the region file at `path` (created by the host's runtime) with the fabric and
+/// starts answering bootstrap requests.
+///
+/// The region is registered through a second, read+write mapping of the file (the host's
+/// own mapping keeps its code arena read+execute): that alias's address appears nowhere in
+/// the region, so extension code has no pointer to it.
+pub fn serve(path: impl AsRef<Path>, config: ServeConfig) -> Result<FabricServer, FabricError> {
+    let path = path.as_ref();
+    let alias = ShmTransport::open(path).map_err(|source| FabricError::Region {
+        node: path.display().to_string(),
+        source,
+    })?;
+    let bind = config.bind.to_string();
+    let endpoint = config.provider.open(Some(&bind), true)?;
+    let fab = |what: &str, message: String| FabricError::Fabric {
+        what: format!("{what} ({})", endpoint.provider()),
+        message,
+    };
+    let requested_key = auth::random_u64()?;
+    let local = alias.local();
+    // SAFETY: the alias mapping lives in the server until after the registration is closed
+    // (field order and Drop below).
+    let mr = unsafe {
+        endpoint
+            .register(
+                local.base(),
+                local.region_len() as usize,
+                true,
+                requested_key,
+            )
+            .map_err(|m| fab("registering the region", m))?
+    };
+    let address = endpoint
+        .name()
+        .map_err(|m| fab("reading the endpoint address", m))?;
+    let grant = Grant {
+        provider: endpoint.provider(),
+        address,
+        key: mr.key,
+        remote_base: if endpoint.props.virt_addr != 0 {
+            local.base() as u64
+        } else {
+            0
+        },
+        region_len: alias.region_len(),
+        session: auth::random_u64()?,
+    };
+    let manual_progress = endpoint.props.manual_progress != 0;
+    let progress_thread = match config.progress {
+        ProgressThread::WhenNeeded => manual_progress,
+        ProgressThread::Always => true,
+        ProgressThread::Never => false,
+    };
+    let listener =
+        TcpListener::bind((config.bind, config.bootstrap_port)).map_err(|e| FabricError::Io {
+            what: format!(
+                "binding the bootstrap listener on {}:{}",
+                config.bind, config.bootstrap_port
+            ),
+            source: e,
+        })?;
+    let bootstrap = listener.local_addr().map_err(|e| FabricError::Io {
+        what: "reading the bootstrap listener's address".into(),
+        source: e,
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| FabricError::Io {
+            what: "configuring the bootstrap listener".into(),
+            source: e,
+        })?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let stats = Arc::new(BootstrapStats::default());
+    let endpoint = Arc::new(Mutex::new(endpoint));
+    let mut threads = Vec::new();
+    {
+        let (stop, stats, token, reply) =
+            (stop.clone(), stats.clone(), config.token, grant.encode());
+        threads.push(
+            std::thread::Builder::new()
+                .name("rdx-fabric-bootstrap".into())
+                .spawn(move || bootstrap_loop(listener, &token, &reply, &stop, &stats))
+                .map_err(|e| FabricError::Io {
+                    what: "spawning the bootstrap thread".into(),
+                    source: e,
+                })?,
+        );
+    }
+    if progress_thread {
+        let (stop, endpoint) = (stop.clone(), endpoint.clone());
+        threads.push(
+            std::thread::Builder::new()
+                .name("rdx-fabric-progress".into())
+                .spawn(move || progress_loop(&endpoint, &stop))
+                .map_err(|e| FabricError::Io {
+                    what: "spawning the progress thread".into(),
+                    source: e,
+                })?,
+        );
+    }
+    Ok(FabricServer {
+        stop,
+        threads,
+        mr: Some(mr),
+        _endpoint: endpoint,
+        _alias: alias,
+        bootstrap,
+        grant,
+        manual_progress,
+        progress_thread,
+        stats,
+    })
+}
+
+impl FabricServer {
+    /// Where control planes present the token.
+    pub fn bootstrap_addr(&self) -> SocketAddr {
+        self.bootstrap
+    }
+    pub fn provider(&self) -> &str {
+        &self.grant.provider
+    }
+    /// Whether the provider needs the node to call into libfabric for data to land.
+    pub fn manual_progress(&self) -> bool {
+        self.manual_progress
+    }
+    pub fn has_progress_thread(&self) -> bool {
+        self.progress_thread
+    }
+    pub fn session(&self) -> u64 {
+        self.grant.session
+    }
+    pub fn stats(&self) -> &BootstrapStats {
+        &self.stats
+    }
+    /// The MR key currently handed out (random per start unless the provider picks keys).
+    pub fn key(&self) -> u64 {
+        self.grant.key
+    }
+}
+
+impl Drop for FabricServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.mr.take();
+        // The endpoint (last Arc) and the alias mapping drop next, in field order.
+    }
+}
+
+fn bootstrap_loop(
+    listener: TcpListener,
+    token: &Token,
+    granted: &[u8],
+    stop: &AtomicBool,
+    stats: &BootstrapStats,
+) {
+    while !stop.load(Ordering::Acquire) {
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        // One bounded exchange per connection; a slow or silent client cannot hold the
+        // listener for more than the timeout.
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+        let reply: &[u8] = match auth::read_request(&stream) {
+            Ok(Some(presented)) if token.matches(&presented) => {
+                stats.granted.fetch_add(1, Ordering::Relaxed);
+                granted
+            }
+            Ok(Some(_)) => {
+                stats.refused.fetch_add(1, Ordering::Relaxed);
+                &[auth::STATUS_WRONG_TOKEN]
+            }
+            Ok(None) | Err(_) => {
+                stats.malformed.fetch_add(1, Ordering::Relaxed);
+                &[auth::STATUS_MALFORMED]
+            }
+        };
+        let _ = auth::reply(&stream, reply);
+    }
+}
+
+/// Drives the provider's progress engine; the completion queue of the node's endpoint never
+/// carries a request (remote RMA and atomics generate no target-side completions here).
+fn progress_loop(endpoint: &Mutex<Endpoint>, stop: &AtomicBool) {
+    let mut sink = Vec::new();
+    while !stop.load(Ordering::Acquire) {
+        {
+            let ep = endpoint.lock().unwrap_or_else(|p| p.into_inner());
+            ep.poll(std::ptr::null(), 1, &mut sink);
+        }
+        sink.retain(|c| matches!(c, Completion::Failed { .. }));
+        sink.clear();
+        std::thread::sleep(Duration::from_micros(20));
+    }
+}
