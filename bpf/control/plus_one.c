@@ -1,5 +1,6 @@
 /* Control-plane test extension, version A: out = value + 1, counts requests in `hits`,
- * reports each value on the `events` ring buffer, returns 1.
+ * counts each value in the `seen` hash, reports each value on the `events` ring buffer,
+ * returns 1.
  * Context: struct { __u64 value; __u64 out; } (the on_request hook of the control tests'
  * host and of the demo). */
 #include <linux/bpf.h>
@@ -18,6 +19,13 @@ struct {
 } hits SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u64);
+	__type(value, __u64);
+} seen SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4096);
 } events SEC(".maps");
@@ -30,6 +38,13 @@ int plus_one(struct ctx *c)
 	if (n)
 		__sync_fetch_and_add(n, 1);
 	__u64 v = c->value;
+	__u64 *s = bpf_map_lookup_elem(&seen, &v);
+	if (s) {
+		*s += 1;
+	} else {
+		__u64 one = 1;
+		bpf_map_update_elem(&seen, &v, &one, BPF_ANY);
+	}
 	bpf_ringbuf_output(&events, &v, sizeof(v), 0);
 	c->out = v + 1;
 	return 1;
