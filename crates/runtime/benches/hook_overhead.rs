@@ -162,6 +162,22 @@ fn main() {
         t,
         &format!("target < 10 ns; {:+.2} ns vs direct", t - direct),
     );
+    // The same native entry called without the hook, to split program cost from hook cost.
+    // SAFETY: the entry was just published in this runtime's code arena, mapped executable
+    // in this process; it follows the EntryFn ABI.
+    let entry: rdx_region::abi::EntryFn = unsafe {
+        std::mem::transmute((rt.base_address() + code_at + linked.entry_offset as u64) as usize)
+    };
+    let p = best_ns(N, || {
+        let mut run = rdx_region::abi::RunState::new(u64::MAX);
+        // SAFETY: see above; ctx and run are live.
+        black_box(unsafe { entry(black_box(&mut ctx as *mut Ctx as *mut u8), &mut run) });
+    });
+    row(
+        "trivial program's entry called directly (no hook)",
+        p,
+        &format!("hook bookkeeping: {:+.2} ns", t - p),
+    );
     match uprobe_ns(200_000) {
         Ok(u) => row(
             "kernel uprobe, trivial eBPF program",
