@@ -1,0 +1,372 @@
+//! Time per run of the benchmark kernels (`bpf/jit/bench.c`) in every tier, measured in one
+//! run and printed as ratios: rdx's JIT, rdx's interpreter, the kernel's JIT (through
+//! `BPF_PROG_TEST_RUN` with repeat, which reports the mean duration) and the same logic in C
+//! (`benches/native.c`) built with `cc -O2` at start. Also compile time per 1K instructions.
+//!
+//! `cargo bench -p rdx-jit --bench tiers`. Every tier's first result is checked against the
+//! others before anything is timed. The kernel column is skipped, with the reason printed,
+//! when `bpf()` is unavailable; the C column when no C compiler is found.
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rdx_bpf::helpers::{native_helper, Helpers};
+use rdx_bpf::interp::{Config, Input, Vm, XdpMd};
+use rdx_bpf::isa::{AluOp, Insn, JmpCond, Operand, Reg, Width};
+use rdx_bpf::maps::MapSet;
+use rdx_jit::{Arch, CompileOptions, Compiler, ExecutableCode, Symbol};
+use rdx_kernel::{KernelObject, TestRunInput};
+use rdx_region::abi::RunState;
+
+const KERNELS: [&str; 5] = ["hash_loop", "checksum", "parse", "small_sort", "map_loop"];
+const TARGET_TIME: Duration = Duration::from_millis(300);
+
+type NativeFn = unsafe extern "C" fn(*const u8, *const u8) -> u32;
+
+fn frame() -> Vec<u8> {
+    let mut f = vec![
+        0x02, 0x66, 0x77, 0x88, 0x99, 0xaa, 0x02, 0x11, 0x22, 0x33, 0x44, 0x55,
+    ];
+    f.extend_from_slice(&[0x81, 0x00, 0x00, 0x64, 0x08, 0x00]);
+    let payload_len = 1500 - 18 - 20 - 8;
+    let mut ip = vec![
+        0x45, 0, 0, 0, 0x1c, 0x46, 0x40, 0, 64, 17, 0, 0, 192, 168, 1, 10, 10, 0, 0, 77,
+    ];
+    ip[2..4].copy_from_slice(&((20 + 8 + payload_len) as u16).to_be_bytes());
+    f.extend(ip);
+    f.extend_from_slice(&[0x9c, 0x40, 0, 53, 0, 0, 0, 0]);
+    f.extend((0..payload_len as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+    f
+}
+
+/// Runs `f` enough times to fill [`TARGET_TIME`]; mean time per call.
+fn time_per_run(mut f: impl FnMut() -> u64) -> Duration {
+    let mut n: u64 = 16;
+    loop {
+        let start = Instant::now();
+        for _ in 0..n {
+            black_box(f());
+        }
+        let took = start.elapsed();
+        if took >= TARGET_TIME / 4 || n >= 1 << 26 {
+            let scale = (TARGET_TIME.as_secs_f64() / took.as_secs_f64()).max(1.0);
+            let n2 = (n as f64 * scale) as u64;
+            let start = Instant::now();
+            for _ in 0..n2 {
+                black_box(f());
+            }
+            return start.elapsed() / n2 as u32;
+        }
+        n *= 4;
+    }
+}
+
+/// The packet below 4 GiB, so that `xdp_md`'s 32-bit data fields hold real pointers.
+struct LowPacket {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl LowPacket {
+    fn new(bytes: &[u8]) -> Self {
+        // SAFETY: fresh anonymous mapping in the low 2 GiB.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                1 << 16,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_32BIT,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: the mapping holds 64 KiB, the frame is 1.5 KiB.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast(), bytes.len()) };
+        LowPacket {
+            ptr: p.cast(),
+            len: bytes.len(),
+        }
+    }
+
+    fn xdp_md(&self) -> [u32; 6] {
+        let data = self.ptr as u64 as u32;
+        [data, data + self.len as u32, data, 1, 0, 0]
+    }
+}
+
+fn build_native() -> Result<PathBuf, String> {
+    let out = std::env::temp_dir().join(format!("rdx_jit_native_{}.so", std::process::id()));
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/native.c");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let st = Command::new(&cc)
+        .args(["-O2", "-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(src)
+        .status()
+        .map_err(|e| format!("{cc}: {e}"))?;
+    if !st.success() {
+        return Err(format!("{cc} failed"));
+    }
+    Ok(out)
+}
+
+fn load_native(path: &Path) -> HashMap<&'static str, NativeFn> {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: loading the library we just built; symbols are looked up by their C names.
+    unsafe {
+        let h = libc::dlopen(c.as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null(), "dlopen {}", path.display());
+        KERNELS
+            .iter()
+            .map(|k| {
+                let name = std::ffi::CString::new(*k).unwrap();
+                let f = libc::dlsym(h, name.as_ptr());
+                assert!(!f.is_null(), "dlsym {k}");
+                (*k, std::mem::transmute::<*mut libc::c_void, NativeFn>(f))
+            })
+            .collect()
+    }
+}
+
+/// A large single-function program (ALU chains with forward branches) for compile throughput.
+fn synthetic(n: usize) -> Vec<Insn> {
+    let mut p = Vec::with_capacity(n + 1);
+    for r in 0..10u8 {
+        p.push(Insn::Alu {
+            width: Width::W64,
+            op: AluOp::Mov,
+            dst: Reg(r),
+            src: Operand::Imm(r as i32 + 1),
+        });
+    }
+    let ops = [
+        AluOp::Add,
+        AluOp::Xor,
+        AluOp::Mul,
+        AluOp::Lsh,
+        AluOp::Sub,
+        AluOp::Or,
+    ];
+    while p.len() < n {
+        let i = p.len();
+        if i % 7 == 0 && p.len() + 3 < n {
+            p.push(Insn::Jmp {
+                width: Width::W64,
+                cond: JmpCond::Gt,
+                dst: Reg((i % 10) as u8),
+                src: Operand::Imm(1000),
+                off: 2,
+            });
+        } else {
+            p.push(Insn::Alu {
+                width: if i % 3 == 0 { Width::W32 } else { Width::W64 },
+                op: ops[i % ops.len()],
+                dst: Reg((i % 10) as u8),
+                src: if i % 2 == 0 {
+                    Operand::Reg(Reg(((i / 3) % 10) as u8))
+                } else {
+                    Operand::Imm((i % 31) as i32)
+                },
+            });
+        }
+    }
+    p.push(Insn::Exit);
+    p
+}
+
+fn ns(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e9
+}
+
+fn main() {
+    let host = Arch::host().expect("supported host");
+    let object_bytes = rdx_testdata::object("jit/bench");
+    let object = rdx_bpf::loader::load(&object_bytes).expect("load bench object");
+    let frame = frame();
+    let packet = LowPacket::new(&frame);
+    let compiler = Compiler::new(host).unwrap();
+
+    let kernel = match rdx_kernel::probe() {
+        Ok(()) => match KernelObject::open(rdx_testdata::object_path("jit/bench")) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                println!("kernel column skipped: {e}");
+                None
+            }
+        },
+        Err(e) => {
+            println!("kernel column skipped: {e}");
+            None
+        }
+    };
+    let native = match build_native() {
+        Ok(p) => Some(load_native(&p)),
+        Err(e) => {
+            println!("C column skipped: {e}");
+            None
+        }
+    };
+
+    println!(
+        "\n{:<11} {:>6} {:>10} {:>11} {:>11} {:>10} {:>9} {:>9} {:>9}",
+        "kernel",
+        "insns",
+        "rdx JIT",
+        "interp",
+        "kernel JIT",
+        "C -O2",
+        "interp/",
+        "kernel/",
+        "JIT/C"
+    );
+    println!(
+        "{:<11} {:>6} {:>10} {:>11} {:>11} {:>10} {:>9} {:>9} {:>9}",
+        "", "", "ns/run", "ns/run", "ns/run", "ns/run", "JIT", "JIT", ""
+    );
+    let mut compile_total = Duration::ZERO;
+    let mut compile_insns = 0usize;
+    for name in KERNELS {
+        let prog = object.program(name).expect("program in bench object");
+        let opts = CompileOptions::new(host);
+
+        // rdx JIT.
+        let jit_maps = MapSet::new(&object.maps).unwrap();
+        let mut syms: HashMap<Symbol, u64> = HashMap::new();
+        for (i, m) in jit_maps.iter().enumerate() {
+            syms.insert(Symbol::Map(i as u32), m.address());
+        }
+        for id in 1..=8 {
+            if let Some(f) = native_helper(id) {
+                syms.insert(Symbol::Helper(id as u32), f as *const () as u64);
+            }
+        }
+        let t = Instant::now();
+        let (artifact, stats) = compiler.compile(&prog.insns, &opts).expect("compile");
+        compile_total += t.elapsed();
+        compile_insns += stats.insns;
+        let code = ExecutableCode::load(&artifact, &syms).expect("load");
+        let mut ctx = packet.xdp_md();
+        let mut run = RunState::new(0);
+        // SAFETY: the kernel verified this program; ctx and packet are laid out as it expects.
+        let mut jit_run = || unsafe { code.call(ctx.as_mut_ptr().cast(), &mut run) };
+        let jit_first = jit_run() as u32;
+
+        // Interpreter.
+        let interp_maps = MapSet::new(&object.maps).unwrap();
+        let vm = Vm::new(
+            &prog.insns,
+            &interp_maps,
+            &Helpers::standard(),
+            Config::default(),
+        )
+        .unwrap();
+        let mut xdp = XdpMd::new(frame.clone());
+        let interp_first = vm.run_checked(Input::Context(&mut xdp)).unwrap() as u32;
+
+        // C.
+        let c_fn = native.as_ref().map(|n| n[name]);
+        let (start, end) = (frame.as_ptr(), frame.as_ptr().wrapping_add(frame.len()));
+        // SAFETY: the C kernels read within [start, end).
+        let c_first = c_fn.map(|f| unsafe { f(start, end) });
+
+        // Kernel (fresh object state for the check, as for the others).
+        let kprog = kernel
+            .as_ref()
+            .map(|k| k.program(name).expect("kernel program"));
+        let kernel_first = kprog.map(|p| {
+            p.test_run(&TestRunInput::packet(&frame))
+                .expect("kernel test run")
+                .retval
+        });
+
+        let mut agree = jit_first == interp_first;
+        agree &= c_first.is_none_or(|c| c == jit_first);
+        agree &= kernel_first.is_none_or(|k| k == jit_first);
+        if !agree {
+            println!(
+                "{name}: RESULTS DIFFER: jit {jit_first:#x} interp {interp_first:#x} C {c_first:x?} kernel {kernel_first:x?}"
+            );
+        }
+
+        let jit = time_per_run(&mut jit_run);
+        let interp = time_per_run(|| {
+            let mut xdp = XdpMd::new(frame.clone());
+            // SAFETY: verified by the kernel and already run in checked mode.
+            unsafe { vm.run_unchecked(Input::Context(&mut xdp)) }.unwrap()
+        });
+        let c = c_fn.map(|f| {
+            // SAFETY: as above.
+            time_per_run(|| unsafe { f(black_box(start), black_box(end)) } as u64)
+        });
+        let kern = kprog.map(|p| {
+            p.test_run(&TestRunInput {
+                data_in: &frame,
+                ctx_in: None,
+                repeat: 200_000,
+            })
+            .expect("kernel test run")
+            .duration
+        });
+        let fmt = |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{:.1}", ns(d)));
+        let ratio = |a: Option<Duration>, b: Duration| {
+            a.map_or("-".to_string(), |a| format!("{:.2}x", ns(a) / ns(b)))
+        };
+        println!(
+            "{:<11} {:>6} {:>10.1} {:>11.1} {:>11} {:>10} {:>9} {:>9} {:>9}",
+            name,
+            prog.insns.len(),
+            ns(jit),
+            ns(interp),
+            fmt(kern),
+            fmt(c),
+            ratio(Some(interp), jit),
+            ratio(kern, jit),
+            c.map_or("-".to_string(), |c| format!("{:.2}x", ns(jit) / ns(c))),
+        );
+    }
+    println!("(interp/JIT and kernel/JIT above 1 mean rdx's JIT is faster; JIT/C is rdx's JIT time over gcc -O2's)");
+    println!("(the interpreter's time includes building its xdp_md context model for each run)");
+
+    println!("\ncompile time (Cranelift, opt_level=speed, {host}):");
+    println!(
+        "  bench kernels: {} insns in {:.3} ms = {:.3} ms per 1K insns",
+        compile_insns,
+        compile_total.as_secs_f64() * 1e3,
+        compile_total.as_secs_f64() * 1e3 / compile_insns as f64 * 1000.0
+    );
+    for n in [1_000usize, 10_000] {
+        let prog = synthetic(n);
+        let mut best = Duration::MAX;
+        for _ in 0..5 {
+            let t = Instant::now();
+            compiler
+                .compile(&prog, &CompileOptions::new(host))
+                .expect("compile synthetic");
+            best = best.min(t.elapsed());
+        }
+        println!(
+            "  synthetic {n} insns: {:.3} ms = {:.3} ms per 1K insns (best of 5)",
+            best.as_secs_f64() * 1e3,
+            best.as_secs_f64() * 1e3 / prog.len() as f64 * 1000.0
+        );
+    }
+    let other = if host == Arch::X86_64 {
+        Arch::Aarch64
+    } else {
+        Arch::X86_64
+    };
+    let cross = Compiler::new(other).unwrap();
+    let prog = synthetic(10_000);
+    let t = Instant::now();
+    cross
+        .compile(&prog, &CompileOptions::new(other))
+        .expect("cross compile");
+    println!(
+        "  synthetic 10000 insns for {other} (cross): {:.3} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+}
