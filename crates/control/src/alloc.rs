@@ -438,6 +438,29 @@ impl AllocTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever another control plane (or corruption) left in a record, decoding returns
+        /// a record or a typed error, never a panic; valid records round-trip.
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 128)) {
+            let _ = Record::decode(&bytes, 3);
+        }
+
+        #[test]
+        fn records_round_trip(offset in any::<u64>(), size in any::<u64>(), hook in any::<u32>(),
+                              version in any::<u32>(), maps in proptest::collection::vec(any::<u16>(), 0..=RECORD_MAPS),
+                              held in any::<bool>(), code in any::<bool>()) {
+            let r = Record {
+                state: if held { RecordState::Held } else { RecordState::Pending },
+                arena: if code { Arena::Code } else { Arena::Scratch },
+                offset, size, hook, version, entry: offset ^ 1, created_ms: 5, generation: 6,
+                insn_count: 7, maps, hash: [9; 16], budget: 10,
+            };
+            prop_assert_eq!(Record::decode(&r.encode(), 0).unwrap(), Some(r));
+        }
+    }
 
     #[test]
     fn record_round_trips() {

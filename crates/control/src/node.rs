@@ -8,9 +8,34 @@ use rdx_transport::shm::ShmTransport;
 use rdx_transport::Transport;
 use std::mem::size_of;
 
+/// Opens a transport for an address of a registered scheme (`fabric:...`).
+pub type Connector = fn(&str) -> Result<Box<dyn Transport>>;
+
+static SCHEMES: std::sync::RwLock<Vec<(&'static str, Connector)>> =
+    std::sync::RwLock::new(Vec::new());
+
+/// Lets another transport (the fabric) serve addresses `<scheme>:...` in [`connect`], so
+/// every CodeFlow operation and CLI command works over it unchanged.
+pub fn register_scheme(scheme: &'static str, connector: Connector) {
+    let mut s = SCHEMES.write().unwrap_or_else(|e| e.into_inner());
+    s.retain(|(n, _)| *n != scheme);
+    s.push((scheme, connector));
+}
+
 /// Opens a transport to a node address. `shm:<path>` (or a bare path) maps a region file on
-/// this machine; other schemes (the fabric) plug in here.
+/// this machine; schemes added with [`register_scheme`] go to their transport.
 pub fn connect(address: &str) -> Result<Box<dyn Transport>> {
+    if let Some((scheme, _)) = address.split_once(':') {
+        let found = SCHEMES
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|(n, _)| *n == scheme)
+            .map(|(_, c)| *c);
+        if let Some(connector) = found {
+            return connector(address);
+        }
+    }
     let path = match address.split_once(':') {
         Some(("shm", path)) => path,
         Some((scheme, _)) if !address.starts_with('/') => {
