@@ -1,0 +1,617 @@
+//! The collective update: prepare everywhere, hold, flip, release in dependency order; and
+//! recovery of a broadcast whose control plane died.
+//!
+//! Per node, the work runs on its own thread with its own [`CodeFlow`] (its own lease):
+//! nothing is shared between nodes and no lock spans remote operations. The hold, flip and
+//! release phases are single compare-and-swaps per hook issued from the coordinating thread
+//! in a tight sequence, because on shared memory each costs tens of nanoseconds and a
+//! thread handoff would lengthen the bubble rather than shorten it.
+//!
+//! Hold protocol on a hook slot's active word `w` (see docs/region.md): hold is
+//! `w -> w|1`; the flip is `w|1 -> new|1`; the release is `new|1 -> new`. While the hold bit
+//! is set, the host's callers wait (at most the header's hold timeout) and then run the
+//! published version. The flip reuses [`CodeFlow::tx`] with the held words, so the records
+//! are marked held and the class budget written exactly as for a single deploy.
+
+use crate::error::{node_err, transport_err, FleetError, Result};
+use crate::intent::{self, Entry, IntentLog};
+use crate::plan::Plan;
+use rdx_control::{create_codeflow, CodeFlow, Compiled, ExtSpec, Extension, Prepared};
+use rdx_region::layout::{offsets, ACTIVE_HOLD};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Where a test may stop the control plane dead (SIGKILL) to exercise recovery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// After every node is prepared and logged, before any hold.
+    Prepared,
+    /// After every hold is taken, before the commit record.
+    Held,
+    /// After the commit record, before any flip.
+    Committed,
+    /// After the first node's flip.
+    FirstFlip,
+    /// After the first release level.
+    FirstRelease,
+}
+
+impl std::str::FromStr for CrashPoint {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Ok(match s {
+            "prepared" => CrashPoint::Prepared,
+            "held" => CrashPoint::Held,
+            "committed" => CrashPoint::Committed,
+            "first-flip" => CrashPoint::FirstFlip,
+            "first-release" => CrashPoint::FirstRelease,
+            _ => return Err(format!("unknown crash point {s:?}")),
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The control plane's state directory; intent logs go under `<dir>/fleet/`.
+    pub state_dir: PathBuf,
+    /// Check everything (plan, nodes, hooks, classes, compilation), write nothing.
+    pub dry_run: bool,
+    pub lease_ttl: Duration,
+    /// Test only: SIGKILL this process at that point.
+    pub crash_at: Option<CrashPoint>,
+}
+
+impl Options {
+    pub fn new(state_dir: impl Into<PathBuf>) -> Options {
+        Options {
+            state_dir: state_dir.into(),
+            dry_run: false,
+            lease_ttl: ExtSpec::default().lease_ttl,
+            crash_at: None,
+        }
+    }
+}
+
+/// One hook updated on one node.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct HookUpdate {
+    pub node: String,
+    pub hook: String,
+    pub program: String,
+    pub class: String,
+    pub previous_version: u32,
+    pub version: u32,
+}
+
+/// Phase durations of one broadcast, in microseconds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Timings {
+    /// Attach, validate and compile on every node (nothing written).
+    pub check_us: f64,
+    /// Writing every artifact everywhere.
+    pub prepare_us: f64,
+    /// The bubble: first hold taken to last hold released.
+    pub hold_us: f64,
+    /// Flipping every slot (inside the bubble).
+    pub flip_us: f64,
+    /// Time spent writing and syncing the intent log.
+    pub log_us: f64,
+    /// Prepare through release (the update proper, without the check).
+    pub commit_us: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub id: String,
+    pub dry_run: bool,
+    pub release_order: Vec<Vec<String>>,
+    pub updates: Vec<HookUpdate>,
+    pub timings: Timings,
+    pub intent_log: Option<PathBuf>,
+}
+
+/// One node's share of the broadcast.
+struct NodeWork {
+    name: String,
+    cf: CodeFlow,
+    /// (update index, compiled code, class) per hook to update on this node.
+    items: Vec<(usize, Compiled)>,
+    prepared: Vec<Prepared>,
+}
+
+fn us(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e6
+}
+
+/// Loads every update's program from its object file.
+pub fn load_extensions(plan: &Plan) -> Result<Vec<Extension>> {
+    plan.updates
+        .iter()
+        .map(|u| {
+            let path = plan.object_path(u);
+            let bytes = std::fs::read(&path).map_err(|e| FleetError::Object {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+            let object = rdx_bpf::loader::load(&bytes).map_err(|e| FleetError::Object {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+            Extension::from_object(&object, u.program.as_deref()).map_err(|e| FleetError::Object {
+                path: path.clone(),
+                reason: e.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Runs `f` on every element on its own thread; results in input order.
+fn per_node<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+    if items.len() <= 1 {
+        return items.into_iter().map(f).collect();
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .into_iter()
+            .map(|it| {
+                let f = &f;
+                s.spawn(move || f(it))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("per-node worker panicked"))
+            .collect()
+    })
+}
+
+/// Attaches to every node and checks every update there (hook present, class accepts the
+/// program, compiles) without writing anything.
+fn check(plan: &Plan, exts: &[Extension], holder: u32, ttl: Duration) -> Result<Vec<NodeWork>> {
+    let spec = ExtSpec {
+        holder: Some(holder),
+        lease_ttl: ttl,
+        ..ExtSpec::default()
+    };
+    let results = per_node(plan.nodes.clone(), |n| -> Result<NodeWork> {
+        let cf = create_codeflow(&n.address, spec.clone()).map_err(node_err(&n.name))?;
+        let mut items = Vec::new();
+        for (i, u) in plan.updates.iter().enumerate() {
+            if !plan.nodes_of(u).any(|m| m.name == n.name) {
+                continue;
+            }
+            if cf.view().hook(&u.hook).is_err() {
+                return Err(FleetError::HookMissing {
+                    node: n.name.clone(),
+                    hook: u.hook.clone(),
+                });
+            }
+            let rejected = |e: rdx_control::ControlError| FleetError::Rejected {
+                node: n.name.clone(),
+                hook: u.hook.clone(),
+                program: exts[i].name.clone(),
+                reason: e.to_string(),
+            };
+            let checked = cf
+                .validate_code(&exts[i], &u.hook, u.class.as_deref())
+                .map_err(rejected)?;
+            let compiled = cf
+                .jit_compile_code(&exts[i], &checked, None)
+                .map_err(rejected)?;
+            items.push((i, compiled));
+        }
+        Ok(NodeWork {
+            name: n.name,
+            cf,
+            items,
+            prepared: Vec::new(),
+        })
+    });
+    results.into_iter().collect()
+}
+
+fn crash_if(opts: &Options, here: CrashPoint) {
+    if opts.crash_at == Some(here) {
+        // SAFETY: signalling our own process; SIGKILL does not return.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
+
+fn broadcast_id() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!(
+        "{}-{:09}-{}",
+        now.as_secs(),
+        now.subsec_nanos(),
+        std::process::id()
+    )
+}
+
+/// Frees everything prepared on every node (nothing was visible).
+fn abort_all(work: &mut [NodeWork]) {
+    for w in work.iter_mut() {
+        for p in std::mem::take(&mut w.prepared) {
+            // Best effort: a failure here leaves a pending record that the next lease
+            // holder frees (it is unpublished).
+            let _ = w.cf.abort(p);
+        }
+    }
+}
+
+fn cas(w: &NodeWork, p: &Prepared, expected: u64, new: u64) -> Result<u64> {
+    w.cf.transport()
+        .compare_and_swap(p.hook.slot_offset + offsets::HOOK_ACTIVE, expected, new)
+        .map_err(transport_err(&w.name))
+}
+
+/// `broadcast(group, updates)`: one transactional update of every hook of the plan on
+/// every node. Either every hook ends on its new version, or none does.
+pub fn broadcast(plan: &Plan, opts: &Options) -> Result<Report> {
+    let release_order = plan.validate()?;
+    let exts = load_extensions(plan)?;
+    let holder = rdx_control::lease::new_holder_id();
+    let t_check = Instant::now();
+    let mut work = check(plan, &exts, holder, opts.lease_ttl)?;
+    let mut timings = Timings {
+        check_us: us(t_check),
+        ..Timings::default()
+    };
+    let id = broadcast_id();
+    let describe = |work: &[NodeWork], prepared: bool| -> Vec<HookUpdate> {
+        let mut out = Vec::new();
+        for w in work {
+            for (k, (i, c)) in w.items.iter().enumerate() {
+                let u = &plan.updates[*i];
+                let (prev, ver) = match w.prepared.get(k) {
+                    Some(p) if prepared => {
+                        (rdx_region::layout::active_version(p.expected), p.version)
+                    }
+                    _ => (0, 0),
+                };
+                out.push(HookUpdate {
+                    node: w.name.clone(),
+                    hook: u.hook.clone(),
+                    program: exts[*i].name.clone(),
+                    class: c.class.clone(),
+                    previous_version: prev,
+                    version: ver,
+                });
+            }
+        }
+        out
+    };
+    if opts.dry_run {
+        return Ok(Report {
+            id,
+            dry_run: true,
+            release_order,
+            updates: describe(&work, false),
+            timings,
+            intent_log: None,
+        });
+    }
+
+    let t_commit = Instant::now();
+    let mut log_us = 0.0;
+    let mut log_append = |log: &mut IntentLog, e: &[Entry]| -> Result<()> {
+        let t = Instant::now();
+        let r = log.append(e);
+        log_us += us(t);
+        r
+    };
+    let mut log = IntentLog::create(&opts.state_dir, &id)?;
+    log_append(
+        &mut log,
+        &[Entry::Begin {
+            id: id.clone(),
+            holder,
+            pid: std::process::id(),
+            nodes: plan
+                .nodes
+                .iter()
+                .map(|n| (n.name.clone(), n.address.clone()))
+                .collect(),
+        }],
+    )?;
+
+    // Prepare: every node in parallel; a node that fails undoes its own part.
+    let t_prepare = Instant::now();
+    let results = per_node(std::mem::take(&mut work), |mut w| {
+        let mut prepared = Vec::new();
+        for (i, c) in &w.items {
+            match w.cf.prepare_prog(&plan.updates[*i].hook, &exts[*i], c) {
+                Ok(p) => prepared.push(p),
+                Err(e) => {
+                    for p in prepared {
+                        let _ = w.cf.abort(p);
+                    }
+                    let name = w.name.clone();
+                    return (w, Err(node_err(&name)(e)));
+                }
+            }
+        }
+        w.prepared = prepared;
+        (w, Ok(()))
+    });
+    let mut failure = None;
+    for (w, r) in results {
+        if let (Err(e), None) = (r, &failure) {
+            failure = Some(e);
+        }
+        work.push(w);
+    }
+    timings.prepare_us = us(t_prepare);
+    if let Some(e) = failure {
+        abort_all(&mut work);
+        log_append(
+            &mut log,
+            &[Entry::Aborted {
+                reason: e.to_string(),
+            }],
+        )?;
+        log.finish()?;
+        return Err(FleetError::Aborted(Box::new(e)));
+    }
+    let mut entries = Vec::new();
+    for w in &work {
+        for p in &w.prepared {
+            entries.push(Entry::Prepared {
+                node: w.name.clone(),
+                hook: p.hook.name.clone(),
+                slot_offset: p.hook.slot_offset,
+                expected: p.expected,
+                new_word: p.new_word,
+                budget: p.budget,
+                version: p.version,
+            });
+        }
+    }
+    entries.push(Entry::Hold);
+    log_append(&mut log, &entries)?;
+    crash_if(opts, CrashPoint::Prepared);
+
+    // Hold: the bubble starts.
+    let t_hold = Instant::now();
+    let mut held: Vec<(usize, usize)> = Vec::new();
+    let mut conflict = None;
+    'hold: for (wi, w) in work.iter().enumerate() {
+        for (pi, p) in w.prepared.iter().enumerate() {
+            match cas(w, p, p.expected, p.expected | ACTIVE_HOLD) {
+                Ok(found) if found == p.expected => held.push((wi, pi)),
+                Ok(found) => {
+                    conflict = Some(FleetError::Conflict {
+                        node: w.name.clone(),
+                        hook: p.hook.name.clone(),
+                        expected: p.expected,
+                        found,
+                    });
+                    break 'hold;
+                }
+                Err(e) => {
+                    conflict = Some(e);
+                    break 'hold;
+                }
+            }
+        }
+    }
+    if let Some(e) = conflict {
+        for &(wi, pi) in &held {
+            let w = &work[wi];
+            let p = &w.prepared[pi];
+            let _ = cas(w, p, p.expected | ACTIVE_HOLD, p.expected);
+        }
+        abort_all(&mut work);
+        log_append(
+            &mut log,
+            &[Entry::Aborted {
+                reason: e.to_string(),
+            }],
+        )?;
+        log.finish()?;
+        return Err(FleetError::Aborted(Box::new(e)));
+    }
+    crash_if(opts, CrashPoint::Held);
+    log_append(&mut log, &[Entry::Commit])?;
+    crash_if(opts, CrashPoint::Committed);
+
+    // Flip: every slot to its new version, still held.
+    let t_flip = Instant::now();
+    let updates_before = describe(&work, true);
+    for (wi, w) in work.iter_mut().enumerate() {
+        let batch: Vec<Prepared> = w
+            .prepared
+            .iter()
+            .cloned()
+            .map(|mut p| {
+                p.expected |= ACTIVE_HOLD;
+                p.new_word |= ACTIVE_HOLD;
+                p
+            })
+            .collect();
+        if let Err(e) = w.cf.tx(batch) {
+            // Cannot happen while we hold every slot unless the lease was lost or the host
+            // died: recovery (roll forward from the log) is the way out.
+            return Err(node_err(&w.name)(e));
+        }
+        if wi == 0 {
+            crash_if(opts, CrashPoint::FirstFlip);
+        }
+    }
+    timings.flip_us = us(t_flip);
+
+    // Release, dependencies first.
+    for (li, level) in release_order.iter().enumerate() {
+        for w in &work {
+            for p in w.prepared.iter().filter(|p| level.contains(&p.hook.name)) {
+                let found = cas(w, p, p.new_word | ACTIVE_HOLD, p.new_word)?;
+                if found != p.new_word | ACTIVE_HOLD {
+                    return Err(FleetError::Conflict {
+                        node: w.name.clone(),
+                        hook: p.hook.name.clone(),
+                        expected: p.new_word | ACTIVE_HOLD,
+                        found,
+                    });
+                }
+            }
+        }
+        if li == 0 {
+            crash_if(opts, CrashPoint::FirstRelease);
+        }
+    }
+    timings.hold_us = us(t_hold);
+    log_append(&mut log, &[Entry::Done])?;
+    let path = log.finish()?;
+    timings.commit_us = us(t_commit);
+    timings.log_us = log_us;
+    Ok(Report {
+        id,
+        dry_run: false,
+        release_order,
+        updates: updates_before,
+        timings,
+        intent_log: Some(path),
+    })
+}
+
+/// What recovery did with one unfinished broadcast.
+#[derive(Clone, Debug, Serialize)]
+pub struct Recovery {
+    pub intent_log: PathBuf,
+    pub id: String,
+    /// `rolled_forward` (the commit record was written) or `rolled_back`.
+    pub outcome: String,
+    /// Per node and hook: what was found and done.
+    pub actions: Vec<String>,
+}
+
+fn process_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    pid != 0 && unsafe { libc::kill(pid as i32, 0) } == 0 && pid != std::process::id()
+}
+
+/// `rdx recover`: finishes or undoes every unfinished broadcast under `state_dir`, so that
+/// no hook stays held and every node of a broadcast agrees. Logs of a control plane that is
+/// still running are left alone unless `force`.
+pub fn recover(state_dir: &Path, force: bool) -> Result<Vec<Recovery>> {
+    let mut out = Vec::new();
+    for path in intent::pending(state_dir)? {
+        let entries = intent::read(&path)?;
+        let Some(Entry::Begin {
+            id,
+            holder,
+            pid,
+            nodes,
+        }) = entries.first().cloned()
+        else {
+            // Died before the first record reached the disk: nothing was written anywhere.
+            IntentLog::reopen(&path)?.finish()?;
+            continue;
+        };
+        if !force && process_alive(pid) {
+            continue;
+        }
+        let finished = entries
+            .iter()
+            .any(|e| matches!(e, Entry::Done | Entry::Aborted { .. }));
+        let committed = entries.iter().any(|e| matches!(e, Entry::Commit));
+        let mut actions = Vec::new();
+        if !finished {
+            for (name, address) in &nodes {
+                let spec = ExtSpec {
+                    holder: Some(holder),
+                    ..ExtSpec::default()
+                };
+                let mut cf = match create_codeflow(address, spec) {
+                    Ok(cf) => cf,
+                    Err(e) => {
+                        // A host that died or restarted lost its region with everything
+                        // prepared in it: nothing to agree on there.
+                        actions.push(format!("{name}: unreachable ({e}); skipped"));
+                        continue;
+                    }
+                };
+                for e in &entries {
+                    let Entry::Prepared {
+                        node,
+                        hook,
+                        slot_offset,
+                        expected,
+                        new_word,
+                        budget,
+                        ..
+                    } = e
+                    else {
+                        continue;
+                    };
+                    if node != name {
+                        continue;
+                    }
+                    let t = cf.transport();
+                    let at = slot_offset + offsets::HOOK_ACTIVE;
+                    let mut word = t.read_u64(at).map_err(transport_err(name))?;
+                    let original = word;
+                    if committed {
+                        if word == expected | ACTIVE_HOLD {
+                            t.write_u64(slot_offset + offsets::HOOK_BUDGET, *budget)
+                                .map_err(transport_err(name))?;
+                            t.fence().map_err(transport_err(name))?;
+                            t.compare_and_swap(at, word, new_word | ACTIVE_HOLD)
+                                .map_err(transport_err(name))?;
+                            t.fetch_and_add(offsets::HEADER_GENERATION, 1)
+                                .map_err(transport_err(name))?;
+                            word = t.read_u64(at).map_err(transport_err(name))?;
+                        }
+                        if word == new_word | ACTIVE_HOLD {
+                            t.compare_and_swap(at, word, *new_word)
+                                .map_err(transport_err(name))?;
+                            word = t.read_u64(at).map_err(transport_err(name))?;
+                        }
+                    } else if word == expected | ACTIVE_HOLD {
+                        t.compare_and_swap(at, word, *expected)
+                            .map_err(transport_err(name))?;
+                        word = t.read_u64(at).map_err(transport_err(name))?;
+                    }
+                    let target = if committed { *new_word } else { *expected };
+                    actions.push(format!(
+                        "{name}/{hook}: found {original:#x}, now {word:#x}{}",
+                        if word == target {
+                            ""
+                        } else {
+                            " (changed by someone else since; left as is)"
+                        }
+                    ));
+                }
+                // Taking the lease with the dead broadcast's holder id frees what it
+                // prepared but never published, and marks held what it published.
+                cf.mutual_excl().map_err(node_err(name))?;
+                cf.release().map_err(node_err(name))?;
+            }
+            let mut log = IntentLog::reopen(&path)?;
+            log.append(&[if committed {
+                Entry::Done
+            } else {
+                Entry::Aborted {
+                    reason: "recovered after the control plane died".into(),
+                }
+            }])?;
+        }
+        let done = IntentLog::reopen(&path)?.finish()?;
+        out.push(Recovery {
+            intent_log: done,
+            id,
+            outcome: if committed {
+                "rolled_forward"
+            } else {
+                "rolled_back"
+            }
+            .into(),
+            actions,
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,201 @@
+//! The durable intent log of a broadcast: one JSON record per line, each appended and
+//! fsync'd before the phase it announces starts, so that `rdx recover` can finish or undo a
+//! broadcast whose control plane died at any point.
+//!
+//! The commit point is the [`Entry::Commit`] record: written only once every hook of every
+//! node is prepared and held. Without it recovery rolls back (releases holds, frees what was
+//! prepared); with it recovery rolls forward (flips what is still on the old version,
+//! releases every hold).
+
+use crate::error::{FleetError, Result};
+use serde::{Deserialize, Serialize};
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "entry", rename_all = "snake_case")]
+pub enum Entry {
+    /// The broadcast starts: its lease holder id on every node, and the nodes.
+    Begin {
+        id: String,
+        holder: u32,
+        /// The control plane's pid: recovery leaves a live broadcast alone.
+        pid: u32,
+        nodes: Vec<(String, String)>,
+    },
+    /// One hook of one node is written, not visible: the word it replaces and the word
+    /// that publishes it.
+    Prepared {
+        node: String,
+        hook: String,
+        slot_offset: u64,
+        expected: u64,
+        new_word: u64,
+        budget: u64,
+        version: u32,
+    },
+    /// Holds are about to be taken.
+    Hold,
+    /// Every hook is prepared and held: the broadcast will complete.
+    Commit,
+    /// Every hold is released: nothing left to do.
+    Done,
+    /// Nothing was made visible; every hold released.
+    Aborted { reason: String },
+}
+
+/// An open intent log.
+pub struct IntentLog {
+    path: PathBuf,
+    file: File,
+}
+
+/// Directory of intent logs under a control plane's state directory.
+pub fn intent_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("fleet")
+}
+
+fn ierr(path: &Path) -> impl FnOnce(std::io::Error) -> FleetError + '_ {
+    move |e| FleetError::Intent {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
+}
+
+impl IntentLog {
+    /// Creates `<state_dir>/fleet/<id>.intent` and syncs its directory, so the file itself
+    /// survives a crash.
+    pub fn create(state_dir: &Path, id: &str) -> Result<IntentLog> {
+        let dir = intent_dir(state_dir);
+        std::fs::create_dir_all(&dir).map_err(ierr(&dir))?;
+        let path = dir.join(format!("{id}.intent"));
+        let file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(&path)
+            .map_err(ierr(&path))?;
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(ierr(&dir))?;
+        Ok(IntentLog { path, file })
+    }
+
+    /// Reopens a log for appending (recovery). A torn last line is closed first so that
+    /// what follows stays readable.
+    pub fn reopen(path: &Path) -> Result<IntentLog> {
+        let bytes = std::fs::read(path).map_err(ierr(path))?;
+        let mut file = OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(ierr(path))?;
+        if bytes.last().is_some_and(|&b| b != b'\n') {
+            file.write_all(b"\n").map_err(ierr(path))?;
+        }
+        Ok(IntentLog {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends records and fsyncs (data only: the file's size is part of it).
+    pub fn append(&mut self, entries: &[Entry]) -> Result<()> {
+        let mut buf = Vec::new();
+        for e in entries {
+            serde_json::to_writer(&mut buf, e).map_err(|e| FleetError::Intent {
+                path: self.path.clone(),
+                reason: e.to_string(),
+            })?;
+            buf.push(b'\n');
+        }
+        self.file.write_all(&buf).map_err(ierr(&self.path))?;
+        self.file.sync_data().map_err(ierr(&self.path))
+    }
+
+    /// Marks the log finished: renamed to `.done` (kept for the record).
+    pub fn finish(self) -> Result<PathBuf> {
+        let done = self.path.with_extension("done");
+        std::fs::rename(&self.path, &done).map_err(ierr(&self.path))?;
+        Ok(done)
+    }
+}
+
+/// Reads a log. A torn last line (the control plane died while appending) is ignored: the
+/// phase it announced had not started.
+pub fn read(path: &Path) -> Result<Vec<Entry>> {
+    let f = File::open(path).map_err(ierr(path))?;
+    let lines: Vec<String> = BufReader::new(f)
+        .lines()
+        .collect::<std::io::Result<_>>()
+        .map_err(ierr(path))?;
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        match serde_json::from_str(line) {
+            Ok(e) => out.push(e),
+            Err(_) if i + 1 == lines.len() => break,
+            Err(e) => {
+                return Err(FleetError::Intent {
+                    path: path.to_path_buf(),
+                    reason: format!("line {}: {e}", i + 1),
+                })
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Unfinished logs (`*.intent`) under a state directory, oldest first.
+pub fn pending(state_dir: &Path) -> Result<Vec<PathBuf>> {
+    let dir = intent_dir(state_dir);
+    let rd = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(ierr(&dir)(e)),
+    };
+    let mut out: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "intent"))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_torn_tail() {
+        let dir = std::env::temp_dir().join(format!("rdx-fleet-intent-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut log = IntentLog::create(&dir, "b1").unwrap();
+        let entries = vec![
+            Entry::Begin {
+                id: "b1".into(),
+                holder: 7,
+                pid: 1,
+                nodes: vec![("a".into(), "shm:/x".into())],
+            },
+            Entry::Hold,
+            Entry::Commit,
+        ];
+        log.append(&entries).unwrap();
+        let path = log.path().to_path_buf();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"{\"entry\":\"do")
+            .unwrap();
+        assert_eq!(read(&path).unwrap(), entries);
+        assert_eq!(pending(&dir).unwrap(), vec![path.clone()]);
+        let done = IntentLog::reopen(&path).unwrap().finish().unwrap();
+        assert!(done.exists());
+        assert!(pending(&dir).unwrap().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

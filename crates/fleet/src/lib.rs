@@ -1,0 +1,20 @@
+//! `rdx-fleet`: collective CodeFlow — one transactional update across many nodes and hooks
+//! (broadcast), its plan file, its durable intent log and recovery.
+//!
+//! It owns the broadcast protocol: prepare every artifact on every node through
+//! [`rdx_control::CodeFlow`] (nothing visible), hold every affected hook slot, flip every
+//! slot, release the holds in the plan's dependency order; and `recover`, which finishes or
+//! undoes a broadcast from its intent log after the control plane died at any phase.
+//!
+//! It must not run anything in a node (every effect is a one-sided operation through the
+//! node's transport, as in `rdx-control`), must not make anything visible before every
+//! node is prepared and held, and must not hold a lock across nodes.
+
+pub mod broadcast;
+pub mod error;
+pub mod intent;
+pub mod plan;
+
+pub use broadcast::{broadcast, recover, CrashPoint, HookUpdate, Options, Recovery, Report};
+pub use error::{FleetError, Result};
+pub use plan::Plan;
