@@ -6,4 +6,7 @@ scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo test --workspace
+# Build every artifact first: integration tests link the runtime's C libraries
+# (librdx_runtime.a/.so) and run the workspace's binaries.
+cargo build --workspace
+cargo test --workspace --no-fail-fast
