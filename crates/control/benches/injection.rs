@@ -137,9 +137,9 @@ fn function(len: usize, shape: Shape, seed: i32) -> Vec<Insn> {
             }
             1 => {
                 // if (v > a) { if (v & b) acc += 1 else acc -= 2 } else acc ^= c
-                f.push(jmp(JmpCond::Gt, 7, imm(i), 4));
+                f.push(jmp(JmpCond::Gt, 7, imm(i), 2));
                 f.push(alu(AluOp::Xor, 6, imm(i | 1)));
-                f.push(Insn::Ja { off: 4 });
+                f.push(Insn::Ja { off: 5 });
                 f.push(Insn::Alu {
                     width: Width::W64,
                     op: AluOp::Mov,
