@@ -36,4 +36,6 @@ subcommands! {
     history => History,
     map => Map,
     events => Events,
+    broadcast => Broadcast,
+    recover => Recover,
 }
