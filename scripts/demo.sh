@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The main job end to end, on the embedded defaults. For now: compile an eBPF C program with
-# clang, look inside the object with `rdx inspect`, and run it in rdx's reference interpreter
-# on sample packets with `rdx run`. (Later: verify, JIT, deploy into a running process.)
+# The main job end to end, on the embedded defaults: compile eBPF C programs with clang, look
+# inside an object and run it in rdx's reference interpreter, then the agentless path: start a
+# host process that links the rdx runtime, and from a separate control-plane process verify,
+# compile, link and write extensions into the host's memory (shared-memory transport), publish
+# them with one atomic swap, read the host's counters and maps remotely, and roll back.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -13,12 +15,20 @@ plain=$'\033[0m'
 step() { printf '\n%s==> %s%s\n' "$bold" "$*" "$plain"; }
 show() { printf '$ %s\n' "$*"; "$@"; }
 
-step "build the rdx command line (release)"
-show cargo build --release --quiet -p rdx-cli --bin rdx
-rdx="${CARGO_TARGET_DIR:-target}/release/rdx"
+step "build the rdx command line and an example host (release)"
+show cargo build --release --quiet -p rdx-cli --bin rdx -p rdx-control --example control_host
+target="${CARGO_TARGET_DIR:-target}/release"
+rdx="$target/rdx"
 
 work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+host_pid=""
+cleanup() {
+  [ -n "$host_pid" ] && kill "$host_pid" 2>/dev/null || true
+  rm -rf "$work" "/dev/shm/rdx-demo-$$"
+}
+trap cleanup EXIT
+# The control plane keeps its registry (artifacts, nodes, history) here for this demo only.
+export RDX_STATE_DIR="$work/state"
 
 step "compile bpf/examples/hello.c with clang"
 show clang -O2 -g -target bpf -Wall -I"/usr/include/$(uname -m)-linux-gnu" \
@@ -52,5 +62,57 @@ show "$rdx" run "$work/hello.o" --prog hello --packet "$work/ping.bin" --repeat 
 
 step "the same run as JSON, for scripts"
 show "$rdx" run "$work/hello.o" --prog hello --packet "$work/ping.bin" --json
+
+step "the agentless path: start a host process that links the rdx runtime"
+# control_host exposes one hook, on_request, whose context is { u64 value; u64 out; }, and
+# answers "run V" on stdin with what the hook returned. It never loads or compiles anything.
+mkfifo "$work/host.in"
+"$target/examples/control_host" --path "/dev/shm/rdx-demo-$$" <"$work/host.in" >"$work/host.out" &
+host_pid=$!
+exec 3>"$work/host.in"
+for _ in $(seq 50); do grep -q ready "$work/host.out" && break; sleep 0.1; done
+cat "$work/host.out"
+ask() { # send one request to the host and print its answer
+  local before; before=$(wc -l <"$work/host.out")
+  echo "run $1" >&3
+  for _ in $(seq 50); do [ "$(wc -l <"$work/host.out")" -gt "$before" ] && break; sleep 0.05; done
+  printf 'host: run %s -> %s\n' "$1" "$(tail -n 1 "$work/host.out")"
+}
+ask 5
+
+step "compile two versions of an extension, and one that reads out of bounds, with clang"
+for v in plus_one times_two out_of_bounds; do
+  show clang -O2 -g -target bpf -Wall -I"/usr/include/$(uname -m)-linux-gnu" \
+    -c "bpf/control/$v.c" -o "$work/$v.o"
+done
+
+step "register the node with the control plane (reads its header, EIM spec, context table)"
+show "$rdx" node add demo "shm:/dev/shm/rdx-demo-$$"
+
+step "deploy plus_one: verify, compile, link, write into the host, publish with one CAS"
+show "$rdx" deploy "$work/plus_one.o" --node demo --hook on_request
+ask 5
+
+step "upgrade to times_two: the host's behaviour changes with no work on its side"
+show "$rdx" deploy "$work/times_two.o" --node demo --hook on_request
+ask 5
+
+step "a program the verifier rejects never reaches the node"
+show "$rdx" deploy "$work/out_of_bounds.o" --node demo --hook on_request || true
+ask 5
+
+step "read the host's hooks, counters and maps remotely (no host CPU involved)"
+show "$rdx" node show demo
+show "$rdx" map dump --node demo hits
+
+step "roll back to the previous version"
+show "$rdx" rollback --node demo --hook on_request
+ask 5
+show "$rdx" history --node demo
+
+echo quit >&3
+exec 3>&-
+wait "$host_pid" 2>/dev/null || true
+host_pid=""
 
 printf '\n%sdemo: ok%s\n' "$bold" "$plain"
