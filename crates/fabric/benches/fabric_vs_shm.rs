@@ -148,7 +148,7 @@ fn main() {
                 }
                 Some(b) => {
                     let ratio = med.as_secs_f64() / b.as_secs_f64().max(1e-9);
-                    row += &format!(" {:>34}", format!("{cell} {ratio:>8.0}x"));
+                    row += &format!(" {:>34}", format!("{cell} {ratio:>8.2}x"));
                 }
             }
         }
