@@ -121,12 +121,18 @@ enum Shape {
 fn function(len: usize, shape: Shape, seed: i32) -> Vec<Insn> {
     let mut f = vec![alu(AluOp::Mov, 6, reg(1)), alu(AluOp::Mov, 7, reg(2))];
     let mut i = seed;
+    let mut step = 0usize;
     while f.len() + 3 < len {
         i = i.wrapping_mul(1_103_515_245).wrapping_add(12345) & 0x7fff;
+        step += 1;
+        // Every conditional jump on a path leaves one pending state in a depth-first
+        // verifier until the path ends, and the path runs through every trip of the main
+        // loop: the kernel caps that at 8192 pending branches. The mixes keep
+        // branches-per-function x functions x trips well under it.
         let pick = match shape {
-            Shape::MapAccesses => [0, 1, 2, 2][(i & 3) as usize],
-            Shape::DeepBranching => [0, 1, 1, 2][(i & 3) as usize],
-            Shape::Unrolled => [0, 0, 0, 1][(i & 3) as usize],
+            Shape::MapAccesses => [0, 0, 2, 0, 2][step % 5],
+            Shape::DeepBranching => [0, 1, 0, 2][step % 4],
+            Shape::Unrolled => usize::from(step.is_multiple_of(32)) * 2,
         };
         match pick {
             0 => {
@@ -136,20 +142,22 @@ fn function(len: usize, shape: Shape, seed: i32) -> Vec<Insn> {
                 f.push(alu(AluOp::Rsh, 6, imm(1)));
             }
             1 => {
-                // if (v > a) { if (v & b) acc += 1 else acc -= 2 } else acc ^= c
-                f.push(jmp(JmpCond::Gt, 7, imm(i), 2));
+                // t = v ^ a; if (t > a) { if (t & b) acc += 1 else acc -= 2 } else acc ^= c;
+                // t is a scratch copy (the xor unlinks it from v, so v keeps its range) and
+                // every arm clears it, so the states meeting at the join differ only in the
+                // unknown accumulator and a verifier can prune there.
+                f.push(alu(AluOp::Mov, 8, reg(7)));
+                f.push(alu(AluOp::Xor, 8, imm(i)));
+                f.push(jmp(JmpCond::Gt, 8, imm(i), 3));
                 f.push(alu(AluOp::Xor, 6, imm(i | 1)));
-                f.push(Insn::Ja { off: 5 });
-                f.push(Insn::Alu {
-                    width: Width::W64,
-                    op: AluOp::Mov,
-                    dst: Reg(8),
-                    src: reg(7),
-                });
-                f.push(jmp(JmpCond::Set, 8, imm(1 << (i % 16)), 2));
+                f.push(alu(AluOp::Mov, 8, imm(0)));
+                f.push(Insn::Ja { off: 6 });
+                f.push(jmp(JmpCond::Set, 8, imm(1 << (i % 16)), 3));
                 f.push(alu(AluOp::Add, 6, imm(-2)));
-                f.push(Insn::Ja { off: 1 });
+                f.push(alu(AluOp::Mov, 8, imm(0)));
+                f.push(Insn::Ja { off: 2 });
                 f.push(alu(AluOp::Add, 6, imm(1)));
+                f.push(alu(AluOp::Mov, 8, imm(0)));
             }
             _ => map_access(&mut f, i),
         }
@@ -246,15 +254,15 @@ fn cases() -> Vec<Case> {
     vec![
         Case {
             label: "1.3K map accesses",
-            insns: generate(1, 1300, 300, Shape::MapAccesses),
+            insns: generate(1, 1300, 30, Shape::MapAccesses),
         },
         Case {
             label: "10K deep branching",
-            insns: generate(2, 5000, 45, Shape::DeepBranching),
+            insns: generate(2, 5000, 2, Shape::DeepBranching),
         },
         Case {
             label: "95K unrolled",
-            insns: generate(10, 9500, 6, Shape::Unrolled),
+            insns: generate(10, 9500, 4, Shape::Unrolled),
         },
     ]
 }
@@ -325,6 +333,7 @@ fn host_main(path: &str) {
                 vec![bench_map()],
             );
             let mut cf: Option<CodeFlow> = None;
+            let mut deploys = 0u64;
             while !stop_a.load(Ordering::Relaxed) {
                 if !agent_r.load(Ordering::Relaxed) {
                     cf = None; // give the lease back
@@ -334,7 +343,8 @@ fn host_main(path: &str) {
                 let flow = cf
                     .get_or_insert_with(|| create_codeflow(&address, ExtSpec::default()).unwrap());
                 flow.deploy(HOOK, &ext, None, None).unwrap();
-                if flow.arena_usage().unwrap()[0].0 < 1 << 20 {
+                deploys += 1;
+                if flow.arena_usage().unwrap()[0].0 < 1 << 20 || deploys % 128 == 127 {
                     let _ = flow.reclaim(1);
                 }
             }
@@ -550,8 +560,9 @@ fn main() {
     });
     let mut deploys = 0u64;
     let with_rdx = rate(&mut host, &mut || {
+        // Reclaim well before the allocation table (511 entries) or the code arena fills.
         let [(free, _), _] = cf.arena_usage().unwrap();
-        if free < 1 << 20 {
+        if free < 1 << 20 || deploys % 128 == 127 {
             cf.reclaim(1).unwrap();
         }
         cf.deploy_prog(HOOK, &small, &compiled).unwrap();
