@@ -144,9 +144,13 @@ fn threads_run_a_hook_concurrently_and_counters_add_up() {
 fn exhausted_thread_slots_make_the_hook_empty_and_count() {
     let rt = runtime(1);
     let _cp = deploy(&rt, RET_42);
-    // A thread that ran and exited gives its slot back.
+    // A thread that ran and exited gives its slot back. Join it explicitly: the scope's
+    // implicit wait ends when the closure returns, before the thread-local destructor that
+    // returns the slot has run; a join waits for the thread itself.
     std::thread::scope(|s| {
-        s.spawn(|| assert_eq!(rt.hook("h").unwrap().run(&mut Ctx { value: 0, out: 0 }), 42));
+        s.spawn(|| assert_eq!(rt.hook("h").unwrap().run(&mut Ctx { value: 0, out: 0 }), 42))
+            .join()
+            .unwrap();
     });
     let h = rt.hook("h").unwrap();
     assert_eq!(
