@@ -10,8 +10,8 @@
 //! inserts reuse, so probe chains never break.
 
 use super::{
-    hash_key, invalid, locked, Copies, MapError, MapOps, MapRef, BUSY_SPIN_LIMIT, UPDATE_EXIST,
-    UPDATE_NOEXIST,
+    hash_key, invalid, locked, read_stable, Copies, MapError, MapOps, MapRef, BUSY_SPIN_LIMIT,
+    UPDATE_EXIST, UPDATE_NOEXIST,
 };
 use crate::Transport;
 use rdx_region::layout::{
@@ -161,19 +161,13 @@ impl MapOps for HashMap {
     ) -> Result<bool, MapError> {
         m.check_key(key)?;
         let len = m.lookup_len();
-        for _ in 0..BUSY_SPIN_LIMIT {
-            let Some((e, c)) = find(t, m, key)? else {
-                return Ok(false);
-            };
-            t.read(value_at(m, e, 0), &mut out[..len])?;
-            if t.read_u64(e)? == c {
-                return Ok(true);
-            }
-        }
-        Err(MapError::Busy {
-            id: m.id,
-            holder: 0,
-        })
+        read_stable(
+            t,
+            m,
+            &mut out[..len],
+            || find(t, m, key),
+            |e| value_at(m, e, 0),
+        )
     }
 
     fn update<T: Transport + ?Sized>(

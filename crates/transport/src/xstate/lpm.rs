@@ -9,8 +9,8 @@
 //! can read, write and validate on its own. Writers take the map lock.
 
 use super::{
-    invalid, locked, Copies, MapError, MapOps, MapRef, BUSY_SPIN_LIMIT, MAX_KEY_SIZE, UPDATE_EXIST,
-    UPDATE_NOEXIST,
+    invalid, locked, read_stable, Copies, MapError, MapOps, MapRef, BUSY_SPIN_LIMIT, MAX_KEY_SIZE,
+    UPDATE_EXIST, UPDATE_NOEXIST,
 };
 use crate::Transport;
 use rdx_region::layout::{
@@ -162,19 +162,14 @@ impl MapOps for LpmMap {
         out: &mut [u8],
     ) -> Result<bool, MapError> {
         let len = m.value_size as usize;
-        for _ in 0..BUSY_SPIN_LIMIT {
-            let Some((e, c)) = best(t, m, key)? else {
-                return Ok(false);
-            };
-            t.read(e + 8 + m.key_stride as u64, &mut out[..len])?;
-            if t.read_u64(e)? == c {
-                return Ok(true);
-            }
-        }
-        Err(MapError::Busy {
-            id: m.id,
-            holder: 0,
-        })
+        let value_offset = 8 + m.key_stride as u64;
+        read_stable(
+            t,
+            m,
+            &mut out[..len],
+            || best(t, m, key),
+            |e| e + value_offset,
+        )
     }
 
     fn update<T: Transport + ?Sized>(

@@ -478,6 +478,32 @@ pub fn keys<T: Transport + ?Sized>(t: &T, m: &MapRef) -> Result<Vec<Vec<u8>>, Ma
 /// matters when a writer died while holding one, and then failing beats hanging the host.
 pub const BUSY_SPIN_LIMIT: u32 = 1 << 20;
 
+/// Copies an element's value into `out` under the element's sequence word (the first 8 bytes
+/// of an element): `find` locates the element and samples its sequence, the value is read from
+/// `value_at(element)`, and the copy counts only if the sequence did not move meanwhile, so a
+/// remote reader never returns a torn value. `Ok(false)` when `find` finds nothing.
+pub fn read_stable<T: Transport + ?Sized>(
+    t: &T,
+    m: &MapRef,
+    out: &mut [u8],
+    mut find: impl FnMut() -> Result<Option<(u64, u64)>, MapError>,
+    value_at: impl Fn(u64) -> u64,
+) -> Result<bool, MapError> {
+    for _ in 0..BUSY_SPIN_LIMIT {
+        let Some((element, seq)) = find()? else {
+            return Ok(false);
+        };
+        t.read(value_at(element), out)?;
+        if t.read_u64(element)? == seq {
+            return Ok(true);
+        }
+    }
+    Err(MapError::Busy {
+        id: m.id,
+        holder: 0,
+    })
+}
+
 /// Takes the map's writer lock with `token` (nonzero), spinning at most [`BUSY_SPIN_LIMIT`].
 pub fn lock<T: Transport + ?Sized>(t: &T, m: &MapRef, token: u64) -> Result<(), MapError> {
     debug_assert_ne!(token, 0);
