@@ -10,12 +10,12 @@
 //! inserts reuse, so probe chains never break.
 
 use super::{
-    hash_key, invalid, locked, read_stable, Copies, MapError, MapOps, MapRef, BUSY_SPIN_LIMIT,
-    UPDATE_EXIST, UPDATE_NOEXIST,
+    hash_key, invalid, locked, next_ctl, read_stable, retire_element, Copies, MapError, MapOps,
+    MapRef, BUSY_SPIN_LIMIT, UPDATE_EXIST, UPDATE_NOEXIST,
 };
 use crate::Transport;
 use rdx_region::layout::{
-    offsets, ELEM_BUSY, ELEM_DELETED, ELEM_EMPTY, ELEM_LIVE, ELEM_SEQ_ONE, ELEM_STATE_MASK,
+    offsets, ELEM_BUSY, ELEM_DELETED, ELEM_EMPTY, ELEM_LIVE, ELEM_STATE_MASK,
 };
 
 pub struct HashMap;
@@ -133,11 +133,6 @@ fn find_for_write<T: Transport + ?Sized>(t: &T, m: &MapRef, key: &[u8]) -> Resul
     })
 }
 
-#[inline]
-fn next_ctl(c: u64, state: u64) -> u64 {
-    ((c & !ELEM_STATE_MASK).wrapping_add(ELEM_SEQ_ONE)) | state
-}
-
 impl MapOps for HashMap {
     #[inline]
     fn lookup_ref<T: Transport + ?Sized>(
@@ -242,11 +237,7 @@ impl MapOps for HashMap {
             let Slot::Found(e, c) = find_for_write(t, m, key)? else {
                 return Err(MapError::NotFound);
             };
-            let busy = next_ctl(c, ELEM_BUSY);
-            t.write_u64(e, busy)?;
-            t.write_u64(e, next_ctl(busy, ELEM_DELETED))?;
-            t.fetch_and_add(m.offset + offsets::MAP_COUNT, u64::MAX)?;
-            Ok(())
+            retire_element(t, m, e, c)
         })
     }
 

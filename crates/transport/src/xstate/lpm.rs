@@ -9,13 +9,11 @@
 //! can read, write and validate on its own. Writers take the map lock.
 
 use super::{
-    invalid, locked, read_stable, Copies, MapError, MapOps, MapRef, BUSY_SPIN_LIMIT, MAX_KEY_SIZE,
-    UPDATE_EXIST, UPDATE_NOEXIST,
+    invalid, locked, next_ctl, read_stable, retire_element, Copies, MapError, MapOps, MapRef,
+    BUSY_SPIN_LIMIT, MAX_KEY_SIZE, UPDATE_EXIST, UPDATE_NOEXIST,
 };
 use crate::Transport;
-use rdx_region::layout::{
-    offsets, ELEM_BUSY, ELEM_DELETED, ELEM_LIVE, ELEM_SEQ_ONE, ELEM_STATE_MASK,
-};
+use rdx_region::layout::{offsets, ELEM_BUSY, ELEM_LIVE, ELEM_STATE_MASK};
 
 pub struct LpmMap;
 
@@ -65,10 +63,6 @@ fn masked(key: &[u8], bits: u32, out: &mut [u8]) {
             *b &= 0xffu8 << (8 - rest);
         }
     }
-}
-
-fn next_ctl(c: u64, state: u64) -> u64 {
-    ((c & !ELEM_STATE_MASK).wrapping_add(ELEM_SEQ_ONE)) | state
 }
 
 /// Longest match for `key`: (element, ctl) read consistently.
@@ -227,11 +221,7 @@ impl MapOps for LpmMap {
             let (Some((e, c)), _) = exact(t, m, key)? else {
                 return Err(MapError::NotFound);
             };
-            let busy = next_ctl(c, ELEM_BUSY);
-            t.write_u64(e, busy)?;
-            t.write_u64(e, next_ctl(busy, ELEM_DELETED))?;
-            t.fetch_and_add(m.offset + offsets::MAP_COUNT, u64::MAX)?;
-            Ok(())
+            retire_element(t, m, e, c)
         })
     }
 

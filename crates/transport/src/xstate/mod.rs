@@ -478,6 +478,28 @@ pub fn keys<T: Transport + ?Sized>(t: &T, m: &MapRef) -> Result<Vec<Vec<u8>>, Ma
 /// matters when a writer died while holding one, and then failing beats hanging the host.
 pub const BUSY_SPIN_LIMIT: u32 = 1 << 20;
 
+/// The next control word of a keyed element: its sequence advanced by one, in `state`.
+/// Every state change bumps the sequence, which is what lets [`read_stable`] detect it.
+#[inline]
+pub fn next_ctl(c: u64, state: u64) -> u64 {
+    ((c & !ELEM_STATE_MASK).wrapping_add(ELEM_SEQ_ONE)) | state
+}
+
+/// Deletes the keyed element at `element` whose control word was `c` (caller holds the map's
+/// writer lock): busy first so concurrent readers retry, then deleted, then one fewer entry.
+pub fn retire_element<T: Transport + ?Sized>(
+    t: &T,
+    m: &MapRef,
+    element: u64,
+    c: u64,
+) -> Result<(), MapError> {
+    let busy = next_ctl(c, ELEM_BUSY);
+    t.write_u64(element, busy)?;
+    t.write_u64(element, next_ctl(busy, ELEM_DELETED))?;
+    t.fetch_and_add(m.offset + offsets::MAP_COUNT, u64::MAX)?;
+    Ok(())
+}
+
 /// Copies an element's value into `out` under the element's sequence word (the first 8 bytes
 /// of an element): `find` locates the element and samples its sequence, the value is read from
 /// `value_at(element)`, and the copy counts only if the sequence did not move meanwhile, so a
