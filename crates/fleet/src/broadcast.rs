@@ -16,6 +16,7 @@
 use crate::error::{node_err, transport_err, FleetError, Result};
 use crate::intent::{self, Entry, IntentLog};
 use crate::plan::Plan;
+use rdx_control::node::{hook_status, thread_epochs};
 use rdx_control::{create_codeflow, CodeFlow, Compiled, ExtSpec, Extension, Prepared};
 use rdx_region::layout::{offsets, ACTIVE_HOLD};
 use serde::Serialize;
@@ -95,6 +96,9 @@ pub struct Timings {
     pub hold_us: f64,
     /// Flipping every slot (inside the bubble).
     pub flip_us: f64,
+    /// Inside the bubble: waiting for the requests already past each flow's entry to leave
+    /// the flow.
+    pub drain_us: f64,
     /// Time spent writing and syncing the intent log.
     pub log_us: f64,
     /// Prepare through release (the update proper, without the check).
@@ -176,6 +180,14 @@ fn check(plan: &Plan, exts: &[Extension], holder: u32, ttl: Duration) -> Result<
     };
     let results = per_node(plan.nodes.clone(), |n| -> Result<NodeWork> {
         let cf = create_codeflow(&n.address, spec.clone()).map_err(node_err(&n.name))?;
+        for f in plan.flows.iter().filter(|f| f.exit.node == n.name) {
+            if cf.view().hook(&f.exit.hook).is_err() {
+                return Err(FleetError::HookMissing {
+                    node: n.name.clone(),
+                    hook: f.exit.hook.clone(),
+                });
+            }
+        }
         let mut items = Vec::new();
         for (i, u) in plan.updates.iter().enumerate() {
             if !plan.nodes_of(u).any(|m| m.name == n.name) {
@@ -247,6 +259,105 @@ fn cas(w: &NodeWork, p: &Prepared, expected: u64, new: u64) -> Result<u64> {
     w.cf.transport()
         .compare_and_swap(p.hook.slot_offset + offsets::HOOK_ACTIVE, expected, new)
         .map_err(transport_err(&w.name))
+}
+
+/// Holds the listed (node, prepared) slots, recording each hold taken.
+fn take_holds(
+    work: &[NodeWork],
+    which: &[(usize, usize)],
+    held: &mut Vec<(usize, usize)>,
+) -> Result<()> {
+    for &(wi, pi) in which {
+        let w = &work[wi];
+        let p = &w.prepared[pi];
+        let found = cas(w, p, p.expected, p.expected | ACTIVE_HOLD)?;
+        if found != p.expected {
+            return Err(FleetError::Conflict {
+                node: w.name.clone(),
+                hook: p.hook.name.clone(),
+                expected: p.expected,
+                found,
+            });
+        }
+        held.push((wi, pi));
+    }
+    Ok(())
+}
+
+fn node_of<'a>(work: &'a [NodeWork], name: &str) -> &'a NodeWork {
+    work.iter()
+        .find(|w| w.name == name)
+        .expect("validated: every flow names a plan node")
+}
+
+/// Waits until every request that ran a flow's (held) entry has run its exit: first until
+/// no host thread is still inside code it entered before the hold (its epoch word moved
+/// on), then until the exit's run counter has caught up with the entry's. Bounded by half
+/// the entry node's hold timeout, so that callers queued on the hold never give up on it.
+fn drain_flows(plan: &Plan, work: &[NodeWork]) -> Result<()> {
+    for f in &plan.flows {
+        let entry = node_of(work, &f.entry.node);
+        let exit = node_of(work, &f.exit.node);
+        let budget = Duration::from_nanos(entry.cf.view().info.hold_timeout_ns / 2);
+        let start = Instant::now();
+        let timed_out = || start.elapsed() > budget;
+        let (te, info_e) = (entry.cf.transport(), &entry.cf.view().info);
+        let entry_hook = entry
+            .cf
+            .view()
+            .hook(&f.entry.hook)
+            .map_err(node_err(&entry.name))?;
+        let exit_hook = exit
+            .cf
+            .view()
+            .hook(&f.exit.hook)
+            .map_err(node_err(&exit.name))?;
+        let inside: Vec<(u32, u64)> = thread_epochs(te, info_e)
+            .map_err(node_err(&entry.name))?
+            .into_iter()
+            .filter(|(_, e)| e % 2 == 1)
+            .collect();
+        for (slot, epoch) in inside {
+            let at = info_e.thread_offset(slot) + offsets::THREAD_EPOCH;
+            while te.read_u64(at).map_err(transport_err(&entry.name))? == epoch {
+                if timed_out() {
+                    return Err(FleetError::DrainTimeout {
+                        flow: format!("{} -> {}", f.entry, f.exit),
+                        reason: format!("thread slot {slot} stayed inside the entry's code"),
+                    });
+                }
+                std::hint::spin_loop();
+            }
+        }
+        let runs = |w: &NodeWork, h: &rdx_control::node::HookInfo| {
+            hook_status(w.cf.transport(), &w.cf.view().info, h.index)
+                .map(|s| s.runs)
+                .map_err(node_err(&w.name))
+        };
+        let entered = runs(entry, &entry_hook)?;
+        let mut spins = 0u32;
+        loop {
+            let left = runs(exit, &exit_hook)?;
+            if left >= entered {
+                break;
+            }
+            if timed_out() {
+                return Err(FleetError::DrainTimeout {
+                    flow: format!("{} -> {}", f.entry, f.exit),
+                    reason: format!(
+                        "{entered} requests entered, {left} left after {budget:?} (does every \
+                         request that runs the entry run the exit, both attached since the \
+                         host started?)"
+                    ),
+                });
+            }
+            spins += 1;
+            if spins > 64 {
+                std::thread::yield_now();
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `broadcast(group, updates)`: one transactional update of every hook of the plan on
@@ -375,31 +486,37 @@ pub fn broadcast(plan: &Plan, opts: &Options) -> Result<Report> {
     log_append(&mut log, &entries)?;
     crash_if(opts, CrashPoint::Prepared);
 
-    // Hold: the bubble starts.
+    // Hold: the bubble starts. Flow entries first, then the drain, then every other hook:
+    // a hook downstream of an entry must keep running the old version until the requests
+    // already past the entry have left the flow.
     let t_hold = Instant::now();
-    let mut held: Vec<(usize, usize)> = Vec::new();
-    let mut conflict = None;
-    'hold: for (wi, w) in work.iter().enumerate() {
+    let is_entry = |w: &NodeWork, p: &Prepared| {
+        plan.flows
+            .iter()
+            .any(|f| f.entry.node == w.name && f.entry.hook == p.hook.name)
+    };
+    let mut first = Vec::new();
+    let mut rest = Vec::new();
+    for (wi, w) in work.iter().enumerate() {
         for (pi, p) in w.prepared.iter().enumerate() {
-            match cas(w, p, p.expected, p.expected | ACTIVE_HOLD) {
-                Ok(found) if found == p.expected => held.push((wi, pi)),
-                Ok(found) => {
-                    conflict = Some(FleetError::Conflict {
-                        node: w.name.clone(),
-                        hook: p.hook.name.clone(),
-                        expected: p.expected,
-                        found,
-                    });
-                    break 'hold;
-                }
-                Err(e) => {
-                    conflict = Some(e);
-                    break 'hold;
-                }
+            if is_entry(w, p) {
+                first.push((wi, pi));
+            } else {
+                rest.push((wi, pi));
             }
         }
     }
-    if let Some(e) = conflict {
+    let mut held: Vec<(usize, usize)> = Vec::new();
+    let mut failure = take_holds(&work, &first, &mut held).err();
+    if failure.is_none() && !plan.flows.is_empty() {
+        let t_drain = Instant::now();
+        failure = drain_flows(plan, &work).err();
+        timings.drain_us = us(t_drain);
+    }
+    if failure.is_none() {
+        failure = take_holds(&work, &rest, &mut held).err();
+    }
+    if let Some(e) = failure {
         for &(wi, pi) in &held {
             let w = &work[wi];
             let p = &w.prepared[pi];

@@ -45,6 +45,8 @@ pub enum FleetError {
         #[source]
         source: rdx_transport::TransportError,
     },
+    #[error("flow {flow}: requests did not drain: {reason}")]
+    DrainTimeout { flow: String, reason: String },
     #[error("intent log {path}: {reason}")]
     Intent { path: PathBuf, reason: String },
     #[error("broadcast aborted, nothing visible anywhere: {0}")]

@@ -66,6 +66,32 @@ impl UpdateSpec {
     }
 }
 
+/// One hook on one node.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct HookRef {
+    pub node: String,
+    pub hook: String,
+}
+
+impl std::fmt::Display for HookRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.node, self.hook)
+    }
+}
+
+/// A request path through several nodes: every request that runs `entry` later runs
+/// `exit` (a chain A -> B -> C -> D has entry A's hook and exit D's). The broadcast holds
+/// the entry first and waits until the exit's run counter has caught up with the entry's
+/// (read remotely) before it holds anything else, so no request in flight meets the old
+/// version at one hop and the new one at the next.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Flow {
+    pub entry: HookRef,
+    pub exit: HookRef,
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Plan {
@@ -73,6 +99,9 @@ pub struct Plan {
     #[serde(default)]
     pub hooks: Vec<HookDeps>,
     pub updates: Vec<UpdateSpec>,
+    /// Request paths to drain inside the bubble (see [`Flow`]).
+    #[serde(default)]
+    pub flows: Vec<Flow>,
     /// Directory object paths are relative to (the plan file's).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -178,6 +207,28 @@ impl Plan {
                         u.hook, n.name
                     )));
                 }
+            }
+        }
+        for (i, f) in self.flows.iter().enumerate() {
+            for (what, r) in [("entry", &f.entry), ("exit", &f.exit)] {
+                if !names.contains(r.node.as_str()) {
+                    return Err(FleetError::UnknownNode {
+                        update: format!("flow {i} {what}"),
+                        node: r.node.clone(),
+                    });
+                }
+            }
+            if !targets.contains(&(f.entry.node.as_str(), f.entry.hook.as_str())) {
+                return Err(FleetError::PlanInvalid(format!(
+                    "flow {i}: entry {} is not updated by the plan (only updated hooks are held)",
+                    f.entry
+                )));
+            }
+            if f.entry == f.exit {
+                return Err(FleetError::PlanInvalid(format!(
+                    "flow {i}: entry and exit are the same hook ({})",
+                    f.entry
+                )));
             }
         }
         for h in &self.hooks {
@@ -312,6 +363,39 @@ updates:
         assert!(
             matches!(p.validate(), Err(FleetError::UnknownHook { hook, .. }) if hook == "nope")
         );
+    }
+
+    #[test]
+    fn a_flow_must_enter_at_an_updated_hook_on_a_known_node() {
+        let ok = plan(&format!(
+            "{BASE}
+updates:
+  - {{hook: x, object: x.o}}
+flows:
+  - {{entry: {{node: a, hook: x}}, exit: {{node: b, hook: x}}}}
+"
+        ));
+        assert!(ok.validate().is_ok());
+        let p = plan(&format!(
+            "{BASE}
+updates:
+  - {{hook: x, object: x.o, nodes: [b]}}
+flows:
+  - {{entry: {{node: a, hook: x}}, exit: {{node: b, hook: x}}}}
+"
+        ));
+        assert!(
+            matches!(p.validate(), Err(FleetError::PlanInvalid(r)) if r.contains("a/x is not updated"))
+        );
+        let p = plan(&format!(
+            "{BASE}
+updates:
+  - {{hook: x, object: x.o}}
+flows:
+  - {{entry: {{node: a, hook: x}}, exit: {{node: zz, hook: x}}}}
+"
+        ));
+        assert!(matches!(p.validate(), Err(FleetError::UnknownNode { node, .. }) if node == "zz"));
     }
 
     #[test]

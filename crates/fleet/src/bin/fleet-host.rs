@@ -6,12 +6,18 @@
 //! helpers at all), so plans can name a class that rejects a program.
 //!
 //! ```text
-//! fleet-host --path P HOOK...
+//! fleet-host [--path P] [--hold-timeout-ms N] HOOK...
 //! stdout: "ready <path> <pid>"
 //! stdin:  run HOOK VALUE  -> "ret R0 out OUT"
 //!         stats HOOK      -> "stats runs R failures F hold_timeouts T"
 //!         quit
 //! ```
+//!
+//! With `--forward` it is one hop of a request chain (A -> B -> C -> D, each host's stdout
+//! piped into the next one's stdin): "ready" goes to stderr, and every stdin line
+//! `req ID OUT WAITED` runs the first hook with `out = OUT` and is written to stdout as
+//! `req ID OUT' WAITED'`, where `WAITED'` counts the hops whose slot was held (the
+//! broadcast's bubble) when the request arrived. End of input ends the host.
 
 use rdx_runtime::{HookSpec, Runtime};
 use std::io::{BufRead, Write};
@@ -56,9 +62,19 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let mut path = None;
     let mut hooks = Vec::new();
+    let mut forward = false;
+    let mut hold_timeout = None;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--path" => path = Some(args.next().ok_or("--path needs a value")?),
+            "--forward" => forward = true,
+            "--hold-timeout-ms" => {
+                let ms: u64 = args
+                    .next()
+                    .ok_or("--hold-timeout-ms needs a value")?
+                    .parse()?;
+                hold_timeout = Some(Duration::from_millis(ms));
+            }
             name => hooks.push(name.to_string()),
         }
     }
@@ -73,11 +89,20 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(p) = &path {
         b = b.path(p);
     }
+    if let Some(t) = hold_timeout {
+        b = b.hold_timeout(t);
+    }
     for h in &hooks {
         b = b.hook(h, HookSpec::for_context::<Ctx>().default_return(0));
     }
     let rt = b.build()?;
     rt.register()?;
+    if forward {
+        forward_requests(&rt, &hooks[0])?;
+        rt.teardown(Duration::from_millis(100))?;
+        rt.unlink()?;
+        return Ok(());
+    }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     writeln!(out, "ready {} {}", rt.path().display(), std::process::id())?;
@@ -109,5 +134,43 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     rt.teardown(Duration::from_millis(100))?;
     rt.unlink()?;
+    Ok(())
+}
+
+/// One hop of a request chain: stdin to the hook to stdout.
+fn forward_requests(rt: &Runtime, hook_name: &str) -> Result<(), Box<dyn std::error::Error>> {
+    use rdx_region::layout::{offsets, ACTIVE_HOLD};
+    use rdx_transport::Transport;
+    let hook = rt.hook(hook_name)?;
+    let region = rt.region();
+    let active_at = rt.info().hook_offset(hook.index()) + offsets::HOOK_ACTIVE;
+    eprintln!("ready {} {}", rt.path().display(), std::process::id());
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut input = std::io::BufReader::with_capacity(1 << 16, std::io::stdin());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if input.read_line(&mut line)? == 0 {
+            break;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let ["req", id, stamp, waited] = words.as_slice() else {
+            return Err(format!("unknown request {line:?}").into());
+        };
+        let held = region.read_u64(active_at)? & ACTIVE_HOLD != 0;
+        let mut ctx = Ctx {
+            value: id.parse()?,
+            out: stamp.parse()?,
+        };
+        hook.run(&mut ctx);
+        let waited: u64 = waited.parse::<u64>()? + held as u64;
+        writeln!(out, "req {id} {} {waited}", ctx.out)?;
+        // Flush only when nothing more is queued: batches under load, no added latency.
+        if input.buffer().is_empty() {
+            out.flush()?;
+        }
+    }
+    out.flush()?;
     Ok(())
 }
