@@ -112,6 +112,7 @@ fn main() {
                 provider: Provider::from_flag(Some(provider)),
                 token: token.clone(),
                 progress: ProgressThread::WhenNeeded,
+                barrier: false,
             },
         )
         .expect("serve");

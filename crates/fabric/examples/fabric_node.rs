@@ -88,6 +88,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             provider: Provider::from_flag(provider.as_deref()),
             token,
             progress: ProgressThread::WhenNeeded,
+            barrier: true,
         },
     )?;
     let stdout = std::io::stdout();

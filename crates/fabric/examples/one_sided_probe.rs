@@ -54,6 +54,7 @@ fn main() {
                     provider: Provider::from_flag(Some(p)),
                     token: token.clone(),
                     progress,
+                    barrier: false,
                 },
             ) {
                 Ok(s) => s,

@@ -2,16 +2,17 @@
 //! key only to a control plane presenting that token.
 //!
 //! Wire format (TCP, one exchange per connection, little endian):
-//! - request: `b"RDXFAB01"`, token length (u16), token bytes;
+//! - request: `b"RDXFAB02"`, token length (u16), token bytes;
 //! - reply: status (u8: 0 granted, 1 wrong token, 2 malformed request); when granted,
 //!   provider name (u16 length + bytes), endpoint address (u16 length + bytes), MR key (u64),
 //!   remote address of region offset 0 (u64), region length (u64), session (u64, random per
-//!   serving start).
+//!   serving start), then the barrier doorbell: a presence byte (0 or 1) and, when present,
+//!   its MR key (u64) and remote address (u64).
 
 use crate::FabricError;
 use std::io::{Read, Write};
 
-pub(crate) const REQUEST_MAGIC: &[u8; 8] = b"RDXFAB01";
+pub(crate) const REQUEST_MAGIC: &[u8; 8] = b"RDXFAB02";
 pub(crate) const STATUS_GRANTED: u8 = 0;
 pub(crate) const STATUS_WRONG_TOKEN: u8 = 1;
 pub(crate) const STATUS_MALFORMED: u8 = 2;
@@ -113,6 +114,17 @@ pub struct Grant {
     pub remote_base: u64,
     pub region_len: u64,
     pub session: u64,
+    /// The node's barrier doorbell, if it runs the barrier service (`docs/fabric.md`).
+    pub barrier: Option<Doorbell>,
+}
+
+/// Where a control plane rings a node's barrier service: two 8-byte words in their own
+/// registration (`requested` at +0, incremented with fetch-and-add; `completed` at +8,
+/// written by the node after every host thread passed a full barrier).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Doorbell {
+    pub key: u64,
+    pub remote_addr: u64,
 }
 
 impl Grant {
@@ -124,6 +136,14 @@ impl Grant {
         }
         for v in [self.key, self.remote_base, self.region_len, self.session] {
             out.extend_from_slice(&v.to_le_bytes());
+        }
+        match self.barrier {
+            None => out.push(0),
+            Some(d) => {
+                out.push(1);
+                out.extend_from_slice(&d.key.to_le_bytes());
+                out.extend_from_slice(&d.remote_addr.to_le_bytes());
+            }
         }
         out
     }
@@ -151,13 +171,24 @@ impl Grant {
         let provider = String::from_utf8(field("provider name")?)
             .map_err(|_| ReplyError::Malformed("provider name is not UTF-8".into()))?;
         let address = field("endpoint address")?;
-        let mut words = [0u64; 4];
-        for w in &mut words {
+        fn word(r: &mut impl Read) -> Result<u64, ReplyError> {
             let mut b = [0u8; 8];
             r.read_exact(&mut b)?;
-            *w = u64::from_le_bytes(b);
+            Ok(u64::from_le_bytes(b))
         }
+        let words = [word(&mut r)?, word(&mut r)?, word(&mut r)?, word(&mut r)?];
+        let mut present = [0u8];
+        r.read_exact(&mut present)?;
+        let barrier = match present[0] {
+            0 => None,
+            1 => Some(Doorbell {
+                key: word(&mut r)?,
+                remote_addr: word(&mut r)?,
+            }),
+            b => return Err(ReplyError::Malformed(format!("barrier presence byte {b}"))),
+        };
         Ok(Self {
+            barrier,
             provider,
             address,
             key: words[0],
@@ -238,8 +269,26 @@ mod tests {
             remote_base: 0x7f00_0000_0000,
             region_len: 1 << 20,
             session: 99,
+            barrier: None,
         };
         assert_eq!(Grant::decode(&g.encode()[..]).unwrap(), g);
+        let with_barrier = Grant {
+            barrier: Some(Doorbell {
+                key: 3,
+                remote_addr: 0x7f00_1000_0000,
+            }),
+            ..g.clone()
+        };
+        assert_eq!(
+            Grant::decode(&with_barrier.encode()[..]).unwrap(),
+            with_barrier
+        );
+        let mut bad = g.encode();
+        *bad.last_mut().unwrap() = 7;
+        assert!(matches!(
+            Grant::decode(&bad[..]),
+            Err(ReplyError::Malformed(_))
+        ));
         assert!(matches!(
             Grant::decode(&[STATUS_WRONG_TOKEN][..]),
             Err(ReplyError::WrongToken)

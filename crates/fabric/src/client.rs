@@ -1,7 +1,7 @@
 //! The control plane's side: [`FabricTransport`], one-sided RMA and atomics on a remote
 //! region through a libfabric RDM endpoint.
 
-use crate::auth::{encode_request, Grant, ReplyError, Token};
+use crate::auth::{encode_request, Doorbell, Grant, ReplyError, Token};
 use crate::sys::{self, Completion, Endpoint, Registration};
 use crate::FabricError;
 use rdx_region::geometry::{check_header, HeaderInfo};
@@ -28,12 +28,16 @@ pub struct ConnectOptions {
     pub op_timeout: Duration,
     /// The architecture the node's region must declare.
     pub arch: Arch,
+    /// How long [`Transport::remote_barrier`] waits for the node's barrier service (one
+    /// `membarrier`, usually milliseconds).
+    pub barrier_timeout: Duration,
 }
 
 impl Default for ConnectOptions {
     fn default() -> Self {
         Self {
             op_timeout: Duration::from_secs(3),
+            barrier_timeout: Duration::from_secs(10),
             arch: Arch::HOST.expect("rdx supports x86_64 and aarch64 hosts"),
         }
     }
@@ -64,6 +68,8 @@ pub struct FabricTransport {
     peer: String,
     provider: String,
     session: u64,
+    doorbell: Option<Doorbell>,
+    barrier_timeout: Duration,
     info: std::sync::OnceLock<HeaderInfo>,
 }
 
@@ -160,6 +166,8 @@ impl FabricTransport {
             peer: peer.to_string(),
             provider,
             session: grant.session,
+            doorbell: grant.barrier,
+            barrier_timeout: options.barrier_timeout,
             info: std::sync::OnceLock::new(),
         };
         let mut head = vec![0u8; std::mem::size_of::<RegionHeader>()];
@@ -232,6 +240,41 @@ impl FabricTransport {
     }
 }
 
+impl FabricTransport {
+    /// Runs one fetch-and-add (adding `operand`) or 8-byte read on the barrier doorbell;
+    /// returns the previous or read value.
+    fn doorbell_op(&self, piece: Piece, operand: u64) -> Result<u64, TransportError> {
+        let mut guard = self.client.lock().unwrap_or_else(|p| p.into_inner());
+        let c = &mut *guard;
+        if let Some(m) = &c.broken {
+            return Err(self.failure("remote barrier on", m.clone()));
+        }
+        c.staging[0] = operand;
+        c.staging[1] = 0;
+        if let Err(m) = c.run_wave(&[piece]) {
+            c.broken = Some(m.clone());
+            return Err(self.failure("remote barrier on", m));
+        }
+        Ok(match piece {
+            Piece::Faa { .. } => c.staging[1],
+            _ => c.staging[0],
+        })
+    }
+
+    /// Whether the node runs the barrier service (reclamation over the fabric needs it).
+    pub fn has_remote_barrier(&self) -> bool {
+        self.doorbell.is_some()
+    }
+}
+
+/// Where a piece lands on the node: a remote address (already based) and the key of the
+/// registration holding it.
+#[derive(Clone, Copy)]
+struct Target {
+    addr: u64,
+    key: u64,
+}
+
 /// One posted piece of a batch.
 #[derive(Clone, Copy)]
 enum Piece {
@@ -240,22 +283,22 @@ enum Piece {
         at: usize,
         staged: usize,
         len: usize,
-        remote: u64,
+        remote: Target,
     },
     Write {
         staged: usize,
         len: usize,
-        remote: u64,
+        remote: Target,
     },
     Cas {
         op: usize,
         staged: usize,
-        remote: u64,
+        remote: Target,
     },
     Faa {
         op: usize,
         staged: usize,
-        remote: u64,
+        remote: Target,
     },
 }
 
@@ -270,8 +313,7 @@ impl Client {
         let base = self.staging.as_mut_ptr().cast::<u8>();
         let desc = self.staging_mr.desc;
         let raw = self.ep.raw();
-        let (dest, key) = (self.dest, self.key);
-        let addr = |remote: u64| self.remote_base.wrapping_add(remote);
+        let dest = self.dest;
         // SAFETY: every staged range lies inside the registered staging buffer (planned by
         // `run`), contexts are distinct 64-byte slots, and both outlive the operation (they
         // are owned by self, which waits for completion or marks itself broken and keeps
@@ -289,8 +331,8 @@ impl Client {
                     len,
                     desc,
                     dest,
-                    addr(remote),
-                    key,
+                    remote.addr,
+                    remote.key,
                     ctx,
                 ),
                 Piece::Write {
@@ -303,8 +345,8 @@ impl Client {
                     len,
                     desc,
                     dest,
-                    addr(remote),
-                    key,
+                    remote.addr,
+                    remote.key,
                     ctx,
                 ),
                 Piece::Cas { staged, remote, .. } => {
@@ -316,8 +358,8 @@ impl Client {
                         words.add(2),
                         desc,
                         dest,
-                        addr(remote),
-                        key,
+                        remote.addr,
+                        remote.key,
                         ctx,
                     )
                 }
@@ -329,8 +371,8 @@ impl Client {
                         words.add(1),
                         desc,
                         dest,
-                        addr(remote),
-                        key,
+                        remote.addr,
+                        remote.key,
                         ctx,
                     )
                 }
@@ -465,18 +507,70 @@ impl Transport for FabricTransport {
         }
     }
 
-    /// A barrier on another machine's CPUs needs code running there, which rdx does not put
-    /// on the node for the fabric; reclamation over the fabric is refused rather than
-    /// guessed (see docs/fabric.md).
+    /// Rings the node's barrier service (a fetch-and-add on its doorbell) and waits until
+    /// the node reports a `membarrier` that started after the ring: then every store a host
+    /// thread issued before is visible to our reads, and our earlier writes to its later
+    /// loads — the same guarantee as on shared memory. Refused if the node runs no barrier
+    /// service (see docs/fabric.md, "Remote barrier").
     fn remote_barrier(&self) -> Result<(), TransportError> {
-        Err(TransportError::Io {
-            what: "remote barrier on",
-            path: self.peer.clone(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                "no one-sided way to make a remote host's threads pass a barrier",
-            ),
-        })
+        let Some(doorbell) = self.doorbell else {
+            return Err(TransportError::Io {
+                what: "remote barrier on",
+                path: self.peer.clone(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    "the node serves without its barrier service, so reclamation cannot be made safe",
+                ),
+            });
+        };
+        let requested = Target {
+            addr: doorbell.remote_addr,
+            key: doorbell.key,
+        };
+        let completed = Target {
+            addr: doorbell.remote_addr.wrapping_add(8),
+            key: doorbell.key,
+        };
+        let previous = self.doorbell_op(
+            Piece::Faa {
+                op: 0,
+                staged: 0,
+                remote: requested,
+            },
+            1,
+        )?;
+        let wanted = previous.wrapping_add(1);
+        let deadline = Instant::now() + self.barrier_timeout;
+        loop {
+            let done = self.doorbell_op(
+                Piece::Read {
+                    op: 0,
+                    at: 0,
+                    staged: 0,
+                    len: 8,
+                    remote: completed,
+                },
+                0,
+            )?;
+            // Wrapping comparison: `done` has reached or passed our ring.
+            if done.wrapping_sub(wanted) as i64 >= 0 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(TransportError::Io {
+                    what: "remote barrier on",
+                    path: self.peer.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "the node's barrier service did not complete ring {wanted} within {:?} (last completed {done})",
+                            self.barrier_timeout
+                        ),
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
 
     fn submit(&self, ops: &mut [Op<'_>]) -> Result<(), TransportError> {
@@ -559,7 +653,10 @@ impl Transport for FabricTransport {
                 }
                 let staged = used;
                 used += need;
-                let remote = offset + at as u64;
+                let remote = Target {
+                    addr: c.remote_base.wrapping_add(offset + at as u64),
+                    key: c.key,
+                };
                 let piece = match &ops[index] {
                     Op::Read { .. } => Piece::Read {
                         op: index,
@@ -582,7 +679,7 @@ impl Transport for FabricTransport {
                         Piece::Cas {
                             op: index,
                             staged,
-                            remote: offset,
+                            remote,
                         }
                     }
                     Op::FetchAndAdd { delta, .. } => {
@@ -590,7 +687,7 @@ impl Transport for FabricTransport {
                         Piece::Faa {
                             op: index,
                             staged,
-                            remote: offset,
+                            remote,
                         }
                     }
                 };

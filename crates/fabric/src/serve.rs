@@ -2,10 +2,12 @@
 //! key to control planes that present the node's token.
 //!
 //! Nothing here reads a request for the region: remote reads, writes and atomics are served
-//! by the provider. The one thread that reads anything is the bootstrap listener, which
-//! only answers "here is my token" with the endpoint address and key.
+//! by the provider. The bootstrap listener only answers "here is my token" with the endpoint
+//! address and keys; the barrier service only compares two counters of its own doorbell and
+//! makes every thread on the machine pass a memory barrier (`membarrier`), the one thing a
+//! one-sided operation cannot do (see docs/fabric.md, "Remote barrier").
 
-use crate::auth::{self, Grant, Token};
+use crate::auth::{self, Doorbell, Grant, Token};
 use crate::provider::Provider;
 use crate::sys::{Completion, Endpoint, Registration};
 use crate::FabricError;
@@ -41,7 +43,40 @@ pub struct ServeConfig {
     pub provider: Provider,
     pub token: Token,
     pub progress: ProgressThread,
+    /// Run the barrier service, without which control planes cannot reclaim old code or
+    /// maps over the fabric (their `remote_barrier` is refused).
+    pub barrier: bool,
 }
+
+impl ServeConfig {
+    /// Binds to `bind`, a free bootstrap port, the preferred provider, a progress thread
+    /// only when the provider needs one, and the barrier service.
+    pub fn new(bind: IpAddr, token: Token) -> Self {
+        Self {
+            bind,
+            bootstrap_port: 0,
+            provider: Provider::Auto,
+            token,
+            progress: ProgressThread::WhenNeeded,
+            barrier: true,
+        }
+    }
+}
+
+/// The barrier service's doorbell: its own registration, apart from the region, so that a
+/// control plane's ring is not a region write.
+#[repr(C, align(64))]
+#[derive(Default)]
+struct DoorbellWords {
+    /// Incremented by control planes (remote fetch-and-add).
+    requested: AtomicU64,
+    /// The last `requested` value after which every thread passed a barrier.
+    completed: AtomicU64,
+}
+
+/// How often the barrier service looks at its doorbell: a reclamation waits at most this
+/// long plus one `membarrier`, and an idle node wakes this often.
+const BARRIER_POLL: Duration = Duration::from_millis(2);
 
 /// Counters of the bootstrap listener.
 #[derive(Debug, Default)]
@@ -56,9 +91,11 @@ pub struct BootstrapStats {
 pub struct FabricServer {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
-    // Drop order after the threads: registration, endpoint, mapping.
+    // Drop order after the threads: registrations, endpoint, doorbell memory, mapping.
     mr: Option<Registration>,
+    doorbell_mr: Option<Registration>,
     _endpoint: Arc<Mutex<Endpoint>>,
+    _doorbell: Arc<DoorbellWords>,
     _alias: ShmTransport,
     bootstrap: SocketAddr,
     grant: Grant,
@@ -109,6 +146,24 @@ pub fn serve(path: impl AsRef<Path>, config: ServeConfig) -> Result<FabricServer
             )
             .map_err(|m| fab("registering the region", m))?
     };
+    let doorbell = Arc::new(DoorbellWords::default());
+    let doorbell_mr = if config.barrier {
+        // SAFETY: the doorbell's heap allocation is kept by the server (and the barrier
+        // thread) until after this registration is closed (Drop below); its words are
+        // atomics, so the provider writing them behind our back is defined.
+        Some(unsafe {
+            endpoint
+                .register(
+                    Arc::as_ptr(&doorbell).cast_mut().cast(),
+                    std::mem::size_of::<DoorbellWords>(),
+                    true,
+                    auth::random_u64()?,
+                )
+                .map_err(|m| fab("registering the barrier doorbell", m))?
+        })
+    } else {
+        None
+    };
     let address = endpoint
         .name()
         .map_err(|m| fab("reading the endpoint address", m))?;
@@ -123,6 +178,14 @@ pub fn serve(path: impl AsRef<Path>, config: ServeConfig) -> Result<FabricServer
         },
         region_len: alias.region_len(),
         session: auth::random_u64()?,
+        barrier: doorbell_mr.as_ref().map(|mr| Doorbell {
+            key: mr.key,
+            remote_addr: if endpoint.props.virt_addr != 0 {
+                Arc::as_ptr(&doorbell) as u64
+            } else {
+                0
+            },
+        }),
     };
     let manual_progress = endpoint.props.manual_progress != 0;
     let progress_thread = match config.progress {
@@ -177,11 +240,25 @@ pub fn serve(path: impl AsRef<Path>, config: ServeConfig) -> Result<FabricServer
                 })?,
         );
     }
+    if doorbell_mr.is_some() {
+        let (stop, doorbell) = (stop.clone(), doorbell.clone());
+        threads.push(
+            std::thread::Builder::new()
+                .name("rdx-fabric-barrier".into())
+                .spawn(move || barrier_loop(&doorbell, &stop))
+                .map_err(|e| FabricError::Io {
+                    what: "spawning the barrier thread".into(),
+                    source: e,
+                })?,
+        );
+    }
     Ok(FabricServer {
         stop,
         threads,
         mr: Some(mr),
+        doorbell_mr,
         _endpoint: endpoint,
+        _doorbell: doorbell,
         _alias: alias,
         bootstrap,
         grant,
@@ -206,6 +283,10 @@ impl FabricServer {
     pub fn has_progress_thread(&self) -> bool {
         self.progress_thread
     }
+    /// Whether control planes can ask this node for a barrier (reclamation).
+    pub fn has_barrier_service(&self) -> bool {
+        self.grant.barrier.is_some()
+    }
     pub fn session(&self) -> u64 {
         self.grant.session
     }
@@ -225,7 +306,9 @@ impl Drop for FabricServer {
             let _ = t.join();
         }
         self.mr.take();
-        // The endpoint (last Arc) and the alias mapping drop next, in field order.
+        self.doorbell_mr.take();
+        // The endpoint (last Arc), the doorbell and the alias mapping drop next, in field
+        // order.
     }
 }
 
@@ -284,4 +367,37 @@ fn progress_loop(endpoint: &Mutex<Endpoint>, stop: &AtomicBool) {
         sink.clear();
         std::thread::sleep(Duration::from_micros(20));
     }
+}
+
+/// The barrier service: whenever a control plane has rung the doorbell since the last
+/// barrier, make every thread on the machine pass a full memory barrier, then publish the
+/// ring count it covers. It reads nothing but the two counters.
+fn barrier_loop(doorbell: &DoorbellWords, stop: &AtomicBool) {
+    while !stop.load(Ordering::Acquire) {
+        let requested = doorbell.requested.load(Ordering::Acquire);
+        if requested != doorbell.completed.load(Ordering::Relaxed) {
+            if let Err(e) = membarrier_global() {
+                // Leave `completed` behind: the control plane's wait times out and its
+                // reclamation is refused rather than done without a barrier.
+                eprintln!("rdx-fabric: barrier service: membarrier failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            doorbell.completed.store(requested, Ordering::Release);
+            continue;
+        }
+        std::thread::sleep(BARRIER_POLL);
+    }
+}
+
+/// `membarrier(MEMBARRIER_CMD_GLOBAL)`: returns after every thread of every process on this
+/// machine passed a full barrier (the same barrier the shared-memory transport uses).
+fn membarrier_global() -> std::io::Result<()> {
+    const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
+    // SAFETY: a plain system call with no pointers.
+    let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -31,6 +31,7 @@ fn config(provider: &str, token: &Token, progress: ProgressThread) -> ServeConfi
         provider: Provider::from_flag(Some(provider)),
         token: token.clone(),
         progress,
+        barrier: true,
     }
 }
 
