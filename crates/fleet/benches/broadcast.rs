@@ -2,7 +2,15 @@
 //! run: total time, prepare, the hold bubble, the flip, the intent log's fsyncs; and the
 //! rolling update's inconsistency window (first node on the new version to last).
 //!
+//! Then a chain of four host processes (A -> B -> C -> D) under continuous traffic, each
+//! hop stamping its version into the request: mixed-version requests, requests that waited
+//! at a held hook and the bubble, for a broadcast that drains the flow A -> D, a broadcast
+//! without the flow, and a rolling update (node after node), in the same run.
+//!
 //! `cargo bench -p rdx-fleet --bench broadcast`
+
+#[path = "../tests/common/chain.rs"]
+mod chain;
 
 use rdx_control::{create_codeflow, ExtSpec, Extension};
 use rdx_fleet::{broadcast, Options, Plan};
@@ -129,5 +137,134 @@ fn main() {
         let _ = writeln!(c.stdin.as_mut().unwrap(), "quit");
         let _ = c.wait();
     }
+    chain_phase(&state, &exts);
     let _ = std::fs::remove_dir_all(&state);
+}
+
+const HOPS: usize = 4;
+const CHAIN_ROUNDS: usize = 6;
+
+/// Broadcast (with and without draining the flow) against a rolling update on a chain of
+/// four hosts under continuous traffic.
+fn chain_phase(state: &Path, exts: &[Extension]) {
+    let mut c = chain::Chain::start("bench", HOPS, 2000);
+    let addresses: Vec<String> = (0..HOPS).map(|i| c.address(i)).collect();
+    let plan = |v: u32, flow: bool| {
+        let mut t = String::from("nodes:\n");
+        for (i, a) in addresses.iter().enumerate() {
+            t += &format!("  - {{name: h{i}, address: '{a}'}}\n");
+        }
+        t += &format!(
+            "updates:\n  - {{hook: on_request, object: '{}', class: default}}\n",
+            rdx_testdata::object_path(&format!("fleet/stamp_v{v}")).display()
+        );
+        if flow {
+            t += &format!(
+                "flows:\n  - {{entry: {{node: h0, hook: on_request}}, \
+                 exit: {{node: h{}, hook: on_request}}}}\n",
+                HOPS - 1
+            );
+        }
+        Plan::from_yaml(&t, Path::new(".")).unwrap()
+    };
+    let opts = Options::new(state);
+    broadcast(&plan(1, false), &opts).expect("chain warm-up");
+    let mut version = 1;
+    let mut next = || {
+        version = 3 - version;
+        version
+    };
+    struct Row {
+        requests: usize,
+        mixed: usize,
+        waited: usize,
+        bubble: Vec<f64>,
+        drain: Vec<f64>,
+        window: Vec<f64>,
+    }
+    let mut run = |kind: &str| -> Row {
+        let mut row = Row {
+            requests: 0,
+            mixed: 0,
+            waited: 0,
+            bubble: vec![],
+            drain: vec![],
+            window: vec![],
+        };
+        for _ in 0..CHAIN_ROUNDS {
+            let v = next();
+            let traffic = c.traffic(64);
+            traffic.wait_for(200);
+            match kind {
+                "rolling" => {
+                    let ext = &exts[v as usize - 1];
+                    let mut cfs: Vec<_> = addresses
+                        .iter()
+                        .map(|a| create_codeflow(a, ExtSpec::default()).unwrap())
+                        .collect();
+                    let compiled: Vec<_> = cfs
+                        .iter()
+                        .map(|cf| {
+                            let k = cf
+                                .validate_code(ext, "on_request", Some("default"))
+                                .unwrap();
+                            cf.jit_compile_code(ext, &k, None).unwrap()
+                        })
+                        .collect();
+                    let mut first = None;
+                    for (cf, k) in cfs.iter_mut().zip(&compiled) {
+                        cf.deploy_prog("on_request", ext, k).unwrap();
+                        first.get_or_insert_with(Instant::now);
+                    }
+                    row.window
+                        .push(first.unwrap().elapsed().as_secs_f64() * 1e6);
+                    for cf in &mut cfs {
+                        cf.release().unwrap();
+                    }
+                }
+                _ => {
+                    let rep = broadcast(&plan(v, kind == "drain"), &opts).expect("broadcast");
+                    row.bubble.push(rep.timings.hold_us);
+                    row.drain.push(rep.timings.drain_us);
+                }
+            }
+            traffic.wait_for(200);
+            let t = chain::tally(&traffic.stop(), HOPS);
+            row.requests += t.requests;
+            row.mixed += t.mixed;
+            row.waited += t.waited;
+        }
+        row
+    };
+    let drained = run("drain");
+    let undrained = run("no-drain");
+    let rolling = run("rolling");
+    println!(
+        "chain of {HOPS} hosts under continuous traffic (64 requests in flight), \
+         {CHAIN_ROUNDS} updates each:"
+    );
+    println!(
+        "  broadcast, flow A->D drained  {:6} requests, {:4} mixed, {:3} waited at a held hook; \
+         bubble {:.0} us (drain {:.0} us), median",
+        drained.requests,
+        drained.mixed,
+        drained.waited,
+        median(drained.bubble),
+        median(drained.drain)
+    );
+    println!(
+        "  broadcast, no flow declared   {:6} requests, {:4} mixed, {:3} waited at a held hook; \
+         bubble {:.0} us, median",
+        undrained.requests,
+        undrained.mixed,
+        undrained.waited,
+        median(undrained.bubble)
+    );
+    println!(
+        "  rolling update, A then B..D   {:6} requests, {:4} mixed; inconsistency window \
+         {:.0} us, median",
+        rolling.requests,
+        rolling.mixed,
+        median(rolling.window)
+    );
 }

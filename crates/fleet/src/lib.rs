@@ -14,6 +14,7 @@ pub mod broadcast;
 pub mod error;
 pub mod intent;
 pub mod plan;
+pub mod watch;
 
 pub use broadcast::{broadcast, recover, CrashPoint, HookUpdate, Options, Recovery, Report};
 pub use error::{FleetError, Result};

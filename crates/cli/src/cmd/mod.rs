@@ -38,4 +38,5 @@ subcommands! {
     events => Events,
     broadcast => Broadcast,
     recover => Recover,
+    watch => Watch,
 }

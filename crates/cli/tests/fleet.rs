@@ -1,0 +1,234 @@
+//! `rdx watch` and `rdx migrate` end to end: this test process is the host (it links the
+//! runtime, declares `on_request` and keeps requests running on a thread); every deploy,
+//! watch and migration is a separate `rdx` process working on its region.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdx_runtime::{HookSpec, Runtime};
+
+const EIM: &str = "\
+version: 1
+hooks:
+  - name: on_request
+    context:
+      size: 16
+      fields:
+        - {name: value, offset: 0, size: 8, access: read}
+        - {name: out, offset: 8, size: 8, access: read_write}
+classes:
+  - name: default
+    hook: on_request
+    context: {read: [value, out], write: [out]}
+    helpers: [map_lookup_elem, map_update_elem, map_delete_elem]
+    instructions: 100000
+    xstate_bytes: 1048576
+";
+
+#[repr(C)]
+struct Ctx {
+    value: u64,
+    out: u64,
+}
+
+struct Env {
+    state: PathBuf,
+}
+
+impl Env {
+    fn new(tag: &str) -> Env {
+        let state =
+            std::env::temp_dir().join(format!("rdx-cli-fleet-state-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&state);
+        Env { state }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_rdx"));
+        c.args(args).arg("--state-dir").arg(&self.state);
+        c
+    }
+
+    fn rdx(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("rdx runs")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.rdx(args);
+        assert!(
+            out.status.success(),
+            "rdx {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn fails(&self, args: &[&str]) -> String {
+        let out = self.rdx(args);
+        assert!(!out.status.success(), "rdx {args:?} should fail");
+        String::from_utf8(out.stderr).unwrap()
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
+}
+
+fn object(name: &str) -> String {
+    rdx_testdata::object_path(&format!("fleet/{name}"))
+        .display()
+        .to_string()
+}
+
+fn host(tag: &str) -> (Runtime, String) {
+    let region = format!("/dev/shm/rdx-cli-fleet-{tag}-{}", std::process::id());
+    let _ = std::fs::remove_file(&region);
+    let rt = Runtime::builder()
+        .path(&region)
+        .eim_spec(EIM)
+        .code_size(1 << 20)
+        .scratch_size(1 << 20)
+        .thread_slots(4)
+        .hold_timeout(Duration::from_secs(1))
+        .hook(
+            "on_request",
+            HookSpec::for_context::<Ctx>().default_return(0),
+        )
+        .build()
+        .unwrap();
+    rt.register().unwrap();
+    (rt, region)
+}
+
+/// Requests run on a thread of the host until dropped; counts what each run stamped.
+struct Traffic {
+    stop: Arc<AtomicBool>,
+    runs: Arc<[AtomicU64; 4]>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Traffic {
+    fn start(rt: &Arc<Runtime>) -> Traffic {
+        let stop = Arc::new(AtomicBool::new(false));
+        let runs: Arc<[AtomicU64; 4]> = Arc::new(Default::default());
+        let (rt, s, r) = (rt.clone(), stop.clone(), runs.clone());
+        let thread = std::thread::spawn(move || {
+            let hook = rt.hook("on_request").unwrap();
+            let mut i = 0;
+            while !s.load(Ordering::Relaxed) {
+                let mut c = Ctx { value: i, out: 0 };
+                hook.run(&mut c);
+                r[(c.out as usize).min(3)].fetch_add(1, Ordering::Relaxed);
+                i += 1;
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        });
+        Traffic {
+            stop,
+            runs,
+            thread: Some(thread),
+        }
+    }
+
+    /// Runs that stamped `out` (0: the hook's default, i.e. the run failed or ran nothing).
+    fn count(&self, out: usize) -> u64 {
+        self.runs[out].load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Traffic {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn watch_rolls_a_faulting_release_back() {
+    let (rt, region) = host("watch");
+    let rt = Arc::new(rt);
+    let env = Env::new("watch");
+    env.ok(&["node", "add", "kv", &format!("shm:{region}")]);
+    assert!(env.fails(&["watch", "kv"]).contains("is not NODE/HOOK"));
+    assert!(env
+        .fails(&["watch", "kv/on_request", "--max-failure-ratio", "2"])
+        .contains("between 0 and 1"));
+    env.ok(&[
+        "deploy",
+        &object("stamp_v1"),
+        "--node",
+        "kv",
+        "--hook",
+        "on_request",
+    ]);
+    let traffic = Traffic::start(&rt);
+    let mut watcher = env
+        .command(&[
+            "watch",
+            "kv/on_request",
+            "--interval-ms",
+            "0.5",
+            "--max-rollbacks",
+            "1",
+            "--duration",
+            "30",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut events = BufReader::new(watcher.stdout.take().unwrap()).lines();
+    let mut next = || -> serde_json::Value {
+        serde_json::from_str(&events.next().expect("an event").unwrap()).unwrap()
+    };
+    let good = next();
+    assert_eq!(
+        (good["event"].as_str(), good["version"].as_u64()),
+        (Some("good"), Some(1))
+    );
+    env.ok(&[
+        "deploy",
+        &object("stamp_fault"),
+        "--node",
+        "kv",
+        "--hook",
+        "on_request",
+    ]);
+    let rolled = loop {
+        let e = next();
+        if e["event"] == "rolled_back" {
+            break e;
+        }
+    };
+    assert!(watcher.wait().unwrap().success());
+    assert_eq!(rolled["from_version"], 2);
+    assert_eq!(rolled["to_version"], 1);
+    println!(
+        "rdx watch: fault to rollback at most {} us (detection to rollback {} us)",
+        rolled["fault_to_rollback_us"], rolled["rollback_us"]
+    );
+    let ones = traffic.count(1);
+    let start = Instant::now();
+    while traffic.count(1) < ones + 50 {
+        assert!(start.elapsed() < Duration::from_secs(10), "v1 runs again");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(traffic.count(0) > 0, "the faulty version failed runs");
+    assert_eq!(
+        traffic.count(3),
+        0,
+        "the faulty version never completes a run"
+    );
+    let history = env.ok(&["history", "--node", "kv"]);
+    assert!(history.contains("rollback"), "{history}");
+    drop(traffic);
+    rt.unlink().unwrap();
+}

@@ -1,0 +1,359 @@
+//! Rollback on fault (`rdx watch`): reads each watched hook's failure and latency counters
+//! remotely, remembers the versions that ran healthy, and republishes the last good one
+//! (one compare-and-swap, [`CodeFlow::rollback`]) when a version crosses a threshold.
+//!
+//! A version is judged per window of samples: the counters' deltas since the window began
+//! (the version was published or the previous window closed). A window with at least
+//! `min_runs` runs and no threshold crossed marks the version good and starts a new window;
+//! a window whose failure ratio or sampled average run time crosses its threshold rolls the
+//! hook back. Nothing runs in the node: counters are read, the rollback is one CAS.
+
+use crate::error::{node_err, transport_err, Result};
+use rdx_control::{create_codeflow, CodeFlow, ExtSpec};
+use rdx_region::layout::{active_version, offsets, HookCounters, ACTIVE_HOLD};
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// One hook to watch.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub node: String,
+    pub address: String,
+    pub hook: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Thresholds {
+    /// Roll back when failures / runs in a window exceed this (0.0: any failure).
+    pub max_failure_ratio: f64,
+    /// Roll back when the window's sampled average run time exceeds this.
+    pub max_avg_ns: Option<u64>,
+    /// Runs a window needs before it is judged (healthy or not).
+    pub min_runs: u64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            max_failure_ratio: 0.01,
+            max_avg_ns: None,
+            min_runs: 20,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct WatchOptions {
+    pub interval: Duration,
+    pub thresholds: Thresholds,
+    /// Stop after this long (default: never).
+    pub duration: Option<Duration>,
+    /// Stop after this many rollbacks (default: never).
+    pub max_rollbacks: Option<usize>,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        WatchOptions {
+            interval: Duration::from_millis(1),
+            thresholds: Thresholds::default(),
+            duration: None,
+            max_rollbacks: None,
+        }
+    }
+}
+
+/// What the watcher saw or did.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// A version ran a healthy window: it becomes a rollback target.
+    Good {
+        node: String,
+        hook: String,
+        version: u32,
+        runs: u64,
+    },
+    /// A version crossed a threshold and the hook was rolled back.
+    RolledBack(Rollback),
+    /// A version crossed a threshold but nothing could be rolled back to (no good version
+    /// held), or the rollback failed; the watcher keeps watching.
+    Unhealthy {
+        node: String,
+        hook: String,
+        version: u32,
+        reason: String,
+    },
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Rollback {
+    pub node: String,
+    pub hook: String,
+    pub from_version: u32,
+    pub to_version: u32,
+    pub reason: String,
+    pub window_runs: u64,
+    pub window_failures: u64,
+    /// From the last sample that showed no new failure (the fault happened after it) to
+    /// the rollback's compare-and-swap: an upper bound of the time from fault to rollback.
+    pub fault_to_rollback_us: f64,
+    /// From the sample that crossed the threshold to the rollback's compare-and-swap.
+    pub rollback_us: f64,
+    /// When the rollback completed.
+    #[serde(skip)]
+    pub at: Option<Instant>,
+}
+
+/// Counters of one hook, summed over the node's thread slots.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sample {
+    pub word: u64,
+    pub runs: u64,
+    pub failures: u64,
+    pub timed_runs: u64,
+    pub timed_ns: u64,
+}
+
+/// Reads a hook's active word and counters remotely.
+pub fn sample(cf: &CodeFlow, node: &str, hook_index: u32) -> Result<Sample> {
+    let t = cf.transport();
+    let info = &cf.view().info;
+    let slot = info.hook_offset(hook_index);
+    let te = transport_err(node);
+    let word = t.read_u64(slot + offsets::HOOK_ACTIVE).map_err(te)?;
+    let failures = t
+        .read_u64(slot + offsets::HOOK_FAILURES)
+        .map_err(transport_err(node))?;
+    let stride = std::mem::size_of::<HookCounters>();
+    let mut c = vec![0u8; stride];
+    let mut s = Sample {
+        word,
+        failures,
+        ..Sample::default()
+    };
+    let f = |c: &[u8], i: usize| u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().expect("8"));
+    for thread in 0..info.thread_slots {
+        t.read(info.counters_offset(thread, hook_index), &mut c)
+            .map_err(transport_err(node))?;
+        s.runs = s.runs.wrapping_add(f(&c, 0));
+        s.timed_runs = s.timed_runs.wrapping_add(f(&c, 1));
+        s.timed_ns = s.timed_ns.wrapping_add(f(&c, 2));
+    }
+    Ok(s)
+}
+
+/// Judges one window: `Some(reason)` when a threshold is crossed, `None` when healthy,
+/// and the caller waits for more runs when `runs < min_runs` and nothing failed badly.
+pub fn judge(start: &Sample, now: &Sample, th: &Thresholds) -> Verdict {
+    let runs = now.runs.wrapping_sub(start.runs);
+    let failures = now.failures.wrapping_sub(start.failures);
+    let timed = now.timed_runs.wrapping_sub(start.timed_runs);
+    let ns = now.timed_ns.wrapping_sub(start.timed_ns);
+    if runs == 0 {
+        return Verdict::Wait;
+    }
+    let ratio = failures as f64 / runs as f64;
+    // Failures are judged as soon as they are certain to cross the ratio whatever the
+    // window's remaining runs do: `failures > ratio * min_runs` with fewer runs than that.
+    let certain = failures as f64 > th.max_failure_ratio * th.min_runs.max(runs) as f64;
+    if ratio > th.max_failure_ratio && (runs >= th.min_runs || certain) {
+        return Verdict::Bad(format!(
+            "{failures} failures in {runs} runs ({:.1}% > {:.1}%)",
+            ratio * 100.0,
+            th.max_failure_ratio * 100.0
+        ));
+    }
+    if runs < th.min_runs {
+        return Verdict::Wait;
+    }
+    if let (Some(max), true) = (th.max_avg_ns, timed > 0) {
+        let avg = ns / timed;
+        if avg > max {
+            return Verdict::Bad(format!(
+                "average run time {avg} ns over {timed} sampled runs > {max} ns"
+            ));
+        }
+    }
+    Verdict::Healthy
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Wait,
+    Healthy,
+    Bad(String),
+}
+
+struct Watched {
+    target: Target,
+    cf: CodeFlow,
+    index: u32,
+    /// Versions that ran a healthy window, oldest first.
+    good: Vec<u32>,
+    window_start: Sample,
+    last: Sample,
+    last_clean: Instant,
+}
+
+/// Watches `targets` until the duration or rollback count of `opts` is reached, calling
+/// `on_event` for every event. Returns the rollbacks done.
+pub fn watch(
+    targets: &[Target],
+    opts: &WatchOptions,
+    mut on_event: impl FnMut(&Event),
+) -> Result<Vec<Rollback>> {
+    let mut watched = Vec::new();
+    for t in targets {
+        let cf = create_codeflow(&t.address, ExtSpec::default()).map_err(node_err(&t.node))?;
+        let index = cf.view().hook(&t.hook).map_err(node_err(&t.node))?.index;
+        let s = sample(&cf, &t.node, index)?;
+        watched.push(Watched {
+            target: t.clone(),
+            cf,
+            index,
+            good: Vec::new(),
+            window_start: s,
+            last: s,
+            last_clean: Instant::now(),
+        });
+    }
+    let started = Instant::now();
+    let mut rollbacks = Vec::new();
+    loop {
+        if opts.duration.is_some_and(|d| started.elapsed() >= d)
+            || opts.max_rollbacks.is_some_and(|n| rollbacks.len() >= n)
+        {
+            return Ok(rollbacks);
+        }
+        for w in &mut watched {
+            let now = sample(&w.cf, &w.target.node, w.index)?;
+            let seen_at = Instant::now();
+            if now.failures == w.last.failures {
+                w.last_clean = seen_at;
+            }
+            w.last = now;
+            if now.word != w.window_start.word {
+                // A new version (or a hold): judge it from here on.
+                w.window_start = now;
+                continue;
+            }
+            let version = active_version(now.word);
+            if version == 0 || now.word & ACTIVE_HOLD != 0 {
+                continue;
+            }
+            match judge(&w.window_start, &now, &opts.thresholds) {
+                Verdict::Wait => {}
+                Verdict::Healthy => {
+                    if w.good.last() != Some(&version) {
+                        w.good.retain(|&v| v != version);
+                        w.good.push(version);
+                        on_event(&Event::Good {
+                            node: w.target.node.clone(),
+                            hook: w.target.hook.clone(),
+                            version,
+                            runs: now.runs.wrapping_sub(w.window_start.runs),
+                        });
+                    }
+                    w.window_start = now;
+                }
+                Verdict::Bad(reason) => {
+                    w.good.retain(|&v| v != version);
+                    let to = w.good.last().copied();
+                    match roll_back(&mut w.cf, &w.target.hook, to) {
+                        Ok(to_version) => {
+                            let done = Instant::now();
+                            let r = Rollback {
+                                node: w.target.node.clone(),
+                                hook: w.target.hook.clone(),
+                                from_version: version,
+                                to_version,
+                                reason,
+                                window_runs: now.runs.wrapping_sub(w.window_start.runs),
+                                window_failures: now.failures.wrapping_sub(w.window_start.failures),
+                                fault_to_rollback_us: (done - w.last_clean).as_secs_f64() * 1e6,
+                                rollback_us: (done - seen_at).as_secs_f64() * 1e6,
+                                at: Some(done),
+                            };
+                            on_event(&Event::RolledBack(r.clone()));
+                            rollbacks.push(r);
+                            let s = sample(&w.cf, &w.target.node, w.index)?;
+                            w.window_start = s;
+                            w.last = s;
+                            w.last_clean = Instant::now();
+                        }
+                        Err(e) => {
+                            on_event(&Event::Unhealthy {
+                                node: w.target.node.clone(),
+                                hook: w.target.hook.clone(),
+                                version,
+                                reason: format!("{reason}; not rolled back: {e}"),
+                            });
+                            // Judge a fresh window rather than repeat the report each tick.
+                            w.window_start = now;
+                        }
+                    }
+                }
+            }
+        }
+        std::thread::sleep(opts.interval);
+    }
+}
+
+/// Rolls back to `to` (or the newest held version older than the active one) and gives the
+/// lease back, so that deploys by other control planes are not blocked by the watcher.
+fn roll_back(cf: &mut CodeFlow, hook: &str, to: Option<u32>) -> rdx_control::Result<u32> {
+    let r = cf.rollback(hook, to);
+    let released = cf.release();
+    let p = r?;
+    released?;
+    Ok(p.version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(runs: u64, failures: u64, timed_runs: u64, timed_ns: u64) -> Sample {
+        Sample {
+            word: 1 << 32,
+            runs,
+            failures,
+            timed_runs,
+            timed_ns,
+        }
+    }
+
+    #[test]
+    fn windows_are_judged_by_their_deltas() {
+        let th = Thresholds {
+            max_failure_ratio: 0.1,
+            max_avg_ns: Some(1000),
+            min_runs: 10,
+        };
+        let base = s(1000, 500, 10, 1_000_000);
+        assert_eq!(judge(&base, &base, &th), Verdict::Wait);
+        assert_eq!(
+            judge(&base, &s(1005, 500, 10, 1_000_000), &th),
+            Verdict::Wait
+        );
+        assert_eq!(
+            judge(&base, &s(1010, 501, 11, 1_000_500), &th),
+            Verdict::Healthy
+        );
+        assert!(matches!(
+            judge(&base, &s(1010, 502, 10, 0), &th),
+            Verdict::Bad(_)
+        ));
+        // Two failures in two runs: certain to cross 10% of a 10-run window already.
+        assert!(matches!(
+            judge(&base, &s(1002, 502, 10, 0), &th),
+            Verdict::Bad(_)
+        ));
+        // One failure in one run is not certain yet (1 of 10 is not above 10%).
+        assert_eq!(judge(&base, &s(1001, 501, 10, 0), &th), Verdict::Wait);
+        assert!(
+            matches!(judge(&base, &s(1010, 500, 12, 1_010_000), &th), Verdict::Bad(r) if r.contains("average run time"))
+        );
+    }
+}
