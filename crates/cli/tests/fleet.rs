@@ -232,3 +232,68 @@ fn watch_rolls_a_faulting_release_back() {
     drop(traffic);
     rt.unlink().unwrap();
 }
+
+#[test]
+fn migrate_moves_the_program_and_its_map_contents() {
+    let (src, src_region) = host("mig-s");
+    let (dst, dst_region) = host("mig-t");
+    let env = Env::new("migrate");
+    env.ok(&["node", "add", "s", &format!("shm:{src_region}")]);
+    env.ok(&["node", "add", "t", &format!("shm:{dst_region}")]);
+    assert!(env
+        .fails(&[
+            "migrate",
+            "--from",
+            "s",
+            "--to",
+            "t",
+            "--hook",
+            "on_request"
+        ])
+        .contains("runs nothing"));
+    env.ok(&[
+        "deploy",
+        &object("stamp_v1"),
+        "--node",
+        "s",
+        "--hook",
+        "on_request",
+    ]);
+    let run = |rt: &Runtime| {
+        let mut c = Ctx { value: 0, out: 0 };
+        rt.hook("on_request").unwrap().run(&mut c)
+    };
+    for _ in 0..25 {
+        assert_eq!(run(&src), 1);
+    }
+    // The object comes from the source's deploy history.
+    let report: serde_json::Value = serde_json::from_str(&env.ok(&[
+        "migrate",
+        "--from",
+        "s",
+        "--to",
+        "t",
+        "--hook",
+        "on_request",
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(report["source_version"], 1);
+    assert_eq!(report["maps"][0]["entries"], 1);
+    assert_eq!(run(&src), 0, "the source runs nothing any more");
+    assert_eq!(run(&dst), 1, "the target runs v1");
+    let hits = {
+        let region = dst.region();
+        let m = rdx_transport::xstate::find(&region, dst.info(), "hits").unwrap();
+        let mut v = [0u8; 8];
+        assert!(
+            rdx_transport::xstate::lookup(&region, &m.map, &0u32.to_le_bytes(), &mut v).unwrap()
+        );
+        u64::from_le_bytes(v)
+    };
+    assert_eq!(hits, 26, "25 updates made on the source, 1 on the target");
+    let history = env.ok(&["history", "--node", "s"]);
+    assert!(history.contains("detach"), "{history}");
+    src.unlink().unwrap();
+    dst.unlink().unwrap();
+}

@@ -151,7 +151,7 @@ pub fn load_extensions(plan: &Plan) -> Result<Vec<Extension>> {
 }
 
 /// Runs `f` on every element on its own thread; results in input order.
-fn per_node<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+pub(crate) fn per_node<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
     if items.len() <= 1 {
         return items.into_iter().map(f).collect();
     }
@@ -223,7 +223,7 @@ fn check(plan: &Plan, exts: &[Extension], holder: u32, ttl: Duration) -> Result<
     results.into_iter().collect()
 }
 
-fn crash_if(opts: &Options, here: CrashPoint) {
+pub(crate) fn crash_if(opts: &Options, here: CrashPoint) {
     if opts.crash_at == Some(here) {
         // SAFETY: signalling our own process; SIGKILL does not return.
         unsafe {
@@ -232,7 +232,7 @@ fn crash_if(opts: &Options, here: CrashPoint) {
     }
 }
 
-fn broadcast_id() -> String {
+pub(crate) fn broadcast_id() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();

@@ -13,6 +13,7 @@
 pub mod broadcast;
 pub mod error;
 pub mod intent;
+pub mod migrate;
 pub mod plan;
 pub mod watch;
 

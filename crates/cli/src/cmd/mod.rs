@@ -39,4 +39,5 @@ subcommands! {
     broadcast => Broadcast,
     recover => Recover,
     watch => Watch,
+    migrate => Migrate,
 }

@@ -1,0 +1,206 @@
+//! Live migration between two real host processes (`fleet-host`) while requests keep
+//! coming: the program and its map contents move from the source to the target, requests
+//! that find the source empty go to the target, and the target's counter map ends with
+//! every update any request made (none lost).
+
+use rdx_control::{create_codeflow, ExtSpec, Extension};
+use rdx_fleet::migrate::migrate;
+use rdx_fleet::plan::NodeSpec;
+use rdx_fleet::Options;
+use rdx_transport::xstate;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Host {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    path: String,
+}
+
+impl Host {
+    fn start(tag: &str) -> Host {
+        let path = format!("/dev/shm/rdx-fleet-migrate-{tag}-{}", std::process::id());
+        let _ = std::fs::remove_file(&path);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_fleet-host"))
+            .args(["--path", &path, "--hold-timeout-ms", "2000", "on_request"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start fleet-host");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert!(line.starts_with("ready "), "host said {line:?}");
+        Host {
+            child,
+            stdin,
+            stdout,
+            path,
+        }
+    }
+
+    fn node(&self, name: &str) -> NodeSpec {
+        NodeSpec {
+            name: name.into(),
+            address: format!("shm:{}", self.path),
+        }
+    }
+
+    /// `r0` of one request (0: the hook ran nothing).
+    fn request(&mut self) -> u64 {
+        writeln!(self.stdin, "run on_request 0").unwrap();
+        self.stdin.flush().unwrap();
+        let mut l = String::new();
+        self.stdout.read_line(&mut l).unwrap();
+        let w: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(w.first(), Some(&"ret"), "host said {l:?}");
+        w[1].parse().unwrap()
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.stdin.flush();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn stamp_v1() -> Extension {
+    let o = rdx_bpf::loader::load(&rdx_testdata::object("fleet/stamp_v1")).unwrap();
+    Extension::from_object(&o, None).unwrap()
+}
+
+fn hits(node: &NodeSpec) -> u64 {
+    let cf = create_codeflow(&node.address, ExtSpec::default()).unwrap();
+    let m = xstate::find(cf.transport(), &cf.view().info, "hits").unwrap();
+    let mut v = [0u8; 8];
+    assert!(xstate::lookup(cf.transport(), &m.map, &0u32.to_le_bytes(), &mut v).unwrap());
+    u64::from_le_bytes(v)
+}
+
+fn state_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("rdx-fleet-migrate-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn migration_under_traffic_loses_no_update() {
+    let source = Host::start("src");
+    let target = Host::start("dst");
+    let (s, t) = (source.node("s"), target.node("t"));
+    let ext = stamp_v1();
+    let mut cf = create_codeflow(&s.address, ExtSpec::default()).unwrap();
+    let v = cf
+        .deploy("on_request", &ext, Some("default"), None)
+        .unwrap();
+    cf.release().unwrap();
+    let dir = state_dir("traffic");
+
+    // Requests go to the source until it answers "nothing ran", then to the target.
+    let served = Arc::new(AtomicU64::new(0));
+    let migrated = Arc::new(AtomicBool::new(false));
+    let (sv, mg) = (served.clone(), migrated.clone());
+    let client = std::thread::spawn(move || {
+        let (mut source, mut target) = (source, target);
+        let (mut on_source, mut bounced) = (0u64, 0u64);
+        let mut moved = false;
+        let mut after = 0;
+        let start = Instant::now();
+        while after < 300 {
+            assert!(start.elapsed() < Duration::from_secs(30), "stuck");
+            let mut r0 = 0;
+            if !moved {
+                r0 = source.request();
+                if r0 == 0 {
+                    moved = true;
+                    bounced += 1;
+                } else {
+                    on_source += 1;
+                }
+            }
+            if moved {
+                r0 = target.request();
+            }
+            assert_eq!(r0, 1, "every request is served by v1 somewhere");
+            sv.fetch_add(1, Ordering::Relaxed);
+            if mg.load(Ordering::Relaxed) {
+                after += 1;
+            }
+        }
+        (on_source, bounced, source, target)
+    });
+    while served.load(Ordering::Relaxed) < 300 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let report = migrate(
+        &s,
+        &t,
+        "on_request",
+        &ext,
+        Some("default"),
+        &Options::new(&dir),
+    )
+    .unwrap();
+    migrated.store(true, Ordering::Relaxed);
+    let (on_source, bounced, _source, _target) = client.join().unwrap();
+    let total = served.load(Ordering::Relaxed);
+    println!(
+        "migration under traffic: total {:.0} us, source frozen {:.0} us (copy {:.0} us); \
+         {on_source} requests on the source, {bounced} bounced to the target, {total} in all",
+        report.timings.total_us, report.timings.freeze_us, report.timings.copy_us
+    );
+    assert_eq!(report.source_version, v.version);
+    assert_eq!(report.maps.len(), 1);
+    assert_eq!(report.maps[0].entries, 1);
+    assert!(on_source >= 300);
+    assert_eq!(
+        hits(&t),
+        total,
+        "every update made on either node is in the target's map"
+    );
+    for (node, want) in [(&s, 0), (&t, 1)] {
+        let cf = create_codeflow(&node.address, ExtSpec::default()).unwrap();
+        let st = rdx_control::node::hook_status(
+            cf.transport(),
+            &cf.view().info,
+            cf.view().hook("on_request").unwrap().index,
+        )
+        .unwrap();
+        assert_eq!(
+            (st.version > 0, st.held),
+            (want == 1, false),
+            "{}",
+            node.name
+        );
+    }
+    assert!(rdx_fleet::intent::pending(&dir).unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_migration_of_an_empty_hook_or_to_itself_is_refused() {
+    let source = Host::start("empty-src");
+    let target = Host::start("empty-dst");
+    let dir = state_dir("empty");
+    let ext = stamp_v1();
+    let (s, t) = (source.node("s"), target.node("t"));
+    let e = migrate(&s, &t, "on_request", &ext, None, &Options::new(&dir)).unwrap_err();
+    assert!(e.to_string().contains("runs nothing"), "{e}");
+    let e = migrate(&s, &s, "on_request", &ext, None, &Options::new(&dir)).unwrap_err();
+    assert!(e.to_string().contains("same node"), "{e}");
+    let e = migrate(&s, &t, "nope", &ext, None, &Options::new(&dir)).unwrap_err();
+    assert!(
+        matches!(e, rdx_fleet::FleetError::HookMissing { .. }),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
