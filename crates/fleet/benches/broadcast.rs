@@ -22,6 +22,15 @@ use std::time::Instant;
 const NODES: usize = 16;
 const ROUNDS: usize = 10;
 
+#[derive(Default)]
+struct Phases {
+    total: Vec<f64>,
+    prep: Vec<f64>,
+    hold: Vec<f64>,
+    flip: Vec<f64>,
+    log: Vec<f64>,
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -60,15 +69,27 @@ fn main() {
     };
     let opts = Options::new(&state);
     broadcast(&plan(1), &opts).expect("warm-up broadcast");
-    let (mut total, mut prep, mut hold, mut flip, mut log) =
-        (vec![], vec![], vec![], vec![], vec![]);
-    for r in 0..ROUNDS {
-        let rep = broadcast(&plan(2 - (r as u32 % 2)), &opts).expect("broadcast");
-        total.push(rep.timings.commit_us);
-        prep.push(rep.timings.prepare_us);
-        hold.push(rep.timings.hold_us);
-        flip.push(rep.timings.flip_us);
-        log.push(rep.timings.log_us);
+    // The same broadcasts with every intent record fdatasync'ed (what a plan with a node on
+    // another machine gets), then with records written to the page cache only (every node is
+    // shared memory on this machine: the default). Alternating, so load drifts hit both.
+    let machine = Options {
+        durability: Some(rdx_fleet::intent::Durability::Machine),
+        ..Options::new(&state)
+    };
+    let mut synced = Phases::default();
+    let mut unsynced = Phases::default();
+    for r in 0..2 * ROUNDS {
+        let (o, into) = if r % 2 == 0 {
+            (&machine, &mut synced)
+        } else {
+            (&opts, &mut unsynced)
+        };
+        let rep = broadcast(&plan(2 - (r as u32 / 2 % 2)), o).expect("broadcast");
+        into.total.push(rep.timings.commit_us);
+        into.prep.push(rep.timings.prepare_us);
+        into.hold.push(rep.timings.hold_us);
+        into.flip.push(rep.timings.flip_us);
+        into.log.push(rep.timings.log_us);
     }
 
     // Rolling update: attach, validate and compile first (as broadcast's check does), then
@@ -108,22 +129,36 @@ fn main() {
         cf.release().unwrap();
     }
 
-    println!("broadcast to {NODES} host processes (shm), median of {ROUNDS}:");
-    println!("  total (prepare..release)  {:9.1} us", median(total));
-    println!("  prepare                   {:9.1} us", median(prep));
-    println!(
-        "  hold bubble               {:9.1} us",
-        median(hold.clone())
-    );
-    println!(
-        "  flip (inside the bubble)  {:9.1} us",
-        median(flip.clone())
-    );
-    println!("  intent log fsyncs         {:9.1} us", median(log));
-    println!(
-        "  inconsistency window      {:9.1} us (none: every node flips inside one bubble)",
-        0.0
-    );
+    for (what, p) in [
+        ("intent records fdatasync'ed (durability: machine)", &synced),
+        (
+            "intent records in the page cache (durability: process, the shm default)",
+            &unsynced,
+        ),
+    ] {
+        println!("broadcast to {NODES} host processes (shm), {what}, median of {ROUNDS}:");
+        println!(
+            "  total (prepare..release)  {:9.1} us",
+            median(p.total.clone())
+        );
+        println!(
+            "  prepare                   {:9.1} us",
+            median(p.prep.clone())
+        );
+        println!(
+            "  hold bubble               {:9.1} us",
+            median(p.hold.clone())
+        );
+        println!(
+            "  flip (inside the bubble)  {:9.1} us",
+            median(p.flip.clone())
+        );
+        println!(
+            "  intent log writes         {:9.1} us",
+            median(p.log.clone())
+        );
+    }
+    let flip = unsynced.flip.clone();
     println!("rolling update, node after node, median of {ROUNDS}:");
     println!(
         "  inconsistency window      {:9.1} us (first node new .. last node new)",

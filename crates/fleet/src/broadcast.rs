@@ -14,7 +14,7 @@
 //! are marked held and the class budget written exactly as for a single deploy.
 
 use crate::error::{node_err, transport_err, FleetError, Result};
-use crate::intent::{self, Entry, IntentLog};
+use crate::intent::{self, Durability, Entry, IntentLog};
 use crate::plan::Plan;
 use rdx_control::node::{hook_status, thread_epochs};
 use rdx_control::{create_codeflow, CodeFlow, Compiled, ExtSpec, Extension, Prepared};
@@ -61,6 +61,9 @@ pub struct Options {
     pub lease_ttl: Duration,
     /// Test only: SIGKILL this process at that point.
     pub crash_at: Option<CrashPoint>,
+    /// What the intent log's records must survive; default: chosen from the nodes'
+    /// addresses ([`Durability::for_addresses`]).
+    pub durability: Option<Durability>,
 }
 
 impl Options {
@@ -70,6 +73,7 @@ impl Options {
             dry_run: false,
             lease_ttl: ExtSpec::default().lease_ttl,
             crash_at: None,
+            durability: None,
         }
     }
 }
@@ -415,7 +419,10 @@ pub fn broadcast(plan: &Plan, opts: &Options) -> Result<Report> {
         log_us += us(t);
         r
     };
-    let mut log = IntentLog::create(&opts.state_dir, &id)?;
+    let durability = opts.durability.unwrap_or_else(|| {
+        Durability::for_addresses(plan.nodes.iter().map(|n| n.address.as_str()))
+    });
+    let mut log = IntentLog::create(&opts.state_dir, &id, durability)?;
     log_append(
         &mut log,
         &[Entry::Begin {

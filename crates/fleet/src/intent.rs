@@ -45,10 +45,37 @@ pub enum Entry {
     Aborted { reason: String },
 }
 
+/// What a record must survive once [`IntentLog::append`] returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// The death of the control plane (kill -9): the record is in the kernel's page cache
+    /// (`write` returned). Enough when every node shares the control plane's machine (shared
+    /// memory): a machine crash takes the nodes' regions with it, leaving nothing to recover.
+    Process,
+    /// The crash of the control plane's machine: every record is `fdatasync`ed (and the new
+    /// file's directory synced). Needed when a node lives on another machine (the fabric):
+    /// it outlives a crash of ours and must be recovered from the log.
+    Machine,
+}
+
+impl Durability {
+    /// [`Durability::Process`] when every address is shared memory on this machine,
+    /// [`Durability::Machine`] otherwise.
+    pub fn for_addresses<'a>(mut addresses: impl Iterator<Item = &'a str>) -> Durability {
+        if addresses.all(|a| a.starts_with("shm:")) {
+            Durability::Process
+        } else {
+            Durability::Machine
+        }
+    }
+}
+
 /// An open intent log.
 pub struct IntentLog {
     path: PathBuf,
     file: File,
+    durability: Durability,
 }
 
 /// Directory of intent logs under a control plane's state directory.
@@ -64,9 +91,9 @@ fn ierr(path: &Path) -> impl FnOnce(std::io::Error) -> FleetError + '_ {
 }
 
 impl IntentLog {
-    /// Creates `<state_dir>/fleet/<id>.intent` and syncs its directory, so the file itself
-    /// survives a crash.
-    pub fn create(state_dir: &Path, id: &str) -> Result<IntentLog> {
+    /// Creates `<state_dir>/fleet/<id>.intent`; with [`Durability::Machine`] syncs its
+    /// directory, so the file itself survives a crash of the machine.
+    pub fn create(state_dir: &Path, id: &str, durability: Durability) -> Result<IntentLog> {
         let dir = intent_dir(state_dir);
         std::fs::create_dir_all(&dir).map_err(ierr(&dir))?;
         let path = dir.join(format!("{id}.intent"));
@@ -75,10 +102,16 @@ impl IntentLog {
             .append(true)
             .open(&path)
             .map_err(ierr(&path))?;
-        File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(ierr(&dir))?;
-        Ok(IntentLog { path, file })
+        if durability == Durability::Machine {
+            File::open(&dir)
+                .and_then(|d| d.sync_all())
+                .map_err(ierr(&dir))?;
+        }
+        Ok(IntentLog {
+            path,
+            file,
+            durability,
+        })
     }
 
     /// Reopens a log for appending (recovery). A torn last line is closed first so that
@@ -95,6 +128,7 @@ impl IntentLog {
         Ok(IntentLog {
             path: path.to_path_buf(),
             file,
+            durability: Durability::Machine,
         })
     }
 
@@ -102,7 +136,8 @@ impl IntentLog {
         &self.path
     }
 
-    /// Appends records and fsyncs (data only: the file's size is part of it).
+    /// Appends records in one `write`; with [`Durability::Machine`] also `fdatasync`s (the
+    /// file's size is part of the data synced).
     pub fn append(&mut self, entries: &[Entry]) -> Result<()> {
         let mut buf = Vec::new();
         for e in entries {
@@ -113,7 +148,10 @@ impl IntentLog {
             buf.push(b'\n');
         }
         self.file.write_all(&buf).map_err(ierr(&self.path))?;
-        self.file.sync_data().map_err(ierr(&self.path))
+        if self.durability == Durability::Machine {
+            self.file.sync_data().map_err(ierr(&self.path))?;
+        }
+        Ok(())
     }
 
     /// Marks the log finished: renamed to `.done` (kept for the record).
@@ -172,7 +210,7 @@ mod tests {
     fn round_trip_and_torn_tail() {
         let dir = std::env::temp_dir().join(format!("rdx-fleet-intent-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut log = IntentLog::create(&dir, "b1").unwrap();
+        let mut log = IntentLog::create(&dir, "b1", Durability::Machine).unwrap();
         let entries = vec![
             Entry::Begin {
                 id: "b1".into(),
@@ -197,5 +235,18 @@ mod tests {
         assert!(done.exists());
         assert!(pending(&dir).unwrap().is_empty());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn only_shared_memory_nodes_make_process_durability_enough() {
+        let d = |a: &[&str]| Durability::for_addresses(a.iter().copied());
+        assert_eq!(
+            d(&["shm:/dev/shm/a", "shm:/dev/shm/b"]),
+            Durability::Process
+        );
+        assert_eq!(
+            d(&["shm:/dev/shm/a", "fabric://10.0.0.2:7000"]),
+            Durability::Machine
+        );
     }
 }

@@ -13,7 +13,7 @@
 
 use crate::broadcast::{crash_if, per_node, CrashPoint, Options};
 use crate::error::{node_err, transport_err, FleetError, Result};
-use crate::intent::{Entry, IntentLog};
+use crate::intent::{Durability, Entry, IntentLog};
 use crate::plan::NodeSpec;
 use rdx_control::node::thread_epochs;
 use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension, Prepared};
@@ -235,7 +235,10 @@ pub fn migrate(
     };
 
     let id = crate::broadcast::broadcast_id();
-    let mut log = IntentLog::create(&opts.state_dir, &id)?;
+    let durability = opts.durability.unwrap_or_else(|| {
+        Durability::for_addresses([source.address.as_str(), target.address.as_str()].into_iter())
+    });
+    let mut log = IntentLog::create(&opts.state_dir, &id, durability)?;
     log.append(&[Entry::Begin {
         id: id.clone(),
         holder,

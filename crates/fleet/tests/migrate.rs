@@ -204,3 +204,105 @@ fn a_migration_of_an_empty_hook_or_to_itself_is_refused() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Child side of the crash test: runs a migration that SIGKILLs itself at a phase.
+#[test]
+#[ignore = "run by a_killed_migration_is_recovered_at_every_phase"]
+fn migrate_crash_child() {
+    let var = |k: &str| std::env::var(k).unwrap();
+    let node = |name: &str, k: &str| NodeSpec {
+        name: name.into(),
+        address: var(k),
+    };
+    let opts = Options {
+        crash_at: Some(var("FLEET_CRASH").parse().unwrap()),
+        ..Options::new(var("FLEET_STATE"))
+    };
+    migrate(
+        &node("s", "FLEET_SOURCE"),
+        &node("t", "FLEET_TARGET"),
+        "on_request",
+        &stamp_v1(),
+        Some("default"),
+        &opts,
+    )
+    .unwrap();
+    unreachable!("the migration should have killed this process");
+}
+
+#[test]
+fn a_killed_migration_is_recovered_at_every_phase() {
+    use rdx_region::layout::ACTIVE_HOLD;
+    for (phase, forward) in [
+        ("prepared", false),
+        ("held", false),
+        ("committed", true),
+        ("first-flip", true),
+        ("first-release", true),
+    ] {
+        let mut source = Host::start(&format!("crash-{phase}-s"));
+        let mut target = Host::start(&format!("crash-{phase}-t"));
+        let (s, t) = (source.node("s"), target.node("t"));
+        let mut cf = create_codeflow(&s.address, ExtSpec::default()).unwrap();
+        cf.deploy("on_request", &stamp_v1(), Some("default"), None)
+            .unwrap();
+        cf.release().unwrap();
+        for _ in 0..10 {
+            assert_eq!(source.request(), 1);
+        }
+        let dir = state_dir(&format!("crash-{phase}"));
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "migrate_crash_child", "--include-ignored"])
+            .env("FLEET_SOURCE", &s.address)
+            .env("FLEET_TARGET", &t.address)
+            .env("FLEET_CRASH", phase)
+            .env("FLEET_STATE", &dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{phase}: {status:?}");
+        let rec = rdx_fleet::recover(&dir, false).unwrap();
+        assert_eq!(rec.len(), 1, "{phase}");
+        assert_eq!(
+            rec[0].outcome,
+            if forward {
+                "rolled_forward"
+            } else {
+                "rolled_back"
+            },
+            "{phase}: {:?}",
+            rec[0].actions
+        );
+        for (node, runs) in [(&s, !forward), (&t, forward)] {
+            let cf = create_codeflow(&node.address, ExtSpec::default()).unwrap();
+            let w = cf
+                .transport()
+                .read_u64(
+                    cf.view().hook("on_request").unwrap().slot_offset
+                        + rdx_region::layout::offsets::HOOK_ACTIVE,
+                )
+                .unwrap();
+            assert_eq!(w & ACTIVE_HOLD, 0, "{phase}: {} still held", node.name);
+            assert_eq!(w != 0, runs, "{phase}: {} word {w:#x}", node.name);
+            let held = cf.versions_readonly("on_request").unwrap().len();
+            if node.name == "t" {
+                assert_eq!(held, forward as usize, "{phase}: unpublished code freed");
+            }
+        }
+        let (live, idle) = if forward {
+            (&mut target, &mut source)
+        } else {
+            (&mut source, &mut target)
+        };
+        assert_eq!(idle.request(), 0, "{phase}");
+        assert_eq!(live.request(), 1, "{phase}");
+        assert_eq!(
+            hits(if forward { &t } else { &s }),
+            11,
+            "{phase}: no update lost"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
