@@ -94,6 +94,13 @@ impl Engine {
         }
     }
 
+    /// Bounds the CM connection table at `capacity` connections (default
+    /// [`DEFAULT_CM_CAPACITY`]); existing state is dropped.
+    pub fn with_cm_capacity(mut self, capacity: usize) -> Engine {
+        self.cm = CmTable::new(capacity);
+        self
+    }
+
     /// Puts a per-thread table of hot flows (`slots` entries) in front of the complete table.
     pub fn with_flow_cache(mut self, slots: usize) -> Engine {
         self.hot = Some(FlowCache::new(slots));

@@ -10,6 +10,8 @@
 //! - [`classify`]: the linear-scan oracle, the tuple-space classifier, the hot-rule tier and
 //!   the hot-flow table in front of it;
 //! - [`engine`]: the per-packet pipeline (parse, CM state, classify, count);
+//! - [`enforce`]: the contract with the eBPF enforcement program `bpf/acl/enforce.c` (its
+//!   context, its rule section's image, its counters);
 //! - [`pcap`] and [`api`]: what `rdx acl check|compile|test` call;
 //! - [`craft`] and [`synth`]: well-formed packets and synthetic rule sets and traffic for
 //!   tests, benchmarks and fuzz seeds.
@@ -33,6 +35,7 @@ pub mod classify;
 pub mod cm;
 pub mod compile;
 pub mod craft;
+pub mod enforce;
 pub mod engine;
 pub mod field;
 pub mod packet;

@@ -1,0 +1,952 @@
+// RDMA access control at a packet hook: the enforcement half of rdx-acl.
+//
+// For every frame the host hands to the `acl_packet` hook (bpf/acl/acl.yaml) this program
+// parses RoCEv2 (Ethernet, VLAN tags, IPv4/IPv6, UDP 4791) or native InfiniBand (LRH, GRH),
+// the BTH and its extension headers and CM MADs on QP1; resolves the CM fields from the
+// connection table `acl_cm`; finds the first matching rule of the compiled policy; counts;
+// and, for allowed CM messages, updates the connection table. It returns 0 (allow) or
+// 1 (deny) and writes why into the context.
+//
+// The compiled policy is the rule image of rdx-acl (`compile::RuleImage`: a 32-byte header and
+// 224-byte rules, little-endian) held in this program's own global-data section `.data.acl`.
+// A control plane deploying a policy puts the image into that section's initial contents,
+// so every version of the program carries its own rule table: publishing a version (one
+// compare-and-swap on the hook slot) switches program and rules together, and no packet is
+// ever classified by a mix of two rule sets. `acl_cm` and `acl_stats` are named maps, reused
+// by every version: connection state and counters survive policy updates.
+//
+// The native engine (crates/acl/src/engine.rs) is the oracle this program is tested against;
+// field meanings, malformed reasons and CM semantics follow it exactly (docs/acl.md).
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#define ACL_MAX_RULES 2048
+// Largest header offset ever dereferenced: Ethernet, two tags, IPv6 with four 2 KiB
+// extension headers, UDP, BTH, extension headers and a MAD stay below 8.5 KiB.
+#define ACL_MAX_OFF 16383
+
+struct acl_ctx {
+	__u64 data;       // packet_start
+	__u64 data_end;   // packet_end
+	__u32 link;       // 0 Ethernet (RoCEv2), 1 InfiniBand (LRH first)
+	__u32 len;        // frame length
+	__u32 rule;       // out: deciding rule index, or 0xffffffff
+	__u32 policy;     // out: deciding policy index (apply order), or 0xffffffff
+	__u32 cause;      // out: ACL_CAUSE_*
+	__u32 reason;     // out: malformed reason (MalformedReason), when cause is malformed
+	__u64 generation; // out: generation word of the rule image that decided
+};
+
+enum {
+	ACL_CAUSE_RULE = 0,
+	ACL_CAUSE_DEFAULT = 1,
+	ACL_CAUSE_MALFORMED = 2,
+	ACL_CAUSE_NOT_RDMA = 3,
+};
+
+// Malformed reasons, in the order of rdx_acl::packet::MalformedReason.
+enum {
+	M_TRUNCATED_L2 = 0,
+	M_BAD_IP_HEADER,
+	M_IP_FRAGMENT,
+	M_BAD_UDP_LENGTH,
+	M_BAD_LRH,
+	M_BAD_GRH,
+	M_TRUNCATED_TRANSPORT,
+	M_BAD_TRANSPORT_VERSION,
+	M_UNKNOWN_OPCODE,
+	M_TRUNCATED_MAD,
+	M_BAD_MAD,
+	M_COUNT,
+};
+
+// Parser outcome: RDMA, not RDMA, or P_MALFORMED + reason.
+#define P_RDMA 0
+#define P_NOT_RDMA 1
+#define P_MALFORMED 2
+
+// Field bits, as rdx_acl::field::Field.
+enum {
+	F_SIP = 0,
+	F_DIP,
+	F_SPORT,
+	F_DPORT,
+	F_SLID,
+	F_DLID,
+	F_SGID,
+	F_DGID,
+	F_CM_TYPE,
+	F_LQPN,
+	F_DQPN,
+	F_OPCODE,
+	F_VA,
+	F_CM_FORGED,
+};
+
+// CM types, as rdx_acl::field::CmType.
+enum {
+	CM_REQ = 0,
+	CM_MRA = 1,
+	CM_REJ = 2,
+	CM_REP = 3,
+	CM_RTU = 4,
+	CM_DREQ = 5,
+	CM_DREP = 6,
+	CM_SIDR_REQ = 7,
+	CM_SIDR_REP = 8,
+	CM_OTHER = 15,
+};
+
+struct acl_range128 {
+	__u64 lo_hi, lo_lo, hi_hi, hi_lo;
+};
+
+// rdx_acl::rule::Rule, 224 bytes.
+struct acl_rule {
+	struct acl_range128 sip, dip, sgid, dgid;
+	__u64 va_lo, va_hi;
+	__u64 opcode_mask[4];
+	__u32 lqpn_lo, lqpn_hi, dqpn_lo, dqpn_hi;
+	__u16 sport_lo, sport_hi, dport_lo, dport_hi;
+	__u16 slid_lo, slid_hi, dlid_lo, dlid_hi;
+	__u16 cm_type_mask;
+	__u8 forged_mask;
+	__u8 action;
+	__u16 absent_ok;
+	__u16 reserved;
+	__u32 policy;
+	__u32 priority;
+};
+_Static_assert(sizeof(struct acl_rule) == 224, "rule layout");
+
+struct acl_header {
+	char magic[8];
+	__u32 version;
+	__u32 rule_size;
+	__u32 count;
+	__u8 default_action;
+	__u8 reserved[3];
+	__u64 generation;
+};
+_Static_assert(sizeof(struct acl_header) == 32, "header layout");
+
+struct acl_image {
+	struct acl_header hdr;
+	struct acl_rule rules[ACL_MAX_RULES];
+};
+
+// The empty policy (no rule, default allow) until a control plane deploys one.
+struct acl_image acl_table SEC(".data.acl") = {
+	.hdr = {
+		.magic = "RDXACL",
+		.version = 1,
+		.rule_size = sizeof(struct acl_rule),
+	},
+};
+
+// Counters, one copy per host thread (index: ACL_STAT_*).
+enum {
+	S_PACKETS = 0,
+	S_ALLOWED,
+	S_DENIED,
+	S_NOT_RDMA,
+	S_DEFAULT,
+	S_MALFORMED, // M_COUNT entries
+	S_CM_TABLE_FULL = S_MALFORMED + M_COUNT,
+	S_CM_UNKNOWN,
+	S_CM_CREATED,
+	S_CM_REMOVED,
+	S_COUNT,
+};
+
+struct acl_stats {
+	__u64 n[24];
+};
+_Static_assert(S_COUNT <= 24, "stats size");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct acl_stats);
+} acl_stats SEC(".maps");
+
+// CM connections keyed by the active side: (endpoint, comm ID).
+struct acl_conn_key {
+	__u64 ep_hi, ep_lo;
+	__u32 comm_id;
+	__u32 pad;
+};
+
+#define CONN_HAS_PASSIVE_COMM 1
+#define CONN_HAS_PASSIVE_QPN 2
+#define CONN_ESTABLISHED 4
+
+struct acl_conn {
+	__u64 active_hi, active_lo;
+	__u64 passive_hi, passive_lo;
+	__u32 active_comm, passive_comm;
+	__u32 active_qpn, passive_qpn;
+	__u32 flags;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct acl_conn_key);
+	__type(value, struct acl_conn);
+} acl_cm SEC(".maps");
+
+// What the parser found, and the key the rules are matched against.
+struct acl_pkt {
+	// Match key.
+	__u64 sip_hi, sip_lo, dip_hi, dip_lo;
+	__u64 sgid_hi, sgid_lo, dgid_hi, dgid_lo;
+	__u64 va;
+	__u32 lqpn, dqpn;
+	__u32 present;
+	__u16 sport, dport, slid, dlid;
+	__u8 opcode, cm_type, forged, is_cm;
+	// Parser-only state.
+	__u32 dest_qp;
+	__u32 src_qp;
+	__u32 cm_local, cm_remote;
+	__u32 cm_qpn;
+	__u8 has_src_qp, has_cm_qpn, has_ip, has_gid;
+	__u8 has_lid, has_mad, pad[2];
+	// Where the next parsing stage starts and where the transport ends (the ICRC).
+	__u32 next_at, limit;
+};
+
+// Per-thread scratch space for the packet being decided.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct acl_pkt);
+} acl_scratch SEC(".maps");
+
+#define BIT(f) (1u << (f))
+
+static __always_inline __u16 be16(const __u8 *p)
+{
+	return ((__u16)p[0] << 8) | p[1];
+}
+
+static __always_inline __u32 be24(const __u8 *p)
+{
+	return ((__u32)p[0] << 16) | ((__u32)p[1] << 8) | p[2];
+}
+
+static __always_inline __u32 be32(const __u8 *p)
+{
+	return ((__u32)p[0] << 24) | ((__u32)p[1] << 16) | ((__u32)p[2] << 8) | p[3];
+}
+
+static __always_inline __u64 be64(const __u8 *p)
+{
+	return ((__u64)be32(p) << 32) | be32(p + 4);
+}
+
+// Which extension headers follow the BTH for an opcode (rdx_acl::field::opcode_headers).
+#define H_DETH 1
+#define H_RETH 2
+#define H_ATOMIC_ETH 4
+#define H_AETH 8
+#define H_ATOMIC_ACK 16
+#define H_IMM 32
+#define H_IETH 64
+#define H_UNKNOWN 128
+
+static __always_inline __u32 opcode_headers(__u8 op)
+{
+	__u8 transport = op >> 5;
+	__u8 code = op & 0x1f;
+	if (transport == 0 || (transport == 1 && code <= 0x0b)) {
+		switch (code) {
+		case 0x00: case 0x01: case 0x02: case 0x04:
+		case 0x07: case 0x08: case 0x0e:
+			return 0;
+		case 0x03: case 0x05: case 0x09:
+			return H_IMM;
+		case 0x06: case 0x0a: case 0x0c:
+			return H_RETH;
+		case 0x0b:
+			return H_RETH | H_IMM;
+		case 0x0d: case 0x0f: case 0x10: case 0x11:
+			return H_AETH;
+		case 0x12:
+			return H_AETH | H_ATOMIC_ACK;
+		case 0x13: case 0x14:
+			return H_ATOMIC_ETH;
+		case 0x16: case 0x17:
+			return H_IETH;
+		default:
+			return H_UNKNOWN;
+		}
+	}
+	if (op == 0x64)
+		return H_DETH;
+	if (op == 0x65)
+		return H_DETH | H_IMM;
+	if (op == 0x81)
+		return 0;
+	return H_UNKNOWN;
+}
+
+// The frame, in a function that reads it.
+#define FRAME                                                                               \
+	const __u8 *pkt = (const __u8 *)(long)ctx->data;                                     \
+	const __u8 *pkt_end = (const __u8 *)(long)ctx->data_end
+
+// `var` points at `n` bytes at `off`, which lie before `limit` and in the frame; otherwise
+// the function returns `fail`. Plain branches, no "pointer or NULL" value: the compiler
+// turns a NULL test of such a value back into the bounds comparison, which the verifier
+// cannot relate to the first one.
+#define FETCH(var, off, n, limit, fail)                                                     \
+	if ((off) > ACL_MAX_OFF || (off) + (n) > (limit))                                    \
+		return (fail);                                                               \
+	const __u8 *var = pkt + (off);                                                       \
+	if (var + (n) > pkt_end)                                                             \
+		return (fail)
+
+static __noinline int parse_cm_mad(const struct acl_ctx *ctx, struct acl_pkt *p)
+{
+	FRAME;
+	__u32 at = p->next_at, limit = p->limit;
+	FETCH(hdr, at, 24, limit, P_MALFORMED + M_TRUNCATED_MAD);
+	if (hdr[0] != 1)
+		return P_MALFORMED + M_BAD_MAD;
+	if (hdr[1] != 0x07)
+		return P_RDMA;
+	__u16 attr = be16(hdr + 16);
+	__u8 kind = attr >= 0x10 && attr <= 0x1a ? attr - 0x10 : CM_OTHER;
+	__u32 need;
+	switch (kind) {
+	case CM_REQ:
+		need = 36;
+		break;
+	case CM_REP:
+		need = 16;
+		break;
+	case CM_DREQ:
+		need = 12;
+		break;
+	case CM_OTHER: case CM_SIDR_REQ: case CM_SIDR_REP:
+		need = 4;
+		break;
+	default:
+		need = 8;
+	}
+	__u32 data_at = at + 24;
+	if (data_at + need > limit)
+		return P_MALFORMED + M_TRUNCATED_MAD;
+	// Each message's bytes are fetched with a constant length, so that the verifier knows
+	// the range of every load.
+	p->has_cm_qpn = 0;
+	p->cm_remote = 0;
+	switch (kind) {
+	case CM_REQ:
+		FETCH(d36, data_at, 36, limit, P_MALFORMED + M_TRUNCATED_MAD);
+		p->cm_local = be32(d36);
+		p->cm_qpn = be24(d36 + 32);
+		p->has_cm_qpn = 1;
+		break;
+	case CM_REP:
+		FETCH(d16, data_at, 16, limit, P_MALFORMED + M_TRUNCATED_MAD);
+		p->cm_local = be32(d16);
+		p->cm_remote = be32(d16 + 4);
+		p->cm_qpn = be24(d16 + 12);
+		p->has_cm_qpn = 1;
+		break;
+	case CM_DREQ:
+		FETCH(d12, data_at, 12, limit, P_MALFORMED + M_TRUNCATED_MAD);
+		p->cm_local = be32(d12);
+		p->cm_remote = be32(d12 + 4);
+		p->cm_qpn = be24(d12 + 8);
+		p->has_cm_qpn = 1;
+		break;
+	case CM_OTHER: case CM_SIDR_REQ: case CM_SIDR_REP:
+		FETCH(d4, data_at, 4, limit, P_MALFORMED + M_TRUNCATED_MAD);
+		p->cm_local = be32(d4);
+		break;
+	default:
+		FETCH(d8, data_at, 8, limit, P_MALFORMED + M_TRUNCATED_MAD);
+		p->cm_local = be32(d8);
+		p->cm_remote = be32(d8 + 4);
+	}
+	p->is_cm = 1;
+	p->cm_type = kind;
+	p->forged = !(p->has_src_qp && p->src_qp == 1);
+	return P_RDMA;
+}
+
+// BTH and what follows, up to `limit` (the ICRC's offset).
+static __noinline int parse_transport(const struct acl_ctx *ctx, struct acl_pkt *p)
+{
+	FRAME;
+	__u32 at = p->next_at, limit = p->limit;
+	FETCH(bth, at, 12, limit, P_MALFORMED + M_TRUNCATED_TRANSPORT);
+	__u8 opcode = bth[0];
+	if (bth[1] & 0x0f)
+		return P_MALFORMED + M_BAD_TRANSPORT_VERSION;
+	p->opcode = opcode;
+	p->dest_qp = be24(bth + 5);
+	__u32 h = opcode_headers(opcode);
+	if (h & H_UNKNOWN)
+		return P_MALFORMED + M_UNKNOWN_OPCODE;
+	at += 12;
+	if (h & H_DETH) {
+		FETCH(deth, at, 8, limit, P_MALFORMED + M_TRUNCATED_TRANSPORT);
+		p->src_qp = be24(deth + 5);
+		p->has_src_qp = 1;
+		at += 8;
+	}
+	if (h & H_RETH) {
+		FETCH(reth, at, 16, limit, P_MALFORMED + M_TRUNCATED_TRANSPORT);
+		p->va = be64(reth);
+		p->present |= BIT(F_VA);
+		at += 16;
+	}
+	if (h & H_ATOMIC_ETH) {
+		FETCH(aeth, at, 28, limit, P_MALFORMED + M_TRUNCATED_TRANSPORT);
+		p->va = be64(aeth);
+		p->present |= BIT(F_VA);
+		at += 28;
+	}
+	if (h & H_AETH) {
+		FETCH(skip, at, 4, limit, P_MALFORMED + M_TRUNCATED_TRANSPORT);
+		(void)skip;
+		at += 4;
+	}
+	if (h & H_ATOMIC_ACK) {
+		FETCH(skip, at, 8, limit, P_MALFORMED + M_TRUNCATED_TRANSPORT);
+		(void)skip;
+		at += 8;
+	}
+	if (h & H_IMM) {
+		FETCH(skip, at, 4, limit, P_MALFORMED + M_TRUNCATED_TRANSPORT);
+		(void)skip;
+		at += 4;
+	}
+	if (h & H_IETH) {
+		FETCH(skip, at, 4, limit, P_MALFORMED + M_TRUNCATED_TRANSPORT);
+		(void)skip;
+		at += 4;
+	}
+	if ((h & H_DETH) && p->dest_qp == 1)
+	{
+		p->has_mad = 1;
+		p->next_at = at;
+	}
+	return P_RDMA;
+}
+
+static __noinline int parse_ethernet(const struct acl_ctx *ctx, struct acl_pkt *p)
+{
+	FRAME;
+	__u32 buflen = ctx->len;
+	FETCH(eth, 0, 14, buflen, P_MALFORMED + M_TRUNCATED_L2);
+	__u16 ethertype = be16(eth + 12);
+	__u32 off = 14;
+	for (int tags = 0; tags < 3; tags++) {
+		if (ethertype != 0x8100 && ethertype != 0x88a8)
+			break;
+		if (tags == 2)
+			return P_MALFORMED + M_TRUNCATED_L2;
+		FETCH(tag, off, 4, buflen, P_MALFORMED + M_TRUNCATED_L2);
+		ethertype = be16(tag + 2);
+		off += 4;
+	}
+	__u32 udp_at, ip_end;
+	if (ethertype == 0x0800) {
+		FETCH(ip, off, 20, buflen, P_MALFORMED + M_BAD_IP_HEADER);
+		__u32 ihl = (ip[0] & 0x0f) * 4;
+		__u32 total = be16(ip + 2);
+		if ((ip[0] >> 4) != 4 || ihl < 20 || total < ihl || off + total > buflen)
+			return P_MALFORMED + M_BAD_IP_HEADER;
+		if (ip[9] != 17)
+			return P_NOT_RDMA;
+		if (be16(ip + 6) & 0x3fff)
+			return P_MALFORMED + M_IP_FRAGMENT;
+		p->sip_hi = 0;
+		p->sip_lo = 0xffff00000000ull | be32(ip + 12);
+		p->dip_hi = 0;
+		p->dip_lo = 0xffff00000000ull | be32(ip + 16);
+		udp_at = off + ihl;
+		ip_end = off + total;
+	} else if (ethertype == 0x86dd) {
+		FETCH(ip, off, 40, buflen, P_MALFORMED + M_BAD_IP_HEADER);
+		if ((ip[0] >> 4) != 6)
+			return P_MALFORMED + M_BAD_IP_HEADER;
+		__u32 end6 = off + 40 + be16(ip + 4);
+		if (end6 > buflen)
+			return P_MALFORMED + M_BAD_IP_HEADER;
+		p->sip_hi = be64(ip + 8);
+		p->sip_lo = be64(ip + 16);
+		p->dip_hi = be64(ip + 24);
+		p->dip_lo = be64(ip + 32);
+		__u8 next = ip[6];
+		__u32 at = off + 40;
+		for (int exts = 0; exts < 5; exts++) {
+			if (next == 17)
+				break;
+			if (next == 0 || next == 43 || next == 60) {
+				if (exts == 4)
+					return P_MALFORMED + M_BAD_IP_HEADER;
+				FETCH(h, at, 8, end6, P_MALFORMED + M_BAD_IP_HEADER);
+				next = h[0];
+				at += ((__u32)h[1] + 1) * 8;
+			} else if (next == 44) {
+				return P_MALFORMED + M_IP_FRAGMENT;
+			} else {
+				return P_NOT_RDMA;
+			}
+		}
+		if (next != 17)
+			return P_MALFORMED + M_BAD_IP_HEADER;
+		udp_at = at;
+		ip_end = end6;
+	} else {
+		return P_NOT_RDMA;
+	}
+	p->has_ip = 1;
+	FETCH(udp, udp_at, 8, ip_end, P_MALFORMED + M_BAD_UDP_LENGTH);
+	__u32 udp_len = be16(udp + 4);
+	if (udp_len < 8 || udp_at + udp_len > ip_end)
+		return P_MALFORMED + M_BAD_UDP_LENGTH;
+	__u16 dport = be16(udp + 2);
+	if (dport != 4791)
+		return P_NOT_RDMA;
+	p->sport = be16(udp);
+	p->dport = dport;
+	p->present |= BIT(F_SIP) | BIT(F_DIP) | BIT(F_SPORT) | BIT(F_DPORT) | BIT(F_SGID) |
+		      BIT(F_DGID);
+	p->sgid_hi = p->sip_hi;
+	p->sgid_lo = p->sip_lo;
+	p->dgid_hi = p->dip_hi;
+	p->dgid_lo = p->dip_lo;
+	p->has_gid = 1;
+	__u32 datagram_end = udp_at + udp_len;
+	if (datagram_end < udp_at + 8 + 4)
+		return P_MALFORMED + M_TRUNCATED_TRANSPORT;
+	p->next_at = udp_at + 8;
+	p->limit = datagram_end - 4;
+	return P_RDMA;
+}
+
+static __noinline int parse_infiniband(const struct acl_ctx *ctx, struct acl_pkt *p)
+{
+	FRAME;
+	__u32 buflen = ctx->len;
+	FETCH(lrh, 0, 8, buflen, P_MALFORMED + M_BAD_LRH);
+	__u8 lnh = lrh[1] & 0x03;
+	__u32 pkt_len = (be16(lrh + 4) & 0x07ff) * 4;
+	if (pkt_len > buflen || pkt_len < 8 + 12 + 4)
+		return P_MALFORMED + M_BAD_LRH;
+	p->dlid = be16(lrh + 2);
+	p->slid = be16(lrh + 6);
+	p->present |= BIT(F_SLID) | BIT(F_DLID);
+	p->has_lid = 1;
+	__u32 end = pkt_len - 4;
+	__u32 at;
+	if (lnh == 2) {
+		at = 8;
+	} else if (lnh == 3) {
+		FETCH(grh, 8, 40, end, P_MALFORMED + M_BAD_GRH);
+		if (grh[6] != 0x1b)
+			return P_MALFORMED + M_BAD_GRH;
+		p->sgid_hi = be64(grh + 8);
+		p->sgid_lo = be64(grh + 16);
+		p->dgid_hi = be64(grh + 24);
+		p->dgid_lo = be64(grh + 32);
+		p->present |= BIT(F_SGID) | BIT(F_DGID);
+		p->has_gid = 1;
+		at = 48;
+	} else {
+		return P_MALFORMED + M_BAD_LRH;
+	}
+	p->next_at = at;
+	p->limit = end;
+	return P_RDMA;
+}
+
+// CM endpoints: the IP address, else the GID, else the LID with the top bit set.
+static __always_inline void src_endpoint(const struct acl_pkt *p, __u64 *hi, __u64 *lo)
+{
+	if (p->has_ip || p->has_gid) {
+		*hi = p->sgid_hi;
+		*lo = p->sgid_lo;
+	} else if (p->has_lid) {
+		*hi = 1ull << 63;
+		*lo = p->slid;
+	} else {
+		*hi = 0;
+		*lo = 0;
+	}
+}
+
+static __always_inline void dst_endpoint(const struct acl_pkt *p, __u64 *hi, __u64 *lo)
+{
+	if (p->has_ip || p->has_gid) {
+		*hi = p->dgid_hi;
+		*lo = p->dgid_lo;
+	} else if (p->has_lid) {
+		*hi = 1ull << 63;
+		*lo = p->dlid;
+	} else {
+		*hi = 0;
+		*lo = 0;
+	}
+}
+
+#define SIDE_NONE 0
+#define SIDE_ACTIVE 1
+#define SIDE_PASSIVE 2
+
+// Finds the connection of a CM message (rdx_acl::cm::CmTable::lookup); fills `key`.
+static __noinline int cm_lookup(const struct acl_pkt *p, struct acl_conn_key *key)
+{
+	__u64 src_hi, src_lo, dst_hi, dst_lo;
+	src_endpoint(p, &src_hi, &src_lo);
+	dst_endpoint(p, &dst_hi, &dst_lo);
+	__u32 local = p->cm_local, remote = p->cm_remote;
+	key->pad = 0;
+	if (p->cm_type != CM_REP) {
+		key->ep_hi = src_hi;
+		key->ep_lo = src_lo;
+		key->comm_id = local;
+		struct acl_conn *c = bpf_map_lookup_elem(&acl_cm, key);
+		if (c) {
+			int remote_ok = (c->flags & CONN_HAS_PASSIVE_COMM) ? c->passive_comm == remote
+									   : remote == 0;
+			if (c->passive_hi == dst_hi && c->passive_lo == dst_lo && remote_ok)
+				return SIDE_ACTIVE;
+		}
+	}
+	key->ep_hi = dst_hi;
+	key->ep_lo = dst_lo;
+	key->comm_id = remote;
+	struct acl_conn *c = bpf_map_lookup_elem(&acl_cm, key);
+	if (c) {
+		int local_ok;
+		if (c->flags & CONN_HAS_PASSIVE_COMM)
+			local_ok = c->passive_comm == local;
+		else
+			local_ok = p->cm_type == CM_REP || p->cm_type == CM_REJ;
+		if (c->passive_hi == src_hi && c->passive_lo == src_lo && local_ok)
+			return SIDE_PASSIVE;
+	}
+	return SIDE_NONE;
+}
+
+// Fills lQPN/dQPN of a CM message (rdx_acl::cm::CmTable::resolve). Returns the side that
+// sent it (for the commit), with `key` naming its connection.
+static __always_inline int cm_resolve(struct acl_pkt *p, struct acl_conn_key *key,
+				      struct acl_stats *st)
+{
+	__u8 kind = p->cm_type;
+	if (kind == CM_REQ) {
+		if (p->has_cm_qpn) {
+			p->lqpn = p->cm_qpn & 0xffffff;
+			p->present |= BIT(F_LQPN);
+		}
+		src_endpoint(p, &key->ep_hi, &key->ep_lo);
+		key->comm_id = p->cm_local;
+		key->pad = 0;
+		return SIDE_ACTIVE;
+	}
+	if (kind != CM_REP && kind != CM_RTU && kind != CM_REJ && kind != CM_DREQ &&
+	    kind != CM_DREP)
+		return SIDE_NONE;
+	int side = cm_lookup(p, key);
+	if (side == SIDE_NONE && st)
+		st->n[S_CM_UNKNOWN]++;
+	__u32 mine = 0, theirs = 0;
+	int has_mine = 0, has_theirs = 0;
+	if (side != SIDE_NONE) {
+		struct acl_conn *c = bpf_map_lookup_elem(&acl_cm, key);
+		if (!c)
+			return SIDE_NONE;
+		if (side == SIDE_ACTIVE) {
+			mine = c->active_qpn;
+			has_mine = 1;
+			theirs = c->passive_qpn;
+			has_theirs = (c->flags & CONN_HAS_PASSIVE_QPN) != 0;
+		} else {
+			mine = c->passive_qpn;
+			has_mine = (c->flags & CONN_HAS_PASSIVE_QPN) != 0;
+			theirs = c->active_qpn;
+			has_theirs = 1;
+		}
+	}
+	if (kind == CM_REP) {
+		mine = p->cm_qpn;
+		has_mine = p->has_cm_qpn;
+	} else if (kind == CM_DREQ) {
+		theirs = p->cm_qpn;
+		has_theirs = p->has_cm_qpn;
+	}
+	if (has_mine) {
+		p->lqpn = mine & 0xffffff;
+		p->present |= BIT(F_LQPN);
+	}
+	if (has_theirs) {
+		p->dqpn = theirs & 0xffffff;
+		p->present |= BIT(F_DQPN);
+	}
+	return side;
+}
+
+// Applies an allowed CM message to the table (rdx_acl::cm::CmTable::commit). Returns the
+// counter to bump (S_CM_CREATED, S_CM_TABLE_FULL, S_CM_REMOVED) or 0.
+static __noinline int cm_commit(const struct acl_pkt *p, const struct acl_conn_key *key)
+{
+	__u8 kind = p->cm_type;
+	if (kind == CM_REQ) {
+		if (!p->has_cm_qpn)
+			return 0;
+		struct acl_conn c = {};
+		c.active_hi = key->ep_hi;
+		c.active_lo = key->ep_lo;
+		dst_endpoint(p, &c.passive_hi, &c.passive_lo);
+		c.active_comm = key->comm_id;
+		c.active_qpn = p->cm_qpn;
+		if (bpf_map_update_elem(&acl_cm, key, &c, BPF_ANY) == 0)
+			return S_CM_CREATED;
+		return S_CM_TABLE_FULL;
+	}
+	if (kind == CM_REJ || kind == CM_DREP)
+		return bpf_map_delete_elem(&acl_cm, key) == 0 ? S_CM_REMOVED : 0;
+	struct acl_conn *c = bpf_map_lookup_elem(&acl_cm, key);
+	if (!c)
+		return 0;
+	if (kind == CM_REP) {
+		c->passive_comm = p->cm_local;
+		c->flags |= CONN_HAS_PASSIVE_COMM;
+		if (p->has_cm_qpn) {
+			c->passive_qpn = p->cm_qpn;
+			c->flags |= CONN_HAS_PASSIVE_QPN;
+		}
+	} else if (kind == CM_RTU) {
+		c->flags |= CONN_ESTABLISHED;
+	}
+	return 0;
+}
+
+// Comparisons without branches. The verifier follows every path and keeps no liveness, so a
+// rule check built from branches would be explored once per combination of outcomes
+// (2^n paths); built from arithmetic it is one path. The empty asm statements keep the
+// compiler from turning the arithmetic back into compare-and-branch.
+
+// 1 if x < y (unsigned 64-bit): the borrow out of x - y.
+static __always_inline __u64 lt64(__u64 x, __u64 y)
+{
+	__u64 d = x - y;
+	asm volatile("" : "+r"(d));
+	__u64 t = (~x & y) | (~(x ^ y) & d);
+	asm volatile("" : "+r"(t));
+	return t >> 63;
+}
+
+// 1 if x <= y.
+static __always_inline __u64 le64(__u64 x, __u64 y)
+{
+	return lt64(y, x) ^ 1;
+}
+
+// 1 if x == y.
+static __always_inline __u64 eq64(__u64 x, __u64 y)
+{
+	__u64 d = x ^ y;
+	asm volatile("" : "+r"(d));
+	__u64 t = d | (0 - d);
+	asm volatile("" : "+r"(t));
+	return (t >> 63) ^ 1;
+}
+
+// a <= b for 128-bit values given as (high, low) halves.
+static __always_inline __u64 le128(__u64 ahi, __u64 alo, __u64 bhi, __u64 blo)
+{
+	return lt64(ahi, bhi) | (eq64(ahi, bhi) & le64(alo, blo));
+}
+
+static __always_inline __u64 in128(const struct acl_range128 *r, __u64 hi, __u64 lo)
+{
+	return le128(r->lo_hi, r->lo_lo, hi, lo) & le128(hi, lo, r->hi_hi, r->hi_lo);
+}
+
+static __always_inline __u64 in64(__u64 lo, __u64 v, __u64 hi)
+{
+	return le64(lo, v) & le64(v, hi);
+}
+
+// The opcode mask word holding `op`'s bit, chosen without a branch or a variable offset
+// (the rule sits on the stack, where the verifier admits no variable offset).
+static __always_inline __u64 opcode_word(const struct acl_rule *r, __u64 op)
+{
+	__u64 q = op >> 6;
+	__u64 m0 = 0 - eq64(q, 0), m1 = 0 - eq64(q, 1), m2 = 0 - eq64(q, 2), m3 = 0 - eq64(q, 3);
+	asm volatile("" : "+r"(m0), "+r"(m1), "+r"(m2), "+r"(m3));
+	return (r->opcode_mask[0] & m0) | (r->opcode_mask[1] & m1) | (r->opcode_mask[2] & m2) |
+	       (r->opcode_mask[3] & m3);
+}
+
+// A field of the rule holds for the packet: present and in range, or absent and allowed so.
+#define FIELD_OK(f, test) ((((present >> (f)) & 1) & (test)) | ((((present >> (f)) & 1) ^ 1) & ((absent_ok >> (f)) & 1)))
+
+static __always_inline __u64 rule_matches(const struct acl_rule *r, const struct acl_pkt *k)
+{
+	__u64 present = k->present;
+	__u64 absent_ok = r->absent_ok;
+	__u64 op = k->opcode;
+	__u64 ok = FIELD_OK(F_OPCODE, (opcode_word(r, op) >> (op & 63)) & 1);
+	// Each field is folded in before the next is computed: left to itself the compiler
+	// would load every operand first and spill past the 512-byte stack.
+#define AND_FIELD(f, test)                                                                  \
+	do {                                                                                 \
+		ok &= FIELD_OK(f, test);                                                     \
+		asm volatile("" : "+r"(ok));                                                 \
+	} while (0)
+	AND_FIELD(F_DQPN, in64(r->dqpn_lo, k->dqpn, r->dqpn_hi));
+	AND_FIELD(F_SIP, in128(&r->sip, k->sip_hi, k->sip_lo));
+	AND_FIELD(F_DIP, in128(&r->dip, k->dip_hi, k->dip_lo));
+	AND_FIELD(F_DPORT, in64(r->dport_lo, k->dport, r->dport_hi));
+	AND_FIELD(F_SPORT, in64(r->sport_lo, k->sport, r->sport_hi));
+	AND_FIELD(F_VA, in64(r->va_lo, k->va, r->va_hi));
+	AND_FIELD(F_CM_TYPE, ((__u64)r->cm_type_mask >> (k->cm_type & 15)) & 1);
+	AND_FIELD(F_LQPN, in64(r->lqpn_lo, k->lqpn, r->lqpn_hi));
+	AND_FIELD(F_CM_FORGED, ((__u64)r->forged_mask >> (k->forged & 1)) & 1);
+	AND_FIELD(F_SLID, in64(r->slid_lo, k->slid, r->slid_hi));
+	AND_FIELD(F_DLID, in64(r->dlid_lo, k->dlid, r->dlid_hi));
+	AND_FIELD(F_SGID, in128(&r->sgid, k->sgid_hi, k->sgid_lo));
+	AND_FIELD(F_DGID, in128(&r->dgid, k->dgid_hi, k->dgid_lo));
+#undef AND_FIELD
+	return ok;
+}
+
+// Whether rule `i` matches. Straight-line code from the table pointer to the result: the
+// verifier widens the scan loop's states (it cannot count 2048 iterations exactly), and a
+// pointer whose variable offset changes from one iteration to the next would be widened past
+// the table's end at the first branch after it is formed; here there is none.
+static __noinline __u64 match_at(__u32 i, const struct acl_pkt *k)
+{
+	return rule_matches(&acl_table.rules[i & (ACL_MAX_RULES - 1)], k);
+}
+
+// Rule `i`'s policy and action, as `policy << 8 | action`. A function of the index (not a
+// pointer carried out of the scan loop, which the loop's widening would lose).
+static __noinline __u64 rule_decision(__u32 i)
+{
+	const struct acl_rule *r = &acl_table.rules[i & (ACL_MAX_RULES - 1)];
+	return ((__u64)r->policy << 8) | r->action;
+}
+
+SEC("rdx/acl_packet")
+int acl_enforce(struct acl_ctx *ctx)
+{
+	__u32 zero = 0;
+	struct acl_stats *st = bpf_map_lookup_elem(&acl_stats, &zero);
+	// The parse result lives in a per-thread map value, not on the stack: its contents are
+	// unknown to the verifier, so the many parser paths reach the classifier in one state
+	// (on the stack every path would carry its own constants and be verified separately).
+	struct acl_pkt *p = bpf_map_lookup_elem(&acl_scratch, &zero);
+	struct acl_conn_key key = {};
+	int parsed;
+
+	// One store per field: the EIM grants fields, not ranges, so a store the compiler
+	// merges across two adjacent fields is refused (ctx-access).
+	*(volatile __u32 *)&ctx->rule = 0xffffffff;
+	*(volatile __u32 *)&ctx->policy = 0xffffffff;
+	*(volatile __u32 *)&ctx->reason = 0;
+	ctx->generation = acl_table.hdr.generation;
+	if (st)
+		st->n[S_PACKETS]++;
+	if (!p) {
+		ctx->cause = ACL_CAUSE_MALFORMED;
+		return 1;
+	}
+	__builtin_memset(p, 0, sizeof(*p));
+	// Parsing runs in stages, each a function called from here that takes its starting
+	// offset from the scratch value: the verifier then checks each stage once, instead of
+	// once per combination of the earlier stages' header layouts.
+	if (ctx->link == 0)
+		parsed = parse_ethernet(ctx, p);
+	else
+		parsed = parse_infiniband(ctx, p);
+	if (parsed == P_RDMA)
+		parsed = parse_transport(ctx, p);
+	if (parsed == P_RDMA && p->has_mad)
+		parsed = parse_cm_mad(ctx, p);
+	if (parsed == P_NOT_RDMA) {
+		ctx->cause = ACL_CAUSE_NOT_RDMA;
+		if (st) {
+			st->n[S_NOT_RDMA]++;
+			st->n[S_ALLOWED]++;
+		}
+		return 0;
+	}
+	if (parsed != P_RDMA) {
+		__u32 reason = parsed - P_MALFORMED;
+		if (reason >= M_COUNT)
+			reason = M_COUNT - 1;
+		ctx->cause = ACL_CAUSE_MALFORMED;
+		ctx->reason = reason;
+		if (st) {
+			st->n[S_MALFORMED + reason]++;
+			st->n[S_DENIED]++;
+		}
+		return 1;
+	}
+
+	p->present |= BIT(F_OPCODE);
+	int side = SIDE_NONE;
+	if (p->is_cm) {
+		p->present |= BIT(F_CM_TYPE) | BIT(F_CM_FORGED);
+		side = cm_resolve(p, &key, st);
+	} else {
+		p->dqpn = p->dest_qp & 0xffffff;
+		p->present |= BIT(F_DQPN);
+	}
+
+	__u32 count = acl_table.hdr.count;
+	__u32 hit = 0xffffffff;
+	for (__u32 i = 0; i < ACL_MAX_RULES; i++) {
+		if (i >= count)
+			break;
+		if (match_at(i, p)) {
+			hit = i;
+			break;
+		}
+	}
+
+	__u32 action;
+	if (hit < ACL_MAX_RULES) {
+		__u64 decision = rule_decision(hit);
+		action = (decision & 0xff) == 1;
+		ctx->rule = hit;
+		ctx->policy = decision >> 8;
+		ctx->cause = ACL_CAUSE_RULE;
+	} else {
+		action = acl_table.hdr.default_action == 1;
+		ctx->cause = ACL_CAUSE_DEFAULT;
+		if (st)
+			st->n[S_DEFAULT]++;
+	}
+	if (action == 0) {
+		if (st)
+			st->n[S_ALLOWED]++;
+		if (p->is_cm && side != SIDE_NONE) {
+			__u32 bump = cm_commit(p, &key);
+			if (bump && bump < S_COUNT && st)
+				st->n[bump]++;
+		}
+		return 0;
+	}
+	if (st)
+		st->n[S_DENIED]++;
+	return 1;
+}
+
+char LICENSE[] SEC("license") = "GPL";
