@@ -21,6 +21,8 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    // Node addresses `fabric://HOST:PORT?token-file=...` (docs/fabric.md).
+    rdx_fabric::register_scheme();
     let cli = Cli::parse();
     match cli.command.run() {
         Ok(()) => ExitCode::SUCCESS,
