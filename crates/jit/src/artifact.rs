@@ -19,7 +19,7 @@ use crate::target::Arch;
 pub const MAGIC: [u8; 8] = *b"\x7fRDXJIT\0";
 /// Version of the byte format described in `docs/artifact.md`. Bump it on any change of the
 /// layout or of the meaning of a field; readers refuse every other version.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Size of the fixed header that precedes the body.
 pub const HEADER_LEN: usize = 64;
 
@@ -36,7 +36,12 @@ pub const FLAG_NEEDS_BUDGET: u32 = 1 << 0;
 pub const FLAG_ENTRY_LENGTH_ARG: u32 = 1 << 1;
 /// Header flag: helpers are called through the table named `var:rdx_helper_table`.
 pub const FLAG_HELPER_TABLE: u32 = 1 << 2;
-const KNOWN_FLAGS: u32 = FLAG_NEEDS_BUDGET | FLAG_ENTRY_LENGTH_ARG | FLAG_HELPER_TABLE;
+/// Header flag: an elite (speculative) artifact. Its run pointer designates an
+/// [`rdx_region::abi::DeoptRunState`], not a bare `RunState`, and a run may end with
+/// `RunStatus::Deopt`, which the caller must complete in the generic tier. A runtime that
+/// does not resume deoptimised runs must refuse such an artifact.
+pub const FLAG_DEOPT: u32 = 1 << 3;
+const KNOWN_FLAGS: u32 = FLAG_NEEDS_BUDGET | FLAG_ENTRY_LENGTH_ARG | FLAG_HELPER_TABLE | FLAG_DEOPT;
 
 /// Name of the helper table symbol in [`crate::HelperCalls::Table`] mode.
 pub const HELPER_TABLE_SYMBOL: &str = "rdx_helper_table";
@@ -164,6 +169,11 @@ impl Metadata {
 
     pub fn entry_takes_length(&self) -> bool {
         self.flags & FLAG_ENTRY_LENGTH_ARG != 0
+    }
+
+    /// Whether this is an elite artifact (see [`FLAG_DEOPT`]).
+    pub fn deoptimises(&self) -> bool {
+        self.flags & FLAG_DEOPT != 0
     }
 }
 

@@ -2,7 +2,7 @@
 //! each to Cranelift IR, compiles them for the requested [`Arch`] and lays the machine code
 //! out as one relocatable [`Artifact`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use cranelift_codegen::control::ControlPlane;
@@ -14,7 +14,7 @@ use rdx_bpf::isa::{encode, raw_to_bytes, Insn, STACK_SIZE};
 use target_lexicon::Triple;
 
 use crate::artifact::{
-    sha256, Artifact, Metadata, RelocKind, Relocation, Symbol, FLAG_ENTRY_LENGTH_ARG,
+    sha256, Artifact, Metadata, RelocKind, Relocation, Symbol, FLAG_DEOPT, FLAG_ENTRY_LENGTH_ARG,
     FLAG_HELPER_TABLE, FLAG_NEEDS_BUDGET,
 };
 use crate::target::Arch;
@@ -46,6 +46,49 @@ pub enum EntryAbi {
     WithLength,
 }
 
+/// The direction a profile says a conditional jump goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Expect {
+    /// The jump is taken: falling through leaves the fast path.
+    Taken,
+    /// The jump falls through: taking it leaves the fast path.
+    NotTaken,
+}
+
+/// Elite compilation: conditional jumps whose cold direction becomes a guard with a
+/// deoptimisation exit. Code reachable only through cold directions is not compiled.
+///
+/// An artifact compiled with a speculation (even an empty one) is an *elite* artifact
+/// (`FLAG_DEOPT`): it must be called with an [`rdx_region::abi::DeoptRunState`] as its run
+/// pointer, keeps its eBPF stack frames there, and on a failed guard stores the exact eBPF
+/// state there and returns with [`rdx_region::abi::RunStatus::Deopt`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Speculation {
+    /// Slot of a conditional jump → its expected direction.
+    pub guards: BTreeMap<usize, Expect>,
+}
+
+/// Scouting: count how often each conditional jump goes each way. Counters are `u64` pairs
+/// at the symbol's address, one 16-byte pair per [`branch_sites`] entry in that order:
+/// `[fell through, taken]`. The symbol is resolved at link time like any other, typically
+/// to a global-data map value in the node's XState (`Symbol::MapValue`), so the control
+/// plane reads the profile remotely.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BranchCounters {
+    pub symbol: Symbol,
+}
+
+/// The conditional jumps of a program, in slot order: the index of a slot in this list is
+/// its counter pair in [`BranchCounters`] and its entry in a profile.
+pub fn branch_sites(insns: &[Insn]) -> Vec<usize> {
+    insns
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| matches!(i, Insn::Jmp { .. }))
+        .map(|(pc, _)| pc)
+        .collect()
+}
+
 /// Everything besides the bytecode that decides the generated code. Part of the artifact's
 /// options hash.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -61,6 +104,10 @@ pub struct CompileOptions {
     pub eim_class: String,
     /// Run Cranelift's IR verifier on every function (slower; for tests and debugging).
     pub verify_ir: bool,
+    /// Compile an elite artifact with these guards (see [`Speculation`]).
+    pub speculation: Option<Speculation>,
+    /// Instrument every conditional jump with a counter (see [`BranchCounters`]).
+    pub branch_counters: Option<BranchCounters>,
 }
 
 impl CompileOptions {
@@ -72,15 +119,26 @@ impl CompileOptions {
             entry_abi: EntryAbi::Standard,
             eim_class: String::new(),
             verify_ir: cfg!(debug_assertions),
+            speculation: None,
+            branch_counters: None,
         }
     }
 
     fn hash(&self) -> [u8; 32] {
         // A stable textual rendering: the hash must not depend on Rust's Hash implementation.
-        let text = format!(
+        let mut text = format!(
             "arch={};budget={};helpers={:?};entry={:?};class={}",
             self.arch, self.needs_budget, self.helper_calls, self.entry_abi, self.eim_class
         );
+        if let Some(s) = &self.speculation {
+            text.push_str(";guards=");
+            for (pc, e) in &s.guards {
+                text.push_str(&format!("{pc}:{e:?},"));
+            }
+        }
+        if let Some(c) = &self.branch_counters {
+            text.push_str(&format!(";counters={}", c.symbol));
+        }
         sha256(&[text.as_bytes()])
     }
 }
@@ -110,6 +168,8 @@ pub enum CompileError {
     Codegen { function: usize, reason: String },
     #[error("unexpected relocation {kind} in generated code")]
     UnexpectedReloc { kind: String },
+    #[error("instruction {pc}: a guard must be a conditional jump, this is {what}")]
+    BadGuard { pc: usize, what: String },
 }
 
 /// Compile-time statistics, for benchmarks and `rdx compile`.
@@ -119,6 +179,10 @@ pub struct CompileStats {
     pub functions: usize,
     pub code_bytes: usize,
     pub elapsed: Duration,
+    /// Guards compiled (elite artifacts).
+    pub guards: usize,
+    /// Instruction slots not compiled because only cold directions reach them.
+    pub dropped_insns: usize,
 }
 
 /// A Cranelift code generator for one target, reusable across compilations.
@@ -171,6 +235,26 @@ impl Compiler {
         }
         let plans = plan_functions(insns)?;
         let depth = max_call_depth(&plans, insns)?;
+        if let Some(spec) = &opts.speculation {
+            for &pc in spec.guards.keys() {
+                match insns.get(pc) {
+                    Some(Insn::Jmp { .. }) => {}
+                    other => {
+                        return Err(CompileError::BadGuard {
+                            pc,
+                            what: other.map_or("outside the program".into(), |i| format!("{i:?}")),
+                        })
+                    }
+                }
+            }
+            if depth > rdx_region::abi::DEOPT_MAX_FRAMES {
+                return Err(CompileError::Unsupported {
+                    pc: 0,
+                    what: format!("{depth} nested frames in an elite artifact"),
+                });
+            }
+        }
+        let mut live_slots = 0usize;
 
         let mut symbols: Vec<Symbol> = Vec::new();
         let mut code: Vec<u8> = Vec::new();
@@ -183,7 +267,7 @@ impl Compiler {
 
         for (fi, plan) in plans.iter().enumerate() {
             ctx.clear();
-            translate::translate_function(
+            live_slots += translate::translate_function(
                 &mut ctx.func,
                 &mut fctx,
                 &*self.isa,
@@ -289,6 +373,9 @@ impl Compiler {
         if matches!(opts.helper_calls, HelperCalls::Table { .. }) {
             flags |= FLAG_HELPER_TABLE;
         }
+        if opts.speculation.is_some() {
+            flags |= FLAG_DEOPT;
+        }
         let source = raw_to_bytes(&encode(insns));
         let artifact = Artifact {
             meta: Metadata {
@@ -310,6 +397,8 @@ impl Compiler {
             functions: plans.len(),
             code_bytes: artifact.code.len(),
             elapsed: start.elapsed(),
+            guards: opts.speculation.as_ref().map_or(0, |s| s.guards.len()),
+            dropped_insns: insns.len() - live_slots,
         };
         Ok((artifact, stats))
     }

@@ -3,6 +3,10 @@
 //! [`Artifact`] that names every process-specific address symbolically; links artifacts
 //! against a target context; and maps linked code W^X in this process for tests and tools.
 //!
+//! Besides generic code it compiles *elite* artifacts ([`Speculation`]: cold branches become
+//! guards whose exits hand the exact eBPF state to the interpreter, `docs/deopt.md`) and
+//! instrumented scouting builds ([`BranchCounters`]).
+//!
 //! It owns the eBPF → native translation, the artifact format (`docs/artifact.md`) and the
 //! linker. It must not verify programs (the verifier decides what may run and whether a run
 //! needs an instruction budget), and nothing in the data-plane runtime may depend on it: the
@@ -28,7 +32,8 @@ mod translate;
 
 pub use artifact::{Artifact, ArtifactError, Symbol};
 pub use compile::{
-    compile, CompileError, CompileOptions, CompileStats, Compiler, EntryAbi, HelperCalls,
+    branch_sites, compile, BranchCounters, CompileError, CompileOptions, CompileStats, Compiler,
+    EntryAbi, Expect, HelperCalls, Speculation,
 };
 pub use exec::{ExecError, ExecutableCode};
 pub use link::{LinkError, LinkTarget, LinkedCode, SymbolResolver};

@@ -25,10 +25,10 @@ use rdx_bpf::isa::{
     AluOp, AtomicOp, ByteOrder, CallTarget, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width,
     NUM_REGS, STACK_SIZE,
 };
-use rdx_region::abi::RunStatus;
+use rdx_region::abi::{DeoptRunState, RunStatus, DEOPT_FRAME_BYTES, DEOPT_MAX_FRAMES};
 
 use crate::artifact::{Symbol, HELPER_TABLE_SYMBOL};
-use crate::compile::{callee_index, CompileError, CompileOptions, EntryAbi, HelperCalls};
+use crate::compile::{callee_index, CompileError, CompileOptions, EntryAbi, Expect, HelperCalls};
 
 /// External-name namespace of our own eBPF functions (index = function number).
 pub(crate) const NS_FUNC: u32 = 0;
@@ -38,6 +38,9 @@ pub(crate) const NS_SYMBOL: u32 = 1;
 /// Byte offsets in [`rdx_region::abi::RunState`].
 const RUN_BUDGET: i32 = 0;
 const RUN_STATUS: i32 = 8;
+/// Offset of the end of the eBPF stack in a [`DeoptRunState`] (the entry frame's `r10`).
+const DEOPT_STACK_TOP: i64 =
+    (DeoptRunState::OFF_STACK + DEOPT_MAX_FRAMES * DEOPT_FRAME_BYTES) as i64;
 
 /// One eBPF function: slots `start..end` of the program.
 #[derive(Clone, Copy, Debug)]
@@ -67,7 +70,15 @@ struct Translator<'a, 'b> {
     /// Remaining instruction budget, kept in a register between calls and exits.
     budget: Option<Variable>,
     run_state: Value,
-    stack: StackSlot,
+    /// The frame's stack: a Cranelift stack slot (generic code), or for elite code the
+    /// address of its 512 bytes in the [`DeoptRunState`] (where the interpreter expects
+    /// them).
+    stack: FrameStack,
+    /// Slots of this function that are compiled: reachable from its start without taking a
+    /// guard's cold direction.
+    live: Vec<bool>,
+    /// Index of each conditional jump in [`crate::branch_sites`] order (for counters).
+    branch_index: HashMap<usize, u32>,
     /// Cranelift block of each slot that starts a basic block (`None` otherwise).
     blocks: Vec<Option<Block>>,
     exhausted: Option<Block>,
@@ -85,6 +96,12 @@ struct Translator<'a, 'b> {
     ptr: Type,
 }
 
+#[derive(Clone, Copy)]
+enum FrameStack {
+    Slot(StackSlot),
+    Shadow(Value),
+}
+
 fn int_sig(isa: &dyn TargetIsa, params: usize) -> Signature {
     let mut sig = Signature::new(isa.default_call_conv());
     sig.params.extend((0..params).map(|_| AbiParam::new(I64)));
@@ -92,7 +109,40 @@ fn int_sig(isa: &dyn TargetIsa, params: usize) -> Signature {
     sig
 }
 
-/// Lowers function `fi` of `plans` into `func`.
+/// Which slots of `plan` run: everything reachable from its start, where a guarded jump only
+/// continues in its expected direction.
+fn live_slots(insns: &[Insn], plan: FuncPlan, opts: &CompileOptions) -> Vec<bool> {
+    let mut live = vec![false; plan.end - plan.start];
+    let mut work = vec![plan.start];
+    let guard = |pc: usize| opts.speculation.as_ref().and_then(|s| s.guards.get(&pc));
+    while let Some(pc) = work.pop() {
+        if pc < plan.start || pc >= plan.end || live[pc - plan.start] {
+            continue;
+        }
+        live[pc - plan.start] = true;
+        let insn = &insns[pc];
+        match insn {
+            Insn::Exit => {}
+            Insn::Ja { .. } => work.extend(insn.jump_target(pc).map(|t| t as usize)),
+            Insn::Jmp { .. } => {
+                let target = insn.jump_target(pc).map(|t| t as usize);
+                match guard(pc) {
+                    Some(Expect::Taken) => work.extend(target),
+                    Some(Expect::NotTaken) => work.push(pc + 1),
+                    None => {
+                        work.extend(target);
+                        work.push(pc + 1);
+                    }
+                }
+            }
+            Insn::LoadImm64 { .. } => work.push(pc + 2),
+            _ => work.push(pc + 1),
+        }
+    }
+    live
+}
+
+/// Lowers function `fi` of `plans` into `func`; returns how many of its slots it compiled.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn translate_function(
     func: &mut Function,
@@ -103,17 +153,18 @@ pub(crate) fn translate_function(
     fi: usize,
     opts: &CompileOptions,
     symbols: &mut Vec<Symbol>,
-) -> Result<(), CompileError> {
+) -> Result<usize, CompileError> {
     let plan = plans[fi];
     let is_entry = fi == 0;
+    let elite = opts.speculation.is_some();
     let nparams = if is_entry {
         match opts.entry_abi {
             EntryAbi::Standard => 2,
             EntryAbi::WithLength => 3,
         }
     } else {
-        // r1..r5, then the run state.
-        6
+        // r1..r5, then the run state; elite code passes the caller's frame top as well.
+        6 + elite as usize
     };
     func.signature = int_sig(isa, nparams);
     func.name = UserFuncName::user(NS_FUNC, fi as u32);
@@ -121,13 +172,15 @@ pub(crate) fn translate_function(
     let mut b = FunctionBuilder::new(func, fctx);
     let regs: [Variable; NUM_REGS] = std::array::from_fn(|_| b.declare_var(I64));
     let budget = opts.needs_budget.then(|| b.declare_var(I64));
-    let stack = b.create_sized_stack_slot(StackSlotData::new(
-        StackSlotKind::ExplicitSlot,
-        STACK_SIZE as u32,
-        4,
-    ));
+    let slot = (!elite).then(|| {
+        b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            STACK_SIZE as u32,
+            4,
+        ))
+    });
     let helper_sig = b.import_signature(int_sig(isa, 5));
-    let local_sig = b.import_signature(int_sig(isa, 6));
+    let local_sig = b.import_signature(int_sig(isa, 6 + elite as usize));
 
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
@@ -151,28 +204,61 @@ pub(crate) fn translate_function(
         run_state = params[5];
     }
     let ptr = isa.pointer_type();
-    let stack_base = b.ins().stack_addr(ptr, stack, 0);
-    let frame_top = b.ins().iadd_imm_s(stack_base, STACK_SIZE as i64);
+    let (stack, frame_top) = match slot {
+        Some(slot) => {
+            let stack_base = b.ins().stack_addr(ptr, slot, 0);
+            let top = b.ins().iadd_imm_s(stack_base, STACK_SIZE as i64);
+            (FrameStack::Slot(slot), top)
+        }
+        None => {
+            let top = if is_entry {
+                b.ins().iadd_imm_s(run_state, DEOPT_STACK_TOP)
+            } else {
+                b.ins().iadd_imm_s(params[6], -(STACK_SIZE as i64))
+            };
+            let base = b.ins().iadd_imm_s(top, -(STACK_SIZE as i64));
+            (FrameStack::Shadow(base), top)
+        }
+    };
     b.def_var(regs[10], frame_top);
     if let Some(v) = budget {
         let left = b.ins().load(I64, run_mem(), run_state, RUN_BUDGET);
         b.def_var(v, left);
     }
 
+    let live = live_slots(insns, plan, opts);
     let mut blocks = vec![None; plan.end - plan.start];
     for pc in plan.start..plan.end {
+        if !live[pc - plan.start] {
+            continue;
+        }
         let insn = &insns[pc];
         if let Some(t) = insn.jump_target(pc) {
             let t = t as usize;
-            if blocks[t - plan.start].is_none() {
+            if live[t - plan.start] && blocks[t - plan.start].is_none() {
                 blocks[t - plan.start] = Some(b.create_block());
             }
         }
         let ends_block = matches!(insn, Insn::Ja { .. } | Insn::Jmp { .. } | Insn::Exit);
-        if ends_block && pc + 1 < plan.end && blocks[pc + 1 - plan.start].is_none() {
+        if ends_block
+            && pc + 1 < plan.end
+            && live[pc + 1 - plan.start]
+            && blocks[pc + 1 - plan.start].is_none()
+        {
             blocks[pc + 1 - plan.start] = Some(b.create_block());
         }
     }
+    let compiled = live.iter().filter(|l| **l).count();
+    let branch_index = if opts.branch_counters.is_some() {
+        crate::compile::branch_sites(insns)
+            .into_iter()
+            .enumerate()
+            .filter(|(_, pc)| (plan.start..plan.end).contains(pc))
+            .map(|(i, pc)| (pc, i as u32))
+            .collect()
+    } else {
+        HashMap::new()
+    };
 
     let mut t = Translator {
         b,
@@ -185,10 +271,13 @@ pub(crate) fn translate_function(
         budget,
         run_state,
         stack,
+        live,
+        branch_index,
         blocks,
         exhausted: None,
         bad_helper: None,
         may_stop: opts.needs_budget
+            || elite
             || insns
                 .iter()
                 .any(|i| matches!(i, Insn::Call(CallTarget::Reg(_)))),
@@ -208,7 +297,7 @@ pub(crate) fn translate_function(
     t.deferred_blocks();
     t.b.seal_all_blocks();
     t.b.finalize(isa.frontend_config());
-    Ok(())
+    Ok(compiled)
 }
 
 impl Translator<'_, '_> {
@@ -228,6 +317,11 @@ impl Translator<'_, '_> {
         let mut open = true;
         let mut pc = self.plan.start;
         while pc < self.plan.end {
+            if !self.live[pc - self.plan.start] {
+                // Only cold directions reach this slot (or nothing does): not compiled.
+                pc += 1;
+                continue;
+            }
             if let Some(block) = self.blocks[pc - self.plan.start] {
                 if open {
                     self.b.ins().jump(block, &[]);
@@ -289,9 +383,36 @@ impl Translator<'_, '_> {
                     });
                 }
                 let c = self.condition(width, cond, dst, src);
-                let taken = self.edge(pc, target);
-                let next = self.block_at(pc + 1);
-                self.b.ins().brif(c, taken, &[], next, &[]);
+                self.count_branch(pc, c);
+                let guard = self
+                    .opts
+                    .speculation
+                    .as_ref()
+                    .and_then(|s| s.guards.get(&pc).copied());
+                let exit = guard.map(|_| {
+                    let b = self.b.create_block();
+                    self.b.set_cold_block(b);
+                    b
+                });
+                match (guard, exit) {
+                    (Some(Expect::Taken), Some(exit)) => {
+                        let taken = self.edge(pc, target);
+                        self.b.ins().brif(c, taken, &[], exit, &[]);
+                    }
+                    (Some(Expect::NotTaken), Some(exit)) => {
+                        let next = self.block_at(pc + 1);
+                        self.b.ins().brif(c, exit, &[], next, &[]);
+                    }
+                    _ => {
+                        let taken = self.edge(pc, target);
+                        let next = self.block_at(pc + 1);
+                        self.b.ins().brif(c, taken, &[], next, &[]);
+                    }
+                }
+                if let Some(exit) = exit {
+                    self.b.switch_to_block(exit);
+                    self.deopt_exit(pc);
+                }
                 return Ok(false);
             }
             Insn::Call(target) => self.call(pc, target)?,
@@ -436,6 +557,89 @@ impl Translator<'_, '_> {
                 .ins()
                 .store(run_mem(), left, self.run_state, RUN_BUDGET);
         }
+    }
+
+    /// This frame's index in the [`DeoptRunState`] stack: `(top - r10) / 512`.
+    fn frame_depth(&mut self) -> Value {
+        let top = self.b.ins().iadd_imm_s(self.run_state, DEOPT_STACK_TOP);
+        let r10 = self.reg(Reg(10));
+        let below = self.b.ins().isub(top, r10);
+        self.b
+            .ins()
+            .ushr_imm_u(below, STACK_SIZE.trailing_zeros() as i64)
+    }
+
+    /// A failed guard at `pc`: materialise the exact eBPF state of this frame (`r0`..`r10`,
+    /// the slot, the frame depth; the stack already lives in the [`DeoptRunState`]) and
+    /// leave with [`RunStatus::Deopt`]. Callers record their own frames as they unwind.
+    fn deopt_exit(&mut self, pc: usize) {
+        for i in 0..=10u8 {
+            let v = self.reg(Reg(i));
+            self.b.ins().store(
+                run_mem(),
+                v,
+                self.run_state,
+                (DeoptRunState::OFF_REGS + 8 * i as usize) as i32,
+            );
+        }
+        let pcv = self.b.ins().iconst(I32, pc as i64);
+        self.b
+            .ins()
+            .store(run_mem(), pcv, self.run_state, DeoptRunState::OFF_PC as i32);
+        let depth = self.frame_depth();
+        let depth = self.b.ins().ireduce(I32, depth);
+        self.b.ins().store(
+            run_mem(),
+            depth,
+            self.run_state,
+            DeoptRunState::OFF_DEPTH as i32,
+        );
+        self.store_budget();
+        self.stop(RunStatus::Deopt);
+    }
+
+    /// Unwinding past a local call after the callee stopped: record this frame (where it
+    /// continues, its callee-saved registers) at its depth in the [`DeoptRunState`].
+    fn record_caller_frame(&mut self, ret_pc: usize) {
+        let depth = self.frame_depth();
+        let offset = self.b.ins().imul_imm_s(
+            depth,
+            std::mem::size_of::<rdx_region::abi::DeoptFrame>() as i64,
+        );
+        let frames = self
+            .b
+            .ins()
+            .iadd_imm_s(self.run_state, DeoptRunState::OFF_FRAMES as i64);
+        let at = self.b.ins().iadd(frames, offset);
+        let ret = self.b.ins().iconst(I64, ret_pc as i64);
+        self.b.ins().store(run_mem(), ret, at, 0);
+        for i in 0..4u8 {
+            let v = self.reg(Reg(6 + i));
+            self.b.ins().store(run_mem(), v, at, 8 + 8 * i as i32);
+        }
+    }
+
+    /// Scouting: one more run through this jump's direction `c` in its counter pair.
+    fn count_branch(&mut self, pc: usize, c: Value) {
+        let Some(counters) = &self.opts.branch_counters else {
+            return;
+        };
+        let symbol = counters.symbol.clone();
+        let index = self.branch_index[&pc] as i64;
+        let base = self.symbol_value(symbol, 0);
+        let taken = self.b.ins().uextend(I64, c);
+        let inc = self.b.ins().ishl_imm_u(taken, 3);
+        let pair = self.b.ins().iadd_imm_s(base, 16 * index);
+        let addr = self.b.ins().iadd(pair, inc);
+        let one = self.b.ins().iconst(I64, 1);
+        // Atomic so that concurrent runs never lose counts; the counters are only read.
+        self.b.ins().atomic_rmw(
+            I64,
+            MemFlagsData::new().with_aligned(),
+            AtomicRmwOp::Add,
+            addr,
+            one,
+        );
     }
 
     fn operand(&mut self, width: Width, src: Operand) -> Value {
@@ -660,7 +864,10 @@ impl Translator<'_, '_> {
             Size::DW => I64,
         };
         let raw = if let Some(at) = self.stack_offset(base, off, size) {
-            self.b.ins().stack_load(self.ptr, ty, self.stack, at)
+            match self.stack {
+                FrameStack::Slot(slot) => self.b.ins().stack_load(self.ptr, ty, slot, at),
+                FrameStack::Shadow(frame) => self.b.ins().load(ty, mem(), frame, at),
+            }
         } else {
             let addr = self.reg(base);
             self.b.ins().load(ty, mem(), addr, off as i32)
@@ -687,7 +894,14 @@ impl Translator<'_, '_> {
             self.b.ins().ireduce(ty, v)
         };
         if let Some(at) = self.stack_offset(base, off, size) {
-            self.b.ins().stack_store(self.ptr, v, self.stack, at);
+            match self.stack {
+                FrameStack::Slot(slot) => {
+                    self.b.ins().stack_store(self.ptr, v, slot, at);
+                }
+                FrameStack::Shadow(frame) => {
+                    self.b.ins().store(mem(), v, frame, at);
+                }
+            }
         } else {
             let addr = self.reg(base);
             self.b.ins().store(mem(), v, addr, off as i32);
@@ -849,6 +1063,10 @@ impl Translator<'_, '_> {
                 };
                 let mut args = self.args();
                 args.push(self.run_state);
+                if self.opts.speculation.is_some() {
+                    let top = self.reg(Reg(10));
+                    args.push(top);
+                }
                 self.store_budget();
                 let call = self.b.ins().call(f, &args);
                 let r0 = self.b.inst_results(call)[0];
@@ -872,6 +1090,9 @@ impl Translator<'_, '_> {
                     self.b.set_cold_block(unwind);
                     self.b.ins().brif(status, unwind, &[], cont, &[]);
                     self.b.switch_to_block(unwind);
+                    if self.opts.speculation.is_some() {
+                        self.record_caller_frame(pc + 1);
+                    }
                     let zero = self.b.ins().iconst(I64, 0);
                     self.b.ins().return_(&[zero]);
                     self.b.switch_to_block(cont);

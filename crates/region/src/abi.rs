@@ -43,6 +43,88 @@ pub enum RunStatus {
     BudgetExhausted = 1,
     /// A `callx` named a helper outside the helper table; the return value is meaningless.
     BadHelper = 2,
+    /// A speculative (elite) artifact left its fast path at a failed guard. The exact eBPF
+    /// state is in the [`DeoptRunState`] the run pointer designates; the return value is
+    /// meaningless and the run must continue in the generic tier from that state.
+    Deopt = 3,
+}
+
+/// eBPF frames an elite artifact can hand over (the eBPF call-depth limit).
+pub const DEOPT_MAX_FRAMES: usize = 8;
+/// Bytes of one eBPF stack frame.
+pub const DEOPT_FRAME_BYTES: usize = 512;
+
+/// One caller frame of a deoptimised run, recorded while the native frames unwind.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeoptFrame {
+    /// Slot this frame continues at when its callee returns (the slot after the call).
+    pub ret_pc: u64,
+    /// `r6`..`r9` of this frame at the call (the callee-saved registers the callee's
+    /// return restores).
+    pub saved: [u64; 4],
+}
+
+/// The run state of an elite (speculative) artifact: a [`RunState`] followed by the place
+/// where a failed guard materialises the exact eBPF state.
+///
+/// An artifact flagged as elite (`FLAG_DEOPT` in `docs/artifact.md`) is called with a
+/// pointer to this structure as its run pointer, not to a bare [`RunState`]: its eBPF
+/// stack frames live in [`DeoptRunState::stack`] (frame `k` occupies the 512 bytes below
+/// `top - k * 512`, where `top` is the end of the array), exactly where the interpreter keeps
+/// them, so that the interpreter can resume on the same memory without moving a byte or
+/// rebasing a stack pointer.
+///
+/// After a run that ended with [`RunStatus::Deopt`]:
+/// - `pc` is the slot of the failed guard (a conditional jump that has not executed: no
+///   side effect of the fast path is lost or repeated by resuming there);
+/// - `depth` is the innermost frame's index (0 = entry function), `regs` its `r0`..`r10`;
+/// - `frames[0..depth]` are the callers, outermost first;
+/// - `run.budget` is the instruction budget left (metered artifacts).
+#[repr(C, align(16))]
+#[derive(Debug)]
+pub struct DeoptRunState {
+    pub run: RunState,
+    pub pc: u32,
+    pub depth: u32,
+    pub regs: [u64; 11],
+    pub reserved: u64,
+    pub frames: [DeoptFrame; DEOPT_MAX_FRAMES],
+    pub stack: [u8; DEOPT_MAX_FRAMES * DEOPT_FRAME_BYTES],
+}
+
+impl DeoptRunState {
+    /// Byte offsets generated code uses.
+    pub const OFF_PC: usize = 24;
+    pub const OFF_DEPTH: usize = 28;
+    pub const OFF_REGS: usize = 32;
+    pub const OFF_FRAMES: usize = 128;
+    pub const OFF_STACK: usize = 448;
+
+    /// A fresh state on the heap (it is 4.5 KiB: one per thread, reused across runs).
+    pub fn boxed(budget: u64) -> Box<DeoptRunState> {
+        Box::new(DeoptRunState {
+            run: RunState::new(budget),
+            pc: 0,
+            depth: 0,
+            regs: [0; 11],
+            reserved: 0,
+            frames: [DeoptFrame::default(); DEOPT_MAX_FRAMES],
+            stack: [0; DEOPT_MAX_FRAMES * DEOPT_FRAME_BYTES],
+        })
+    }
+
+    /// Readies the state for the next run: status `Ok`, the given budget. The stack is left
+    /// as it is (eBPF programs never read stack bytes they did not write).
+    pub fn reset(&mut self, budget: u64) {
+        self.run.budget = budget;
+        self.run.status = RunStatus::Ok as u32;
+    }
+
+    /// One past the highest stack byte: the entry frame's `r10`.
+    pub fn stack_top(&self) -> u64 {
+        self.stack.as_ptr() as u64 + self.stack.len() as u64
+    }
 }
 
 /// A linked extension entry point: `r0 = entry(ctx, run_state)`.
@@ -53,3 +135,11 @@ pub type HelperFn = unsafe extern "C" fn(u64, u64, u64, u64, u64) -> u64;
 
 const _: () = assert!(std::mem::size_of::<RunState>() == 24);
 const _: () = assert!(std::mem::align_of::<RunState>() == 8);
+const _: () = assert!(std::mem::size_of::<DeoptFrame>() == 40);
+const _: () = assert!(std::mem::offset_of!(DeoptRunState, pc) == DeoptRunState::OFF_PC);
+const _: () = assert!(std::mem::offset_of!(DeoptRunState, depth) == DeoptRunState::OFF_DEPTH);
+const _: () = assert!(std::mem::offset_of!(DeoptRunState, regs) == DeoptRunState::OFF_REGS);
+const _: () = assert!(std::mem::offset_of!(DeoptRunState, frames) == DeoptRunState::OFF_FRAMES);
+const _: () = assert!(std::mem::offset_of!(DeoptRunState, stack) == DeoptRunState::OFF_STACK);
+const _: () = assert!(DeoptRunState::OFF_STACK.is_multiple_of(16));
+const _: () = assert!(std::mem::size_of::<DeoptRunState>() == 448 + 4096);

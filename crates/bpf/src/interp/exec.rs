@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::context::ContextModel;
 use super::memory::{Access, Regions};
 use super::ops::{atomic, Code};
-use super::{Input, RunError, RunErrorKind, Vm, MAX_FRAMES};
+use super::{Input, Resume, RunError, RunErrorKind, Vm, MAX_FRAMES};
 use crate::helpers::HelperCtx;
 use crate::isa::{Reg, Size, STACK_SIZE};
 
@@ -45,10 +45,21 @@ fn size_of(n: usize) -> Size {
     }
 }
 
-pub(super) fn run<const CHECKED: bool>(vm: &Vm, input: Input<'_>) -> Result<u64, RunError> {
-    let mut stack: Box<Stack> = Box::new(Stack([0; STACK_BYTES]));
+pub(super) fn run<const CHECKED: bool>(
+    vm: &Vm,
+    input: Input<'_>,
+    mut resume: Option<Resume<'_>>,
+) -> Result<u64, RunError> {
+    let mut owned: Option<Box<Stack>> = None;
     // From here on the stack is only accessed through addresses derived from this pointer.
-    let stack_base = stack.0.as_mut_ptr() as u64;
+    let stack_base = match resume.as_mut() {
+        // Validated by the caller: exactly STACK_BYTES, 16-byte aligned.
+        Some(r) => r.stack.as_mut_ptr() as u64,
+        None => owned
+            .insert(Box::new(Stack([0; STACK_BYTES])))
+            .0
+            .as_mut_ptr() as u64,
+    };
     let stack_hi = stack_base + STACK_BYTES as u64;
 
     let mut regs = [0u64; 16];
@@ -82,11 +93,36 @@ pub(super) fn run<const CHECKED: bool>(vm: &Vm, input: Input<'_>) -> Result<u64,
 
     let ops = &vm.ops[..];
     let masks = &vm.masks[..];
-    let max_steps = vm.config.max_steps;
+    let mut max_steps = vm.config.max_steps;
     let mut steps: u64 = 0;
     let mut frames = [Frame::default(); MAX_FRAMES];
     let mut depth = 0usize;
     let mut pc = 0usize;
+    if let Some(r) = resume {
+        // Continue a run another tier started: its registers, its callers and the slot it
+        // stopped at. Every register counts as written: the tier that handed the state over
+        // ran a verified program, and what it wrote is exactly what is here.
+        const ALL: u16 = (1 << 11) - 1;
+        regs[..11].copy_from_slice(&r.regs);
+        init = ALL;
+        for (k, f) in r.frames.iter().enumerate() {
+            frames[k] = Frame {
+                ret: f.ret,
+                saved: f.saved,
+                fp: stack_hi - k as u64 * FRAME,
+                init: ALL,
+            };
+        }
+        depth = r.frames.len();
+        regions.stack_lo = regs[10] - FRAME;
+        if r.packet.is_some() {
+            regions.packet = r.packet;
+        }
+        if let Some(m) = r.max_steps {
+            max_steps = m;
+        }
+        pc = r.pc;
+    }
 
     macro_rules! load {
         ($ty:ty, $addr:expr, $cur:expr) => {{

@@ -151,6 +151,47 @@ pub enum RunErrorKind {
     FellOff,
 }
 
+/// A caller frame of a resumed run: where it continues when its callee returns, and its
+/// callee-saved registers at the call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResumeFrame {
+    /// Slot after the call instruction.
+    pub ret: usize,
+    /// `r6`..`r9` at the call.
+    pub saved: [u64; 4],
+}
+
+/// The exact eBPF state a run continues from ([`Vm::resume_checked`]).
+///
+/// The stack is `MAX_FRAMES * 512` bytes, 16-byte aligned, frame `k` occupying the 512 bytes
+/// below `top - k * 512` (the layout of `rdx_region::abi::DeoptRunState` and of the
+/// interpreter's own stack), so pointers into it stay valid as they are: the run continues
+/// on that memory.
+#[derive(Debug)]
+pub struct Resume<'s> {
+    /// Slot to execute next.
+    pub pc: usize,
+    /// `r0`..`r10` of the innermost frame; `r10` must be that frame's top.
+    pub regs: [u64; 11],
+    /// Caller frames, outermost (the entry function) first.
+    pub frames: &'s [ResumeFrame],
+    pub stack: &'s mut [u8],
+    /// The packet a real-memory context points into, accessible like the packet of a
+    /// modelled context.
+    pub packet: Option<PacketRegion>,
+    /// Instructions the rest of the run may execute (default: the VM's `max_steps`).
+    pub max_steps: Option<u64>,
+}
+
+/// Why a resumed run failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ResumeError {
+    #[error("cannot resume: {0}")]
+    BadState(String),
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
 /// A prepared program with its maps and helpers.
 pub struct Vm {
     ops: Box<[ops::Op]>,
@@ -197,7 +238,7 @@ impl Vm {
 
     /// Runs with every memory access and register read checked. Returns `r0`.
     pub fn run_checked(&self, input: Input<'_>) -> Result<u64, RunError> {
-        exec::run::<true>(self, input)
+        exec::run::<true>(self, input, None)
     }
 
     /// Runs without bounds checks. Returns `r0`.
@@ -209,7 +250,82 @@ impl Vm {
     /// contract the run has no undefined behaviour. Context accesses, atomic alignment, the
     /// call depth and the step limit are checked in this mode as well.
     pub unsafe fn run_unchecked(&self, input: Input<'_>) -> Result<u64, RunError> {
-        exec::run::<false>(self, input)
+        exec::run::<false>(self, input, None)
+    }
+
+    /// Continues a run that another tier (a deoptimised elite JIT artifact) started, from
+    /// the exact eBPF state it handed over, with every access checked as in
+    /// [`Vm::run_checked`]. `input` must be the run's original context, given as
+    /// [`Input::Bytes`] when the context is real memory (the JIT's view), with
+    /// [`Resume::packet`] naming the packet it points into.
+    pub fn resume_checked(&self, input: Input<'_>, state: Resume<'_>) -> Result<u64, ResumeError> {
+        self.check_resume(&state)?;
+        Ok(exec::run::<true>(self, input, Some(state))?)
+    }
+
+    /// [`Vm::resume_checked`] without bounds checks.
+    ///
+    /// # Safety
+    /// As [`Vm::run_unchecked`], and the state is one a tier running the same verified
+    /// program produced on this input (its pointers point where the program may access).
+    pub unsafe fn resume_unchecked(
+        &self,
+        input: Input<'_>,
+        state: Resume<'_>,
+    ) -> Result<u64, ResumeError> {
+        self.check_resume(&state)?;
+        Ok(exec::run::<false>(self, input, Some(state))?)
+    }
+
+    /// Refuses a state the dispatch loop could not continue from safely.
+    fn check_resume(&self, state: &Resume<'_>) -> Result<(), ResumeError> {
+        let slots = self.ops.len() - 1;
+        let bad = |what: String| Err(ResumeError::BadState(what));
+        if state.stack.len() != MAX_FRAMES * crate::isa::STACK_SIZE {
+            return bad(format!(
+                "stack is {} bytes, a resumed run needs {}",
+                state.stack.len(),
+                MAX_FRAMES * crate::isa::STACK_SIZE
+            ));
+        }
+        if !(state.stack.as_ptr() as usize).is_multiple_of(16) {
+            return bad("stack is not 16-byte aligned".into());
+        }
+        if state.frames.len() >= MAX_FRAMES {
+            return bad(format!(
+                "{} caller frames (at most {})",
+                state.frames.len(),
+                MAX_FRAMES - 1
+            ));
+        }
+        let resumable = |pc: usize| pc < slots && self.ops[pc].code != ops::Code::LdImm64Hi;
+        if !resumable(state.pc) {
+            return bad(format!(
+                "pc {} is not an instruction of the {slots}-slot program",
+                state.pc
+            ));
+        }
+        if let Some((k, f)) = state
+            .frames
+            .iter()
+            .enumerate()
+            .find(|(_, f)| !resumable(f.ret))
+        {
+            return bad(format!(
+                "frame {k} returns to {}, not an instruction",
+                f.ret
+            ));
+        }
+        let top = state.stack.as_ptr() as u64 + state.stack.len() as u64;
+        let fp = top - (state.frames.len() * crate::isa::STACK_SIZE) as u64;
+        if state.regs[10] != fp {
+            return bad(format!(
+                "r10 is {:#x}, but frame {} of this stack starts at {fp:#x}",
+                state.regs[10],
+                state.frames.len()
+            ));
+        }
+        Ok(())
     }
 
     /// The maps the program uses (shared with every other user of the same [`MapSet`]).
