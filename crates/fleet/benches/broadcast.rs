@@ -173,7 +173,85 @@ fn main() {
         let _ = c.wait();
     }
     chain_phase(&state, &exts);
+    watch_phase();
     let _ = std::fs::remove_dir_all(&state);
+}
+
+const WATCH_ROUNDS: usize = 5;
+
+/// `rdx watch`'s fault-to-rollback time: a host under continuous traffic runs stamp_v1, a
+/// faulty release (budget exhausted on every run) is deployed, the watcher (polling every
+/// 200 us) rolls it back.
+fn watch_phase() {
+    use rdx_fleet::watch::{watch, Event, Target, Thresholds, WatchOptions};
+    let mut c = chain::Chain::start("bench-watch", 1, 100);
+    let address = c.address(0);
+    let load = |n: &str| {
+        let o = rdx_bpf::loader::load(&rdx_testdata::object(&format!("fleet/{n}"))).unwrap();
+        Extension::from_object(&o, None).unwrap()
+    };
+    let (good, faulty) = (load("stamp_v1"), load("stamp_fault"));
+    let mut cf = create_codeflow(&address, ExtSpec::default()).unwrap();
+    cf.deploy("on_request", &good, Some("default"), None)
+        .unwrap();
+    cf.release().unwrap();
+    let traffic = c.traffic(16);
+    let (mut from_deploy, mut bound, mut detect) = (vec![], vec![], vec![]);
+    for _ in 0..WATCH_ROUNDS {
+        traffic.wait_for(100);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let target = Target {
+            node: "n0".into(),
+            address: address.clone(),
+            hook: "on_request".into(),
+        };
+        let watcher = std::thread::spawn(move || {
+            let opts = WatchOptions {
+                interval: std::time::Duration::from_micros(200),
+                thresholds: Thresholds {
+                    max_failure_ratio: 0.05,
+                    max_avg_ns: None,
+                    min_runs: 20,
+                },
+                duration: Some(std::time::Duration::from_secs(30)),
+                max_rollbacks: Some(1),
+            };
+            watch(&[target], &opts, |e| {
+                let _ = tx.send(e.clone());
+            })
+            .unwrap()
+        });
+        assert!(matches!(rx.recv().unwrap(), Event::Good { .. }));
+        cf.deploy("on_request", &faulty, Some("default"), None)
+            .unwrap();
+        let deployed = Instant::now();
+        cf.release().unwrap();
+        let r = loop {
+            if let Event::RolledBack(r) = rx.recv().unwrap() {
+                break r;
+            }
+        };
+        watcher.join().unwrap();
+        from_deploy.push((r.at.unwrap() - deployed).as_secs_f64() * 1e6);
+        bound.push(r.fault_to_rollback_us);
+        detect.push(r.rollback_us);
+    }
+    traffic.stop();
+    println!(
+        "rdx watch, faulty release under traffic, polling every 200 us, median of {WATCH_ROUNDS}:"
+    );
+    println!(
+        "  deploy of the faulty version .. rollback done   {:9.1} us",
+        median(from_deploy)
+    );
+    println!(
+        "  last clean sample .. rollback done             {:9.1} us",
+        median(bound)
+    );
+    println!(
+        "  threshold crossed .. rollback done             {:9.1} us",
+        median(detect)
+    );
 }
 
 const HOPS: usize = 4;

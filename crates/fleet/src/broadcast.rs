@@ -154,24 +154,64 @@ pub fn load_extensions(plan: &Plan) -> Result<Vec<Extension>> {
         .collect()
 }
 
-/// Runs `f` on every element on its own thread; results in input order.
-pub(crate) fn per_node<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
-    if items.len() <= 1 {
+/// Runs `f` on every element, on up to `workers` threads; results in input order.
+///
+/// Shared-memory nodes make the per-node work CPU-bound: more threads than cores only adds
+/// scheduling (the machine is shared with the hosts themselves). Remote nodes make it
+/// latency-bound: one thread per node overlaps the round trips. See [`workers_for`].
+pub(crate) fn per_node<T: Send, R: Send>(
+    items: Vec<T>,
+    workers: usize,
+    f: impl Fn(T) -> R + Sync,
+) -> Vec<R> {
+    let n = items.len();
+    let workers = workers.clamp(1, n.max(1));
+    if workers == 1 {
         return items.into_iter().map(f).collect();
     }
+    let inputs: Vec<std::sync::Mutex<Option<T>>> = items
+        .into_iter()
+        .map(|t| std::sync::Mutex::new(Some(t)))
+        .collect();
+    let outputs: Vec<std::sync::Mutex<Option<R>>> =
+        (0..n).map(|_| std::sync::Mutex::new(None)).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
-        let handles: Vec<_> = items
-            .into_iter()
-            .map(|it| {
-                let f = &f;
-                s.spawn(move || f(it))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("per-node worker panicked"))
-            .collect()
-    })
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let item = inputs[i]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take()
+                    .expect("each item taken once");
+                let r = f(item);
+                *outputs[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+            });
+        }
+    });
+    outputs
+        .into_iter()
+        .map(|o| {
+            o.into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .expect("every item ran")
+        })
+        .collect()
+}
+
+/// Worker threads for per-node work: the machine's cores when every node is shared memory
+/// here, one per node otherwise.
+pub(crate) fn workers_for<'a>(addresses: impl Iterator<Item = &'a str>) -> usize {
+    let addresses: Vec<&str> = addresses.collect();
+    if addresses.iter().all(|a| a.starts_with("shm:")) {
+        std::thread::available_parallelism().map_or(2, |n| n.get())
+    } else {
+        addresses.len()
+    }
 }
 
 /// Attaches to every node and checks every update there (hook present, class accepts the
@@ -182,7 +222,8 @@ fn check(plan: &Plan, exts: &[Extension], holder: u32, ttl: Duration) -> Result<
         lease_ttl: ttl,
         ..ExtSpec::default()
     };
-    let results = per_node(plan.nodes.clone(), |n| -> Result<NodeWork> {
+    let workers = workers_for(plan.nodes.iter().map(|n| n.address.as_str()));
+    let results = per_node(plan.nodes.clone(), workers, |n| -> Result<NodeWork> {
         let cf = create_codeflow(&n.address, spec.clone()).map_err(node_err(&n.name))?;
         for f in plan.flows.iter().filter(|f| f.exit.node == n.name) {
             if cf.view().hook(&f.exit.hook).is_err() {
@@ -439,7 +480,8 @@ pub fn broadcast(plan: &Plan, opts: &Options) -> Result<Report> {
 
     // Prepare: every node in parallel; a node that fails undoes its own part.
     let t_prepare = Instant::now();
-    let results = per_node(std::mem::take(&mut work), |mut w| {
+    let workers = workers_for(plan.nodes.iter().map(|n| n.address.as_str()));
+    let results = per_node(std::mem::take(&mut work), workers, |mut w| {
         let mut prepared = Vec::new();
         for (i, c) in &w.items {
             match w.cf.prepare_prog(&plan.updates[*i].hook, &exts[*i], c) {

@@ -203,7 +203,7 @@ pub fn migrate(
         ..ExtSpec::default()
     };
     let t_check = Instant::now();
-    let mut cfs = per_node(vec![source.clone(), target.clone()], |n| {
+    let mut cfs = per_node(vec![source.clone(), target.clone()], 2, |n| {
         create_codeflow(&n.address, spec.clone()).map_err(node_err(&n.name))
     })
     .into_iter();

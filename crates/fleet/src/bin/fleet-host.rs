@@ -145,8 +145,11 @@ fn forward_requests(rt: &Runtime, hook_name: &str) -> Result<(), Box<dyn std::er
     let region = rt.region();
     let active_at = rt.info().hook_offset(hook.index()) + offsets::HOOK_ACTIVE;
     eprintln!("ready {} {}", rt.path().display(), std::process::id());
+    // Line-buffered: each request is forwarded as soon as its hook ran. Batching output
+    // would keep requests that already passed this hop from the next one while this hop
+    // waits (on its input or on a held hook), and a drain waiting for them would stall.
     let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut out = stdout.lock();
     let mut input = std::io::BufReader::with_capacity(1 << 16, std::io::stdin());
     let mut line = String::new();
     loop {
@@ -166,11 +169,6 @@ fn forward_requests(rt: &Runtime, hook_name: &str) -> Result<(), Box<dyn std::er
         hook.run(&mut ctx);
         let waited: u64 = waited.parse::<u64>()? + held as u64;
         writeln!(out, "req {id} {} {waited}", ctx.out)?;
-        // Flush only when nothing more is queued: batches under load, no added latency.
-        if input.buffer().is_empty() {
-            out.flush()?;
-        }
     }
-    out.flush()?;
     Ok(())
 }
