@@ -63,3 +63,98 @@ fn errors_point_at_the_line() {
     assert!(err.contains("^"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `rdx acl apply` against a live host that declares the ACL packet hook (this test process,
+/// through the runtime library): the policy takes effect, a second apply replaces it, and a
+/// program the policy does not fit is refused while the node keeps its version.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn apply_deploys_the_policy_into_a_running_hook() {
+    use rdx_acl::enforce::{self, AclContext};
+    use rdx_acl::packet::LinkType;
+    use rdx_acl::policy::Action;
+    use rdx_runtime::{HookSpec, Runtime};
+
+    let region = format!("/dev/shm/rdx-acl-cli-apply-{}", std::process::id());
+    let rt = Runtime::builder()
+        .path(&region)
+        .eim_spec(enforce::EIM_SPEC.as_bytes().to_vec())
+        .code_size(8 << 20)
+        .scratch_size(32 << 20)
+        .hook(
+            enforce::HOOK,
+            HookSpec::for_context::<AclContext>().default_return(1),
+        )
+        .build()
+        .unwrap();
+    rt.register().unwrap();
+    let state = std::env::temp_dir().join(format!("rdx-acl-cli-state-{}", std::process::id()));
+    let node = format!("shm:{region}");
+    let policy = repo("tools/acl-traffic/policies/server.acl");
+    let (ok, out, err) = rdx(&[
+        "acl",
+        "apply",
+        policy.to_str().unwrap(),
+        "--node",
+        &node,
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("version 1 (was 0)"), "{out}");
+
+    let trace = rdx_acl::pcap::read(&repo("crates/acl/tests/data/attacks.pcap")).unwrap();
+    let report = rdx_acl::api::test(&policy, &repo("crates/acl/tests/data/attacks.pcap")).unwrap();
+    let hook = rt.hook(enforce::HOOK).unwrap();
+    for (i, (frame, want)) in trace.packets.iter().zip(&report.verdicts).enumerate() {
+        let mut ctx = AclContext::for_frame(trace.link, frame);
+        let ret = hook.run(&mut ctx);
+        assert_eq!(ctx.outcome(ret).action, want.action, "frame {i}");
+    }
+
+    // A policy that denies everything replaces it.
+    let deny_all = std::env::temp_dir().join(format!("rdx-acl-deny-{}.acl", std::process::id()));
+    std::fs::write(&deny_all, "default deny\n").unwrap();
+    let (ok, out, err) = rdx(&[
+        "acl",
+        "apply",
+        deny_all.to_str().unwrap(),
+        "--node",
+        &node,
+        "--generation",
+        "77",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("version 2 (was 1)"), "{out}");
+    let benign = &trace.packets[0];
+    let mut ctx = AclContext::for_frame(LinkType::Ethernet, benign);
+    let ret = hook.run(&mut ctx);
+    assert_eq!(ctx.outcome(ret).action, Action::Deny);
+    assert_eq!(ctx.generation, 77);
+
+    // Not the enforcement program: refused, version 2 stays.
+    let other = rdx_testdata::object_path("control/plus_one");
+    let (ok, _, err) = rdx(&[
+        "acl",
+        "apply",
+        deny_all.to_str().unwrap(),
+        "--node",
+        &node,
+        "--object",
+        other.to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(err.contains("not the ACL enforcement program"), "{err}");
+    let mut ctx = AclContext::for_frame(LinkType::Ethernet, benign);
+    hook.run(&mut ctx);
+    assert_eq!(ctx.generation, 77);
+
+    let _ = std::fs::remove_file(&deny_all);
+    let _ = std::fs::remove_dir_all(&state);
+    let _ = rt.teardown(std::time::Duration::from_millis(200));
+    let _ = rt.unlink();
+}

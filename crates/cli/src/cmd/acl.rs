@@ -1,9 +1,18 @@
-//! `rdx acl`: RDMA access-control policies — check, compile to the rule table, and test
-//! against pcap traces. All the work is in `rdx-acl`; this module parses arguments and prints.
+//! `rdx acl`: RDMA access-control policies — check, compile to the rule table, test against
+//! pcap traces, and apply to a running node. Parsing, compiling and the enforcement program's
+//! layouts are in `rdx-acl`; `apply` drives the CodeFlow API like `rdx deploy` does.
 
+use std::io::Write as _;
 use std::path::PathBuf;
+use std::time::Instant;
 
 use anyhow::Context;
+use rdx_acl::enforce;
+use rdx_control::registry::HistoryEntry;
+use rdx_control::Extension;
+use serde::Serialize;
+
+use super::node::{attach, StateArgs};
 
 /// Check, compile and test RDMA ACL policy files.
 #[derive(clap::Args)]
@@ -37,6 +46,177 @@ enum AclCommand {
         #[arg(long)]
         summary: bool,
     },
+    /// Compile a policy file and deploy it to a node's packet hook with the enforcement
+    /// program (bpf/acl/enforce.c): rules and code are written, then published together with
+    /// one compare-and-swap, so no packet sees a mix of the old and new rule sets.
+    Apply {
+        /// Policy file.
+        file: PathBuf,
+        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`).
+        #[arg(long)]
+        node: String,
+        /// The hook (declared with the context of bpf/acl/acl.yaml).
+        #[arg(long, default_value = enforce::HOOK)]
+        hook: String,
+        /// Extension class (default: the only one the node binds to the hook).
+        #[arg(long)]
+        class: Option<String>,
+        /// Enforcement program object (default: bpf/acl/enforce.c as this build compiled it).
+        #[arg(long, value_name = "OBJ")]
+        object: Option<PathBuf>,
+        /// Generation word reported with every decision (default: a hash of the rules).
+        #[arg(long)]
+        generation: Option<u64>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        state: StateArgs,
+    },
+}
+
+#[derive(Serialize)]
+struct ApplyReport {
+    node: String,
+    hook: String,
+    policy: String,
+    rules: usize,
+    generation: u64,
+    class: String,
+    version: u32,
+    previous_version: u32,
+    cached: bool,
+    verify_us: f64,
+    compile_us: f64,
+    write_us: f64,
+    publish_us: f64,
+}
+
+struct ApplyArgs {
+    file: PathBuf,
+    node: String,
+    hook: String,
+    class: Option<String>,
+    object: Option<PathBuf>,
+    generation: Option<u64>,
+    json: bool,
+    state: StateArgs,
+}
+
+fn apply(a: ApplyArgs) -> anyhow::Result<()> {
+    let set = rdx_acl::api::load(&a.file)?;
+    let rules = rdx_acl::compile::compile(&set)
+        .with_context(|| format!("cannot compile {}", a.file.display()))?;
+    let generation = a
+        .generation
+        .unwrap_or_else(|| enforce::content_generation(&rules));
+    let object_path = a
+        .object
+        .clone()
+        .unwrap_or_else(|| rdx_testdata::object_path("acl/enforce"));
+    let bytes = std::fs::read(&object_path)
+        .with_context(|| format!("cannot read {}", object_path.display()))?;
+    let object = rdx_bpf::loader::load(&bytes)
+        .with_context(|| format!("cannot load {}", object_path.display()))?;
+    // The code does not depend on the policy: it is compiled (and cached) from the object as
+    // built; the policy travels in the version's copy of the rule section.
+    let code = Extension::from_object(&object, None)?;
+    let mut with_rules = object.clone();
+    let section = with_rules
+        .maps
+        .iter_mut()
+        .find(|m| m.name == enforce::RULES_SECTION)
+        .with_context(|| {
+            format!(
+                "{} has no {} section: not the ACL enforcement program",
+                object_path.display(),
+                enforce::RULES_SECTION
+            )
+        })?;
+    section.initial_value = Some(enforce::section_image(
+        &rules,
+        generation,
+        section.value_size as usize,
+    )?);
+    let policy_ext = Extension::from_object(&with_rules, None)?;
+
+    let registry = a.state.registry()?;
+    let (node, mut cf) = attach(&registry, &a.node)?;
+    let progress = |msg: String| {
+        if !a.json {
+            eprint!("{msg}");
+            let _ = std::io::stderr().flush();
+        }
+    };
+    let us = |t: Instant| t.elapsed().as_secs_f64() * 1e6;
+    progress(format!(
+        "{}: {} rules, generation {generation:#x}; verifying for {node}/{} ... ",
+        a.file.display(),
+        rules.rules.len(),
+        a.hook
+    ));
+    let t = Instant::now();
+    let checked = cf
+        .validate_code(&policy_ext, &a.hook, a.class.as_deref())
+        .inspect_err(|_| progress("rejected\n".into()))?;
+    let verify_us = us(t);
+    progress(format!("ok ({verify_us:.0} us)\n"));
+    let t = Instant::now();
+    let compiled = cf.jit_compile_code(&code, &checked, Some(&registry))?;
+    let compile_us = us(t);
+    let t = Instant::now();
+    let prepared = cf.prepare_prog(&a.hook, &policy_ext, &compiled)?;
+    let write_us = us(t);
+    let t = Instant::now();
+    let published = cf.tx(vec![prepared])?.remove(0);
+    let publish_us = us(t);
+    registry.record(&HistoryEntry {
+        id: 0,
+        node: node.clone(),
+        hook: a.hook.clone(),
+        action: "acl apply".into(),
+        version: published.version,
+        previous_version: published.previous_version,
+        program: policy_ext.name.clone(),
+        object: a.file.display().to_string(),
+        class: checked.class.clone(),
+        artifact: rdx_control::codeflow::hex(&compiled.artifact_hash),
+        at_ms: rdx_control::lease::now_ms(),
+        generation: published.generation,
+    })?;
+    let report = ApplyReport {
+        node,
+        hook: a.hook,
+        policy: a.file.display().to_string(),
+        rules: rules.rules.len(),
+        generation,
+        class: checked.class,
+        version: published.version,
+        previous_version: published.previous_version,
+        cached: compiled.cached,
+        verify_us,
+        compile_us,
+        write_us,
+        publish_us,
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "applied {} to {}/{}: version {} (was {}), {} rules, generation {:#x}; compile {:.0} us{}, write {:.0} us, publish {:.1} us",
+            report.policy,
+            report.node,
+            report.hook,
+            report.version,
+            report.previous_version,
+            report.rules,
+            report.generation,
+            report.compile_us,
+            if report.cached { " (cached)" } else { "" },
+            report.write_us,
+            report.publish_us
+        );
+    }
+    Ok(())
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -64,6 +244,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             print!("{report}");
         }
+        AclCommand::Apply {
+            file,
+            node,
+            hook,
+            class,
+            object,
+            generation,
+            json,
+            state,
+        } => apply(ApplyArgs {
+            file,
+            node,
+            hook,
+            class,
+            object,
+            generation,
+            json,
+            state,
+        })?,
     }
     Ok(())
 }
