@@ -41,6 +41,7 @@ use rdx_bpf::program::{MapDef, MapOrigin, Object};
 use rdx_jit::artifact::Artifact;
 use rdx_jit::{CompileOptions, Compiler, LinkTarget, Symbol};
 use rdx_region::layout::*;
+use rdx_transport::local::LocalRegion;
 use rdx_transport::xstate::{self, MapSpec};
 use rdx_transport::Transport;
 use rdx_verifier::{EimSpec, Verified, VerifyOptions};
@@ -248,8 +249,10 @@ pub struct Reclaimed {
 /// Attaches to the node at `address` (`shm:/dev/shm/rdx-...`): reads and checks its header,
 /// EIM spec and context table. Takes no lease yet.
 pub fn create_codeflow(address: &str, spec: ExtSpec) -> Result<CodeFlow> {
-    let t = node::connect(address)?;
-    CodeFlow::attach(t, address, spec)
+    let (t, mapped) = node::connect_mapped(address)?;
+    let mut cf = CodeFlow::attach(t, address, spec)?;
+    cf.mapped = mapped;
+    Ok(cf)
 }
 
 /// One control plane's handle on one node.
@@ -264,6 +267,11 @@ pub struct CodeFlow {
     /// Live maps by name (reusable across versions), valid while we hold the lease.
     map_names: Option<BTreeMap<String, (u32, MapSpec)>>,
     reclaim_timeout: Duration,
+    /// The region's mapping in this process when the transport is shared memory (owned by
+    /// `t`, which outlives every use): code is linked straight into the arena, one copy.
+    mapped: Option<LocalRegion>,
+    /// Reused link buffer for transports without a mapping (no allocation per deploy).
+    link_buf: Vec<u8>,
 }
 
 impl std::fmt::Debug for CodeFlow {
@@ -327,6 +335,8 @@ impl CodeFlow {
             alloc: None,
             map_names: None,
             reclaim_timeout: spec.reclaim_timeout,
+            mapped: None,
+            link_buf: Vec::new(),
         })
     }
 
@@ -853,6 +863,59 @@ impl CodeFlow {
         Ok(linked.code)
     }
 
+    /// Links `compiled` for `code_offset` and writes it there: on a mapped region straight
+    /// into the (allocated, unpublished) extent — one copy of the code plus its relocations —
+    /// otherwise into a reused buffer written with one transport write.
+    fn write_code(&mut self, compiled: &Compiled, map_ids: &[u32], code_offset: u64) -> Result<()> {
+        let len = compiled.artifact.code.len();
+        let target = LinkTarget::new(jit_arch(self.arch));
+        let load_address = self.view.info.base_address + code_offset;
+        let link_err = |e: rdx_jit::link::LinkError| ControlError::Link(e.to_string());
+        if let Some(region) = self.mapped {
+            let end = code_offset.checked_add(len as u64);
+            if end.is_none_or(|e| e > self.t.region_len()) {
+                return Err(ControlError::Link(format!(
+                    "code extent [{code_offset:#x}, +{len:#x}) is outside the region"
+                )));
+            }
+            let resolver = self.resolver(map_ids)?;
+            // SAFETY: the extent is inside the mapping (checked above; `self.t` keeps it
+            // mapped) and was just allocated to this deploy under the lease: no host thread
+            // runs or reads it (nothing publishes it yet, and reclamation freed it only after
+            // every thread left), and no other control plane writes it (the lease). So this
+            // is the only access to those bytes until the publishing CAS, which orders these
+            // stores before the new word.
+            let out = unsafe {
+                std::slice::from_raw_parts_mut(region.base().add(code_offset as usize), len)
+            };
+            return rdx_jit::link::link_into(
+                &compiled.artifact,
+                target,
+                &resolver,
+                load_address,
+                out,
+            )
+            .map_err(link_err);
+        }
+        let mut buf = std::mem::take(&mut self.link_buf);
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        let linked = self.resolver(map_ids).and_then(|resolver| {
+            rdx_jit::link::link_into(
+                &compiled.artifact,
+                target,
+                &resolver,
+                load_address,
+                &mut buf[..len],
+            )
+            .map_err(link_err)
+        });
+        let written = linked.and_then(|()| Ok(self.t.write(code_offset, &buf[..len])?));
+        self.link_buf = buf;
+        written
+    }
+
     fn next_version(&self, hook: &HookInfo, active: u64) -> u32 {
         let held = self
             .alloc
@@ -932,8 +995,7 @@ impl CodeFlow {
                     map_ids.len()
                 )));
             }
-            let code = self.link_code(compiled, &map_ids, code_offset)?;
-            self.t.write(code_offset, &code)?;
+            self.write_code(compiled, &map_ids, code_offset)?;
             let mut r = self
                 .alloc
                 .as_ref()

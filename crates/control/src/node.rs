@@ -4,6 +4,7 @@
 use crate::error::{ControlError, Result};
 use rdx_region::geometry::{check_header, HeaderInfo};
 use rdx_region::layout::*;
+use rdx_transport::local::LocalRegion;
 use rdx_transport::shm::ShmTransport;
 use rdx_transport::Transport;
 use std::mem::size_of;
@@ -25,6 +26,12 @@ pub fn register_scheme(scheme: &'static str, connector: Connector) {
 /// Opens a transport to a node address. `shm:<path>` (or a bare path) maps a region file on
 /// this machine; schemes added with [`register_scheme`] go to their transport.
 pub fn connect(address: &str) -> Result<Box<dyn Transport>> {
+    Ok(connect_mapped(address)?.0)
+}
+
+/// [`connect`], also returning the region's mapping in this process when the address is a
+/// shared-memory one, so the control plane can link code straight into the code arena.
+pub(crate) fn connect_mapped(address: &str) -> Result<(Box<dyn Transport>, Option<LocalRegion>)> {
     if let Some((scheme, _)) = address.split_once(':') {
         let found = SCHEMES
             .read()
@@ -33,7 +40,7 @@ pub fn connect(address: &str) -> Result<Box<dyn Transport>> {
             .find(|(n, _)| *n == scheme)
             .map(|(_, c)| *c);
         if let Some(connector) = found {
-            return connector(address);
+            return Ok((connector(address)?, None));
         }
     }
     let path = match address.split_once(':') {
@@ -52,7 +59,9 @@ pub fn connect(address: &str) -> Result<Box<dyn Transport>> {
             reason: "empty path".into(),
         });
     }
-    Ok(Box::new(ShmTransport::open(path)?))
+    let shm = ShmTransport::open(path)?;
+    let local = shm.local();
+    Ok((Box::new(shm), Some(local)))
 }
 
 /// One exported symbol of the host.
