@@ -253,6 +253,41 @@ fn main() {
         },
         || drain(&fmaps),
     );
+    // Pure handover: the guard is the program's last jump, so the interpreter only runs
+    // that jump and `exit` — the time is the state transfer itself.
+    let micro = rdx_bpf::asm::assemble("mov %r0, 0\njeq %r0, 0, +0\nexit").unwrap();
+    let mmaps = MapSet::default();
+    let mut micro_opts = elite_opts.clone();
+    micro_opts.speculation = Some(rdx_jit::Speculation {
+        guards: [(1, Expect::NotTaken)].into_iter().collect(),
+    });
+    let micro_code = compile(&micro, &micro_opts, &mmaps);
+    let micro_vm =
+        Arc::new(Vm::new(&micro, &mmaps, &Helpers::standard(), Config::default()).unwrap());
+    // SAFETY: the elite artifact of `micro`.
+    let micro_tier = unsafe { EliteTier::new(micro_code.entry(), micro_vm, false).unchecked() };
+    let micro_exit = per_run(
+        |_| {
+            let mut ctx = ctx0;
+            st.reset(0);
+            // SAFETY: the program touches nothing but its run state.
+            unsafe {
+                (micro_code.entry())(ctx.as_mut_ptr(), (&mut *st as *mut DeoptRunState).cast())
+            };
+            black_box(st.run.status);
+        },
+        || {},
+    );
+    let micro_sync = per_run(
+        |_| {
+            let mut ctx = ctx0;
+            // SAFETY: as above.
+            let out = unsafe { micro_tier.run_sync(&mut st, &mut ctx, None, 0) };
+            assert_eq!(out.unwrap(), Outcome::Resumed(0));
+        },
+        || {},
+    );
+
     let queue = FallbackQueue::new(2048, BATCH + 8).unwrap();
     let layout = ContextLayout::xdp_md();
     let deferred = std::cell::RefCell::new(Vec::with_capacity(BATCH));
@@ -283,7 +318,9 @@ fn main() {
             drain(&fmaps);
         },
     );
-    println!("\n2. state transfer at a guard on the first branch, ns per run:");
+    println!("\n2. state transfer, ns per run:");
+    println!("   guard on the last jump (interpreter runs 2 insns): elite to its exit {micro_exit:.1}, exit + synchronous resume {micro_sync:.1}, handover {:.1}", micro_sync - micro_exit);
+    println!("   guard on flow_events' first branch (interpreter runs the rest):");
     println!("   elite code to its exit (state stored)        {exit_ns:.1}");
     println!(
         "   synchronous: exit + interpreter finishing     {whole_sync:.1}   (handover + resumed part: {:.1})",

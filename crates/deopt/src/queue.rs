@@ -135,12 +135,14 @@ pub enum QueueError {
 }
 
 /// Fixed-size packet slots in one mapping below 4 GiB, so that 32-bit context fields can
-/// point into copies.
+/// point into copies; and run states to copy deoptimised states into, recycled so that
+/// queueing a run allocates nothing in the steady state.
 struct PacketArena {
     base: *mut u8,
     slot: usize,
     slots: usize,
     free: Mutex<Vec<usize>>,
+    spare_states: Mutex<Vec<Box<DeoptRunState>>>,
 }
 
 // SAFETY: the mapping is owned by the arena; slots are handed out exclusively (free list
@@ -182,6 +184,7 @@ impl PacketArena {
             slot,
             slots,
             free: Mutex::new((0..slots).rev().collect()),
+            spare_states: Mutex::new(Vec::new()),
         })
     }
 }
@@ -220,7 +223,8 @@ impl Drop for PacketCopy {
 /// A deoptimised run waiting for the fallback worker: its state and its own copies of the
 /// context and packet, every pointer rebased onto them.
 pub struct DeferredRun {
-    state: Box<DeoptRunState>,
+    /// Always `Some` until drop, which returns it to the arena's spares.
+    state: Option<Box<DeoptRunState>>,
     ctx: Box<[u64]>,
     ctx_len: usize,
     packet: PacketCopy,
@@ -311,7 +315,8 @@ impl DeferredRun {
             std::ptr::copy_nonoverlapping(ctx.as_ptr(), ctx_copy.as_mut_ptr().cast(), ctx.len())
         };
 
-        let mut copy = DeoptRunState::boxed(0);
+        let spare = queue.arena.spare_states.lock().expect("arena lock").pop();
+        let mut copy = spare.unwrap_or_else(|| DeoptRunState::boxed(0));
         copy.run = rdx_region::abi::RunState {
             budget: state.run.budget,
             status: state.run.status,
@@ -370,7 +375,7 @@ impl DeferredRun {
             }
         }
         Ok(DeferredRun {
-            state: copy,
+            state: Some(copy),
             ctx: ctx_copy,
             ctx_len: ctx.len(),
             packet,
@@ -389,13 +394,26 @@ impl DeferredRun {
             len: self.packet.len as u64,
             writable: true,
         };
-        let result =
-            crate::resume::resume_checked(vm, &mut self.state, ctx, Some(packet), self.metered);
+        let state = self.state.as_mut().expect("present until drop");
+        let result = crate::resume::resume_checked(vm, state, ctx, Some(packet), self.metered);
         Completed {
             ticket,
             result,
             ctx: ctx.to_vec(),
             packet: self.packet.bytes().to_vec(),
+        }
+    }
+}
+
+impl Drop for DeferredRun {
+    fn drop(&mut self) {
+        if let Some(state) = self.state.take() {
+            self.packet
+                .arena
+                .spare_states
+                .lock()
+                .expect("arena lock")
+                .push(state);
         }
     }
 }

@@ -77,6 +77,8 @@ struct Translator<'a, 'b> {
     /// Slots of this function that are compiled: reachable from its start without taking a
     /// guard's cold direction.
     live: Vec<bool>,
+    /// Registers live on entry to each slot (elite code only; see [`live_registers`]).
+    live_regs: Vec<u16>,
     /// Index of each conditional jump in [`crate::branch_sites`] order (for counters).
     branch_index: HashMap<usize, u32>,
     /// Cranelift block of each slot that starts a basic block (`None` otherwise).
@@ -140,6 +142,87 @@ fn live_slots(insns: &[Insn], plan: FuncPlan, opts: &CompileOptions) -> Vec<bool
         }
     }
     live
+}
+
+/// Registers `r0`..`r9` (bit `i` = `ri`) that instruction `insn` reads and writes.
+fn uses_defs(insn: &Insn) -> (u16, u16) {
+    let bit = |r: Reg| 1u16 << r.index();
+    let op = |o: &Operand| match o {
+        Operand::Reg(r) => bit(*r),
+        Operand::Imm(_) => 0,
+    };
+    const ARGS: u16 = 0b11_1110;
+    match insn {
+        Insn::Alu {
+            op: AluOp::Mov | AluOp::MovSx(_),
+            dst,
+            src,
+            ..
+        } => (op(src), bit(*dst)),
+        Insn::Alu { dst, src, .. } => (bit(*dst) | op(src), bit(*dst)),
+        Insn::Endian { dst, .. } => (bit(*dst), bit(*dst)),
+        Insn::Jmp { dst, src, .. } => (bit(*dst) | op(src), 0),
+        Insn::Ja { .. } | Insn::LoadImm64Hi => (0, 0),
+        Insn::Load { dst, base, .. } => (bit(*base), bit(*dst)),
+        Insn::Store { base, src, .. } => (bit(*base) | op(src), 0),
+        Insn::Atomic {
+            op: aop,
+            fetch,
+            base,
+            src,
+            ..
+        } => {
+            if *aop == AtomicOp::CmpXchg {
+                (bit(*base) | bit(*src) | 1, 1)
+            } else {
+                (bit(*base) | bit(*src), if *fetch { bit(*src) } else { 0 })
+            }
+        }
+        Insn::LoadImm64 { dst, .. } => (0, bit(*dst)),
+        Insn::Call(CallTarget::Reg(r)) => (ARGS | bit(*r), ARGS | 1),
+        // Helpers and subprograms clobber r1..r5 and return in r0; r6..r9 survive.
+        Insn::Call(_) => (ARGS, ARGS | 1),
+        Insn::Exit => (1, 0),
+    }
+}
+
+/// For each slot of `plan`, the registers `r0`..`r9` live on entry to it: read on some path
+/// before being written. A deoptimisation exit only materialises those (and `r10`): the
+/// interpreter that resumes never reads the others, and not keeping them alive to every
+/// guard is what keeps the hot path free of spills.
+fn live_registers(insns: &[Insn], plan: FuncPlan) -> Vec<u16> {
+    let n = plan.end - plan.start;
+    let succ = |pc: usize| -> [Option<usize>; 2] {
+        let insn = &insns[pc];
+        let target = insn.jump_target(pc).map(|t| t as usize);
+        match insn {
+            Insn::Exit => [None, None],
+            Insn::Ja { .. } => [target, None],
+            Insn::Jmp { .. } => [target, Some(pc + 1)],
+            Insn::LoadImm64 { .. } => [Some(pc + 2), None],
+            _ => [Some(pc + 1), None],
+        }
+    };
+    let mut live = vec![0u16; n];
+    loop {
+        let mut changed = false;
+        for pc in (plan.start..plan.end).rev() {
+            let out = succ(pc)
+                .into_iter()
+                .flatten()
+                .filter(|s| (plan.start..plan.end).contains(s))
+                .fold(0u16, |acc, s| acc | live[s - plan.start]);
+            let (uses, defs) = uses_defs(&insns[pc]);
+            let new = uses | (out & !defs);
+            if new != live[pc - plan.start] {
+                live[pc - plan.start] = new;
+                changed = true;
+            }
+        }
+        if !changed {
+            return live;
+        }
+    }
 }
 
 /// Lowers function `fi` of `plans` into `func`; returns how many of its slots it compiled.
@@ -249,6 +332,11 @@ pub(crate) fn translate_function(
         }
     }
     let compiled = live.iter().filter(|l| **l).count();
+    let live_regs = if elite {
+        live_registers(insns, plan)
+    } else {
+        Vec::new()
+    };
     let branch_index = if opts.branch_counters.is_some() {
         crate::compile::branch_sites(insns)
             .into_iter()
@@ -272,6 +360,7 @@ pub(crate) fn translate_function(
         run_state,
         stack,
         live,
+        live_regs,
         branch_index,
         blocks,
         exhausted: None,
@@ -569,11 +658,13 @@ impl Translator<'_, '_> {
             .ushr_imm_u(below, STACK_SIZE.trailing_zeros() as i64)
     }
 
-    /// A failed guard at `pc`: materialise the exact eBPF state of this frame (`r0`..`r10`,
-    /// the slot, the frame depth; the stack already lives in the [`DeoptRunState`]) and
-    /// leave with [`RunStatus::Deopt`]. Callers record their own frames as they unwind.
+    /// A failed guard at `pc`: materialise the exact eBPF state of this frame (every register
+    /// live at `pc`, and `r10`; the slot; the frame depth; the stack already lives in the
+    /// [`DeoptRunState`]) and leave with [`RunStatus::Deopt`]. Callers record their own
+    /// frames as they unwind. Dead registers are left as they were: nothing reads them.
     fn deopt_exit(&mut self, pc: usize) {
-        for i in 0..=10u8 {
+        let live = self.live_regs[pc - self.plan.start] | 1 << 10;
+        for i in (0..=10u8).filter(|i| live & (1 << i) != 0) {
             let v = self.reg(Reg(i));
             self.b.ins().store(
                 run_mem(),
@@ -613,7 +704,13 @@ impl Translator<'_, '_> {
         let at = self.b.ins().iadd(frames, offset);
         let ret = self.b.ins().iconst(I64, ret_pc as i64);
         self.b.ins().store(run_mem(), ret, at, 0);
-        for i in 0..4u8 {
+        // Callee-saved registers the caller still reads after the call.
+        let live = self
+            .live_regs
+            .get(ret_pc - self.plan.start)
+            .copied()
+            .unwrap_or(0);
+        for i in (0..4u8).filter(|i| live & (1 << (6 + i)) != 0) {
             let v = self.reg(Reg(6 + i));
             self.b.ins().store(run_mem(), v, at, 8 + 8 * i as i32);
         }
