@@ -1,14 +1,24 @@
-//! Remote read, write, compare-and-swap and deploy-like (write N KB, then one 8-byte CAS)
-//! latency over the fabric on loopback (sockets, and tcp;ofi_rxm with its progress thread)
-//! against the shared-memory transport, in one run, printed with ratios.
+//! One run, printed with ratios:
 //!
-//! `cargo bench -p rdx-fabric --bench fabric_vs_shm`
+//! 1. Remote read, write and compare-and-swap latency (and deploy-like write N KB + CAS
+//!    sequences) over the fabric on loopback — `sockets` (no rdx thread on the node) and
+//!    `tcp;ofi_rxm` (with its progress-only thread) — against the shared-memory transport,
+//!    and against the kernel agent baseline for state access: `bpf(BPF_MAP_LOOKUP_ELEM)` /
+//!    `bpf(BPF_MAP_UPDATE_ELEM)` on an array map (the kernel has no remote compare-and-swap).
+//! 2. Full deploy of the same clang-compiled object (`bpf/fabric/deploy_bench.c`): rdx
+//!    (load the object, verify, JIT, link, write code and maps, publish with one CAS) over shm
+//!    and over both fabric providers, against the kernel agent baseline: libbpf opening the
+//!    object and `BPF_PROG_LOAD` (the kernel's verifier and JIT) plus its map creation.
+//!
+//! `cargo bench -p rdx-fabric --bench fabric_vs_shm` (root for the kernel baseline; without
+//! it that column prints why it is missing).
 
+use rdx_control::{CodeFlow, ExtSpec, Extension};
 use rdx_fabric::{
     serve, ConnectOptions, FabricTransport, ProgressThread, Provider, ServeConfig, Token,
 };
 use rdx_region::layout::SectionId;
-use rdx_runtime::Runtime;
+use rdx_runtime::{HookSpec, Runtime};
 use rdx_transport::shm::ShmTransport;
 use rdx_transport::Transport;
 use std::net::{IpAddr, Ipv4Addr};
@@ -88,36 +98,72 @@ fn cases() -> Vec<Case> {
     v
 }
 
-fn main() {
-    let rt = Runtime::builder()
-        .path(format!("/dev/shm/rdx-fabric-bench-{}", std::process::id()))
-        .code_size(1 << 20)
-        .scratch_size(1 << 18)
-        .build()
-        .expect("region");
-    rt.register().expect("register");
-    let token = Token::generate().unwrap();
+const EIM: &str = "\
+version: 1
+hooks:
+  - name: on_request
+    context:
+      size: 16
+      fields:
+        - {name: value, offset: 0, size: 8, access: read}
+        - {name: out, offset: 8, size: 8, access: read_write}
+classes:
+  - name: default
+    hook: on_request
+    context: {read: [value, out], write: [out]}
+    helpers: [map_lookup_elem, map_update_elem]
+    instructions: 100000
+    xstate_bytes: 1048576
+";
+
+#[repr(C)]
+struct Ctx {
+    value: u64,
+    out: u64,
+}
+
+const PROVIDERS: [&str; 2] = ["sockets", "tcp;ofi_rxm"];
+
+fn cell(med: Duration, p99: Duration) -> String {
+    format!("{med:.2?} ({p99:.2?})")
+}
+
+fn ratio(a: Duration, b: Duration) -> String {
+    format!("{:.2}x", a.as_secs_f64() / b.as_secs_f64().max(1e-12))
+}
+
+/// The kernel agent's state access: one `bpf()` map syscall on an 8-byte array value.
+fn kernel_state_access() -> Result<[(Duration, Duration); 2], String> {
+    rdx_kernel::probe().map_err(|e| e.to_string())?;
+    let map = rdx_kernel::KernelMap::create(&rdx_kernel::MapSpec::array("rdx_fab_bench", 4, 8, 4))
+        .map_err(|e| e.to_string())?;
+    let key = 1u32.to_ne_bytes();
+    let read = measure(2000, || {
+        std::hint::black_box(map.lookup(&key).unwrap());
+    });
+    let write = measure(2000, || map.update(&key, &7u64.to_ne_bytes(), 0).unwrap());
+    Ok([read, write])
+}
+
+fn primitives(rt: &Runtime, token: &Token) {
     let shm = ShmTransport::open(rt.path()).unwrap();
     let code = shm.info().section(SectionId::Code).offset;
     let scratch = shm.info().section(SectionId::Scratch).offset;
 
     let mut servers = Vec::new();
-    let mut fabrics: Vec<(String, Box<dyn Transport>)> = vec![("shm".into(), Box::new(shm))];
-    for provider in ["sockets", "tcp;ofi_rxm"] {
+    let mut transports: Vec<(String, Box<dyn Transport>)> = vec![("shm".into(), Box::new(shm))];
+    for provider in PROVIDERS {
         let server = serve(
             rt.path(),
             ServeConfig {
-                bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
-                bootstrap_port: 0,
                 provider: Provider::from_flag(Some(provider)),
-                token: token.clone(),
                 progress: ProgressThread::WhenNeeded,
-                barrier: false,
+                ..ServeConfig::new(IpAddr::V4(Ipv4Addr::LOCALHOST), token.clone())
             },
         )
         .expect("serve");
         let t =
-            FabricTransport::connect(server.bootstrap_addr(), &token, &ConnectOptions::default())
+            FabricTransport::connect(server.bootstrap_addr(), token, &ConnectOptions::default())
                 .expect("connect");
         let label = format!(
             "{provider}{}",
@@ -127,36 +173,288 @@ fn main() {
                 ""
             }
         );
-        fabrics.push((label, Box::new(t)));
+        transports.push((label, Box::new(t)));
         servers.push(server);
     }
+    let kernel = kernel_state_access();
+    if let Err(e) = &kernel {
+        println!("kernel baseline unavailable: {e}");
+    }
 
-    println!("rdx-fabric: transport latency on loopback, median (p99), ratio to shm median");
-    println!(
-        "{:<28} {:>22} {:>34} {:>34}",
-        "operation", fabrics[0].0, fabrics[1].0, fabrics[2].0
+    println!("1. transport latency on loopback: median (p99); ratios = fabric median / shm median and / kernel bpf() median");
+    print!(
+        "{:<26} {:>22} {:>22}",
+        "operation", "kernel bpf() map call", "shm"
     );
-    for case in cases() {
-        let mut row = format!("{:<28}", case.name);
-        let mut base = None;
-        for (_, t) in &fabrics {
+    for (label, _) in &transports[1..] {
+        print!(" {label:>30} {:>8} {:>9}", "/shm", "/kernel");
+    }
+    println!();
+    for (index, case) in cases().into_iter().enumerate() {
+        let kernel_cell = match (&kernel, index) {
+            (Ok(k), 0 | 1) => Some(k[index]),
+            _ => None,
+        };
+        print!(
+            "{:<26} {:>22}",
+            case.name,
+            kernel_cell.map_or("-".into(), |(m, p)| cell(m, p))
+        );
+        let mut shm_median = Duration::ZERO;
+        for (i, (_, t)) in transports.iter().enumerate() {
             let (med, p99) = measure(case.iters, || (case.run)(t.as_ref(), code, scratch));
-            let cell = format!("{:.2?} ({:.2?})", med, p99);
-            match base {
-                None => {
-                    base = Some(med);
-                    row += &format!(" {cell:>22}");
-                }
-                Some(b) => {
-                    let ratio = med.as_secs_f64() / b.as_secs_f64().max(1e-9);
-                    row += &format!(" {:>34}", format!("{cell} {ratio:>8.2}x"));
-                }
+            if i == 0 {
+                shm_median = med;
+                print!(" {:>22}", cell(med, p99));
+            } else {
+                print!(
+                    " {:>30} {:>8} {:>9}",
+                    cell(med, p99),
+                    ratio(med, shm_median),
+                    kernel_cell.map_or("-".into(), |(k, _)| ratio(med, k))
+                );
             }
         }
-        println!("{row}");
+        println!();
     }
-    drop(fabrics);
+    drop(transports);
     drop(servers);
+}
+
+/// Counts the calls (each one round trip over the fabric) a transport receives.
+struct Counting<T> {
+    inner: T,
+    calls: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<T: Transport> Counting<T> {
+    fn count(&self) {
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl<T: Transport> Transport for Counting<T> {
+    fn region_len(&self) -> u64 {
+        self.inner.region_len()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), rdx_transport::TransportError> {
+        self.count();
+        self.inner.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), rdx_transport::TransportError> {
+        self.count();
+        self.inner.write(offset, data)
+    }
+    fn read_u64(&self, offset: u64) -> Result<u64, rdx_transport::TransportError> {
+        self.count();
+        self.inner.read_u64(offset)
+    }
+    fn write_u64(&self, offset: u64, value: u64) -> Result<(), rdx_transport::TransportError> {
+        self.count();
+        self.inner.write_u64(offset, value)
+    }
+    fn compare_and_swap(
+        &self,
+        offset: u64,
+        expected: u64,
+        new: u64,
+    ) -> Result<u64, rdx_transport::TransportError> {
+        self.count();
+        self.inner.compare_and_swap(offset, expected, new)
+    }
+    fn fetch_and_add(&self, offset: u64, delta: u64) -> Result<u64, rdx_transport::TransportError> {
+        self.count();
+        self.inner.fetch_and_add(offset, delta)
+    }
+    fn fence(&self) -> Result<(), rdx_transport::TransportError> {
+        self.inner.fence()
+    }
+    fn remote_barrier(&self) -> Result<(), rdx_transport::TransportError> {
+        self.count();
+        self.inner.remote_barrier()
+    }
+    fn equals(&self, offset: u64, bytes: &[u8]) -> Result<bool, rdx_transport::TransportError> {
+        self.count();
+        self.inner.equals(offset, bytes)
+    }
+    fn submit(
+        &self,
+        ops: &mut [rdx_transport::Op<'_>],
+    ) -> Result<(), rdx_transport::TransportError> {
+        self.count();
+        self.inner.submit(ops)
+    }
+}
+
+/// Deploys `object` `iters` times through `cf` (object bytes to published), reclaiming the
+/// old versions between rounds, untimed.
+fn rdx_deploys(
+    cf: &mut CodeFlow,
+    calls: &std::sync::atomic::AtomicU64,
+    object: &std::path::Path,
+    iters: usize,
+) -> (Duration, Duration, u64) {
+    let mut deployed = 0usize;
+    let mut samples = Vec::with_capacity(iters);
+    let mut per_deploy = Vec::with_capacity(iters);
+    for round in 0..iters + 2 {
+        let before = calls.load(std::sync::atomic::Ordering::Relaxed);
+        let t = Instant::now();
+        let bytes = std::fs::read(object).unwrap();
+        let obj = rdx_bpf::loader::load(&bytes).unwrap();
+        let ext = Extension::from_object(&obj, Some("deploy_bench")).unwrap();
+        cf.deploy("on_request", &ext, None, None).unwrap();
+        let elapsed = t.elapsed();
+        // Two warm-up deploys.
+        if round >= 2 {
+            samples.push(elapsed);
+            per_deploy.push(calls.load(std::sync::atomic::Ordering::Relaxed) - before);
+        }
+        deployed += 1;
+        if deployed.is_multiple_of(8) {
+            cf.reclaim(1).unwrap();
+        }
+    }
+    samples.sort();
+    per_deploy.sort();
+    (
+        samples[iters / 2],
+        samples[iters * 99 / 100],
+        per_deploy[iters / 2],
+    )
+}
+
+fn kernel_deploys(object: &std::path::Path, iters: usize) -> Result<(Duration, Duration), String> {
+    rdx_kernel::probe().map_err(|e| e.to_string())?;
+    let mut first = Some(());
+    let mut error = None;
+    let r = measure(iters, || match rdx_kernel::KernelObject::open(object) {
+        Ok(o) => drop(std::hint::black_box(o)),
+        Err(e) => {
+            if first.take().is_some() {
+                error = Some(e.to_string());
+            }
+        }
+    });
+    match error {
+        Some(e) => Err(e),
+        None => Ok(r),
+    }
+}
+
+fn full_deploys(rt: &Runtime, token: &Token) {
+    const ITERS: usize = 40;
+    let object = rdx_testdata::object_path("fabric/deploy_bench");
+    let insns = rdx_bpf::loader::load(&std::fs::read(&object).unwrap())
+        .unwrap()
+        .programs[0]
+        .insns
+        .len();
+    let kernel = kernel_deploys(&object, ITERS);
+    let mut rows: Vec<(String, (Duration, Duration, u64))> = Vec::new();
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counting = |inner| Counting {
+        inner,
+        calls: calls.clone(),
+    };
+    let address = format!("shm:{}", rt.path().display());
+    let shm = counting(ShmTransport::open(rt.path()).unwrap());
+    let mut cf = CodeFlow::attach(Box::new(shm), &address, ExtSpec::default()).unwrap();
+    rows.push((
+        "rdx over shm".into(),
+        rdx_deploys(&mut cf, &calls, &object, ITERS),
+    ));
+    drop(cf);
+    for provider in PROVIDERS {
+        let server = serve(
+            rt.path(),
+            ServeConfig {
+                provider: Provider::from_flag(Some(provider)),
+                ..ServeConfig::new(IpAddr::V4(Ipv4Addr::LOCALHOST), token.clone())
+            },
+        )
+        .expect("serve");
+        let t =
+            FabricTransport::connect(server.bootstrap_addr(), token, &ConnectOptions::default())
+                .expect("connect");
+        let address = format!("fabric://{}", server.bootstrap_addr());
+        let t = Counting {
+            inner: t,
+            calls: calls.clone(),
+        };
+        let mut cf = CodeFlow::attach(Box::new(t), &address, ExtSpec::default()).unwrap();
+        rows.push((
+            format!("rdx over fabric, {provider}"),
+            rdx_deploys(&mut cf, &calls, &object, ITERS),
+        ));
+    }
+    // The host really runs what was deployed last.
+    let mut ctx = Ctx { value: 0, out: 0 };
+    let r0 = rt.hook("on_request").unwrap().run(&mut ctx);
+    assert!(
+        r0 == 1 || r0 == 2,
+        "deploy_bench returns XDP_DROP or XDP_PASS, got {r0}"
+    );
+
+    println!();
+    println!(
+        "2. full deploy of bpf/fabric/deploy_bench.c ({insns} eBPF instructions), object file to running: median (p99)"
+    );
+    let shm_median = rows[0].1 .0;
+    println!(
+        "{:<34} {:>24}   transport calls (round trips over the fabric) per deploy, median",
+        "", ""
+    );
+    match &kernel {
+        Ok((m, p)) => println!(
+            "{:<34} {:>24}   (libbpf open: BPF_MAP_CREATE + BPF_PROG_LOAD, the kernel agent's path)",
+            "kernel agent baseline",
+            cell(*m, *p)
+        ),
+        Err(e) => println!("{:<34} unavailable: {e}", "kernel agent baseline"),
+    }
+    for (label, (m, p, round_trips)) in &rows {
+        println!(
+            "{label:<34} {:>24}   {:>8} of shm   {:>8} of kernel   {round_trips} calls",
+            cell(*m, *p),
+            ratio(*m, shm_median),
+            kernel.as_ref().map_or("-".into(), |(k, _)| ratio(*m, *k))
+        );
+    }
+}
+
+fn main() {
+    let token = Token::generate().unwrap();
+    // Raw bytes are written anywhere in this one's code arena and scratchpad.
+    let raw = Runtime::builder()
+        .path(format!(
+            "/dev/shm/rdx-fabric-bench-raw-{}",
+            std::process::id()
+        ))
+        .code_size(1 << 20)
+        .scratch_size(1 << 18)
+        .build()
+        .expect("region");
+    raw.register().expect("register");
+    primitives(&raw, &token);
+    let _ = raw.teardown(Duration::from_millis(100));
+    let _ = raw.unlink();
+
+    let rt = Runtime::builder()
+        .path(format!("/dev/shm/rdx-fabric-bench-{}", std::process::id()))
+        .eim_spec(EIM)
+        .code_size(4 << 20)
+        .scratch_size(1 << 20)
+        .thread_slots(4)
+        .hook(
+            "on_request",
+            HookSpec::for_context::<Ctx>().default_return(0),
+        )
+        .build()
+        .expect("region");
+    rt.register().expect("register");
+    full_deploys(&rt, &token);
     let _ = rt.teardown(Duration::from_millis(100));
     let _ = rt.unlink();
 }
