@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"RDXREGN1");
 
 /// Bumped on every incompatible change to anything in this module.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 
 /// Granularity of data sections.
 pub const DATA_ALIGN: u64 = 4096;
@@ -233,7 +233,10 @@ pub struct RegionHeader {
     /// Incremented by the host on every `ctx_init` of the same file, so a control plane can
     /// tell a restarted host from the one it attached to.
     pub host_incarnation: AtomicU64,
-    pub reserved3: [u64; 2],
+    /// Advanced (fetch-and-add) by whoever creates an XState map, before the map becomes
+    /// visible in the meta table. The host keeps decoded map headers while it is unchanged.
+    pub xstate_generation: AtomicU64,
+    pub reserved3: u64,
 }
 
 /// Header of the context table section.
@@ -464,7 +467,7 @@ pub struct MapHeader {
     /// Bytes per stored element (layout depends on the type; see `docs/region.md`).
     pub entry_stride: u32,
     /// Hash tables: number of buckets (a power of two). Ring buffers: data bytes (a power of
-    /// two). LPM tries: node capacity.
+    /// two). LPM tries: node capacity (2 × `max_entries`: leaves plus intermediate nodes).
     pub buckets: u32,
     /// Per-thread maps: copies of each value (= the region's `thread_slots`), else 1.
     pub copies: u32,
@@ -485,7 +488,10 @@ pub struct MapHeader {
     pub consumer_pos: AtomicU64,
     /// Ring buffers: records dropped for lack of space.
     pub dropped: AtomicU64,
-    pub reserved: [u64; 3],
+    /// LPM tries: the writers' sequence word, odd while a writer (holding `lock`) changes
+    /// the trie. Readers traverse between two equal, even loads of it.
+    pub write_seq: AtomicU64,
+    pub reserved: [u64; 2],
 }
 
 /// Layout facts a remote party needs without the Rust types.
@@ -498,6 +504,7 @@ pub mod offsets {
     pub const HEADER_LEASE_EXPIRES: u64 = offset_of!(RegionHeader, lease_expires_ns) as u64;
     pub const HEADER_GENERATION: u64 = offset_of!(RegionHeader, generation) as u64;
     pub const HEADER_INCARNATION: u64 = offset_of!(RegionHeader, host_incarnation) as u64;
+    pub const HEADER_XSTATE_GENERATION: u64 = offset_of!(RegionHeader, xstate_generation) as u64;
     pub const HOOK_ACTIVE: u64 = offset_of!(HookSlot, active) as u64;
     pub const HOOK_BUDGET: u64 = offset_of!(HookSlot, budget) as u64;
     pub const HOOK_DEFAULT_RET: u64 = offset_of!(HookSlot, default_ret) as u64;
@@ -513,6 +520,7 @@ pub mod offsets {
     pub const MAP_PRODUCER: u64 = offset_of!(MapHeader, producer_pos) as u64;
     pub const MAP_CONSUMER: u64 = offset_of!(MapHeader, consumer_pos) as u64;
     pub const MAP_DROPPED: u64 = offset_of!(MapHeader, dropped) as u64;
+    pub const MAP_WRITE_SEQ: u64 = offset_of!(MapHeader, write_seq) as u64;
     pub const XMETA_STATE: u64 = offset_of!(XStateMeta, state) as u64;
 }
 
@@ -563,6 +571,7 @@ const _: () = {
     assert!(offset_of!(RegionHeader, state) == 264);
     assert!(offset_of!(RegionHeader, lease) == 272);
     assert!(offset_of!(RegionHeader, generation) == 288);
+    assert!(offset_of!(RegionHeader, xstate_generation) == 304);
     assert!(size_of::<RegionHeader>() == 320);
     assert!(align_of::<RegionHeader>() == 64);
     assert!(size_of::<ContextTableHeader>() == 64);

@@ -4,8 +4,8 @@ use crate::runtime::Inner;
 use crate::thread::{self, ThreadState};
 use rdx_region::abi::{EntryFn, RunState, RunStatus};
 use rdx_region::layout::{
-    active_entry_offset, active_version, HookSlot, SectionId, ACTIVE_HOLD, CODE_ENTRY_ALIGN,
-    TIME_SAMPLE_PERIOD,
+    active_entry_offset, active_version, HookCounters, HookSlot, SectionId, ACTIVE_HOLD,
+    CODE_ENTRY_ALIGN, TIME_SAMPLE_PERIOD,
 };
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -65,7 +65,10 @@ pub struct HookStats {
 /// A declared hook. Copy it around; [`Hook::run`] is the fast path.
 #[derive(Clone, Copy)]
 pub struct Hook<'rt> {
-    inner: &'rt Arc<Inner>,
+    /// For the slow path (claiming a thread slot keeps the runtime alive).
+    arc: &'rt Arc<Inner>,
+    /// The same runtime, one indirection closer for the hot path.
+    inner: &'rt Inner,
     slot: &'rt HookSlot,
     index: u32,
     empty_return: u64,
@@ -96,6 +99,7 @@ fn sync_instruction_stream() {
 impl<'rt> Hook<'rt> {
     pub(crate) fn new(inner: &'rt Arc<Inner>, index: u32, empty_return: u64) -> Self {
         Self {
+            arc: inner,
             inner,
             slot: inner.slot(index),
             index,
@@ -136,76 +140,84 @@ impl<'rt> Hook<'rt> {
             return self.empty_return;
         }
         let previous = thread::current_ptr();
-        let Some(ts) = thread::state_for(inner) else {
-            self.slot.errors.fetch_add(1, Ordering::Relaxed);
-            return self.slot.default_ret.load(Ordering::Relaxed);
+        // SAFETY: CURRENT is null or points to a live state of this thread.
+        let ts = if !previous.is_null() && unsafe { (*previous).runtime_id } == inner.id {
+            previous
+        } else {
+            match thread::state_slow(self.arc) {
+                Some(ts) => ts,
+                None => {
+                    self.slot.errors.fetch_add(1, Ordering::Relaxed);
+                    return self.slot.default_ret.load(Ordering::Relaxed);
+                }
+            }
         };
         // SAFETY: the state belongs to this thread and nothing else borrows it across the
         // run (helpers take it only for the duration of their call).
-        let ts = unsafe { &mut *ts };
-        let r = self.run_with(ts, ctx);
+        let r = self.run_with(unsafe { &mut *ts }, ctx);
         if !std::ptr::eq(previous, ts) && !previous.is_null() {
             thread::set_current(previous);
         }
         r
     }
 
-    #[inline]
+    #[inline(always)]
     fn run_with(&self, ts: &mut ThreadState, ctx: *mut u8) -> u64 {
-        ts.enter();
+        let mut inside = ts.enter();
         // Reload after announcing the epoch: this is the word whose code we may run.
         let mut word = self.slot.active.load(Ordering::Acquire);
         if word & ACTIVE_HOLD != 0 {
-            word = self.wait_for_release(ts, word);
+            (word, inside) = self.wait_for_release(ts, inside, word);
         }
-        if word == 0 {
-            ts.leave();
-            return self.empty_return;
-        }
-        let Some(entry) = self.entry_of(word) else {
-            ts.leave();
-            self.slot.errors.fetch_add(1, Ordering::Relaxed);
-            self.slot.rejected_word.store(word, Ordering::Relaxed);
-            return self.slot.default_ret.load(Ordering::Relaxed);
-        };
-        let seen = &mut ts.seen[self.index as usize];
-        if *seen != word {
+        // SAFETY: `index < max_hooks`, the length of `seen`.
+        let seen = unsafe { ts.seen.get_unchecked_mut(self.index as usize) };
+        let entry = if seen.0 == word {
+            seen.1
+        } else {
+            let Some(entry) = self.entry_of(word) else {
+                ts.leave(inside);
+                return self.refuse(word);
+            };
             sync_instruction_stream();
-            *seen = word;
-        }
+            *seen = (word, entry);
+            entry
+        };
         let mut run = RunState::new(self.slot.budget.load(Ordering::Relaxed));
         let outer_run = std::mem::replace(&mut ts.run, &mut run);
         let counters = ts.counters(self.index);
         let n = counters.runs.load(Ordering::Relaxed);
         counters.runs.store(n + 1, Ordering::Relaxed);
-        let timed = n.is_multiple_of(TIME_SAMPLE_PERIOD);
-        let start = timed.then(Instant::now);
-        // SAFETY: `entry` is inside this region's code arena (checked), where a control plane
-        // placed verified, linked code for this hook and published it with a release CAS
-        // that our acquire load observed; the coherence step for this word ran above. The
-        // epoch is odd, so the code cannot be reclaimed while it runs.
-        let mut r0 = unsafe { entry(ctx, &mut run) };
-        if let Some(start) = start {
-            let ns = start.elapsed().as_nanos() as u64;
-            counters.timed_runs.store(
-                counters.timed_runs.load(Ordering::Relaxed) + 1,
-                Ordering::Relaxed,
-            );
-            counters.timed_ns.store(
-                counters.timed_ns.load(Ordering::Relaxed) + ns,
-                Ordering::Relaxed,
-            );
-        }
-        if let Some(tail) = ts.tail_result.take() {
-            r0 = tail;
+        let mut r0 = if n.is_multiple_of(TIME_SAMPLE_PERIOD) {
+            timed_call(counters, entry, ctx, &mut run)
+        } else {
+            // SAFETY: `entry` is inside this region's code arena (checked), where a control
+            // plane placed verified, linked code for this hook and published it with a
+            // release CAS that our acquire load observed; the coherence step for this word
+            // ran above. The epoch is odd, so the code cannot be reclaimed while it runs.
+            unsafe { entry(ctx, &mut run) }
+        };
+        if ts.tail_result.is_some() {
+            r0 = ts.tail_result.take().unwrap_or(r0);
         }
         ts.run = outer_run;
-        ts.leave();
+        ts.leave(inside);
         if run.status != RunStatus::Ok as u32 {
             self.slot.failures.fetch_add(1, Ordering::Relaxed);
             return self.slot.default_ret.load(Ordering::Relaxed);
         }
         r0
+    }
+
+    /// An empty (0) or invalid active word: the hook's default, counting an error for an
+    /// invalid one.
+    #[cold]
+    fn refuse(&self, word: u64) -> u64 {
+        if word == 0 {
+            return self.empty_return;
+        }
+        self.slot.errors.fetch_add(1, Ordering::Relaxed);
+        self.slot.rejected_word.store(word, Ordering::Relaxed);
+        self.slot.default_ret.load(Ordering::Relaxed)
     }
 
     /// The entry point of an active word, if it designates a well-formed code entry in this
@@ -216,29 +228,30 @@ impl<'rt> Hook<'rt> {
     }
 
     /// Waits, bounded by the region's hold timeout, for the control plane to release the
-    /// hold; returns the word to run. Outside the epoch while waiting, so that a control
-    /// plane waiting for quiescence is not blocked by callers queued on its own bubble.
+    /// hold; returns the word to run and the epoch value to leave with. Outside the epoch
+    /// while waiting, so that a control plane waiting for quiescence is not blocked by
+    /// callers queued on its own bubble.
     #[cold]
-    fn wait_for_release(&self, ts: &mut ThreadState, mut word: u64) -> u64 {
+    fn wait_for_release(&self, ts: &mut ThreadState, mut inside: u64, mut word: u64) -> (u64, u64) {
         let timeout = Duration::from_nanos(self.inner.info.hold_timeout_ns);
         let start = Instant::now();
         let mut spins = 0u32;
         while word & ACTIVE_HOLD != 0 {
             if start.elapsed() >= timeout {
                 self.slot.hold_timeouts.fetch_add(1, Ordering::Relaxed);
-                return word & !ACTIVE_HOLD;
+                return (word & !ACTIVE_HOLD, inside);
             }
-            ts.leave();
+            ts.leave(inside);
             if spins < 256 {
                 std::hint::spin_loop();
             } else {
                 std::thread::yield_now();
             }
             spins += 1;
-            ts.enter();
+            inside = ts.enter();
             word = self.slot.active.load(Ordering::Acquire);
         }
-        word
+        (word, inside)
     }
 
     /// Counters summed over every thread slot.
@@ -259,6 +272,26 @@ impl<'rt> Hook<'rt> {
         }
         s
     }
+}
+
+/// Runs `entry` and adds its duration to the thread's sampled time counters (one run in
+/// [`TIME_SAMPLE_PERIOD`]; two clock reads are too expensive for every run).
+#[cold]
+#[inline(never)]
+fn timed_call(counters: &HookCounters, entry: EntryFn, ctx: *mut u8, run: &mut RunState) -> u64 {
+    let start = Instant::now();
+    // SAFETY: the caller's contract, see `run_with`.
+    let r0 = unsafe { entry(ctx, run) };
+    let ns = start.elapsed().as_nanos() as u64;
+    counters.timed_runs.store(
+        counters.timed_runs.load(Ordering::Relaxed) + 1,
+        Ordering::Relaxed,
+    );
+    counters.timed_ns.store(
+        counters.timed_ns.load(Ordering::Relaxed) + ns,
+        Ordering::Relaxed,
+    );
+    r0
 }
 
 /// Decodes an active word (hook slot or program array element) into an entry point inside

@@ -252,6 +252,12 @@ impl Inner {
         unsafe { &*((self.base + self.info.thread_offset(index)) as *const ThreadSlot) }
     }
 
+    /// The header word that `xstate::create` advances before a new map becomes visible.
+    pub fn xstate_generation(&self) -> &AtomicU64 {
+        // SAFETY: inside the header page of the mapping this Inner owns, 8-byte aligned.
+        unsafe { &*((self.base + offsets::HEADER_XSTATE_GENERATION) as *const AtomicU64) }
+    }
+
     pub fn counters(&self, thread: u32, hook: u32) -> &HookCounters {
         // SAFETY: as for `slot`, in the counters section (thread < thread_slots,
         // hook < max_hooks).

@@ -3,8 +3,9 @@
 //! during a run.
 
 use crate::runtime::Inner;
-use rdx_region::abi::RunState;
+use rdx_region::abi::{EntryFn, RunState};
 use rdx_region::layout::{HookCounters, ThreadSlot};
+use rdx_transport::xstate::MapRef;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -14,27 +15,30 @@ pub(crate) struct ThreadState {
     pub inner: Arc<Inner>,
     pub slot_index: u32,
     pub slot: *const ThreadSlot,
-    /// Nesting depth of hook runs on this thread (a host function may run another hook).
-    pub depth: u32,
-    /// Per hook: the active word this thread last ran after a coherence step.
-    pub seen: Box<[u64]>,
+    /// This thread's row of [`HookCounters`] in the region (`max_hooks` cells).
+    pub counters: *const HookCounters,
+    /// The value this thread last stored in its slot's epoch word (only this thread writes
+    /// it, so the hook path never reads the shared word back). Odd while inside extension
+    /// code; a nested run (a host function running another hook) finds it odd already.
+    pub epoch: u64,
+    /// Per hook: the active word this thread last ran after a coherence step, and the
+    /// entry point it validated for it (so a run of the same word skips the checks).
+    pub seen: Box<[(u64, EntryFn)]>,
     /// The run in progress (for tail calls), or null.
     pub run: *mut RunState,
     /// A tail call's result, taken by the hook when the entry returns.
     pub tail_result: Option<u64>,
     pub tail_depth: u32,
     pub rng: u64,
-    /// Map headers this thread decoded recently (see `helpers::maps::map_at`).
-    pub maps: Vec<CachedMap>,
+    /// Map headers this thread decoded, direct-mapped by address (see
+    /// `helpers::maps::map_at`), valid while the header's `xstate_generation` equals
+    /// `maps_generation`.
+    pub maps: Box<[Option<(u64, MapRef)>; MAP_CACHE]>,
+    pub maps_generation: u64,
 }
 
-/// A decoded map header and the first 64 header bytes it was decoded from, compared on
-/// every use so that a map re-created at the same address is decoded again.
-pub(crate) struct CachedMap {
-    pub addr: u64,
-    pub header: [u64; 8],
-    pub map: rdx_transport::xstate::MapRef,
-}
+/// Entries of a thread's decoded-map cache.
+pub(crate) const MAP_CACHE: usize = 16;
 
 impl ThreadState {
     #[inline]
@@ -43,29 +47,42 @@ impl ThreadState {
         unsafe { &*self.slot }
     }
 
+    /// This thread's counters for `hook` (< `max_hooks`, which every [`crate::Hook`]
+    /// index is).
     #[inline]
     pub fn counters(&self, hook: u32) -> &HookCounters {
-        self.inner.counters(self.slot_index, hook)
+        debug_assert!(hook < self.inner.info.max_hooks);
+        // SAFETY: `counters` is this thread's row of `max_hooks` cells inside the mapping
+        // that `inner` keeps alive; `hook` is below `max_hooks`.
+        unsafe { &*self.counters.add(hook as usize) }
     }
 
-    #[inline]
-    pub fn enter(&mut self) {
-        if self.depth == 0 {
-            let e = self.slot().epoch.load(Ordering::Relaxed);
-            // Relaxed plus a compiler fence: the control plane's remote barrier provides
-            // the hardware ordering (see docs/region.md, "Epochs").
-            self.slot().epoch.store(e | 1, Ordering::Relaxed);
-            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    /// Announces that this thread is about to run extension code. Returns the odd epoch
+    /// value it stored, to hand back to [`ThreadState::leave`], or 0 in a nested run (the
+    /// epoch is odd already and the outermost run makes it even again).
+    #[inline(always)]
+    pub fn enter(&mut self) -> u64 {
+        let e = self.epoch;
+        if e & 1 == 1 {
+            return 0;
         }
-        self.depth += 1;
+        let inside = e + 1;
+        self.epoch = inside;
+        // A plain store plus a compiler fence: the control plane's remote barrier provides
+        // the hardware ordering (see docs/region.md, "Epochs").
+        self.slot().epoch.store(inside, Ordering::Relaxed);
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        inside
     }
 
-    #[inline]
-    pub fn leave(&mut self) {
-        self.depth -= 1;
-        if self.depth == 0 {
-            let e = self.slot().epoch.load(Ordering::Relaxed);
-            self.slot().epoch.store(e + 1, Ordering::Release);
+    /// Ends what the [`ThreadState::enter`] that returned `inside` began. Taking the value
+    /// back (instead of re-reading it) keeps the two stores of a run off one dependency
+    /// chain through memory.
+    #[inline(always)]
+    pub fn leave(&mut self, inside: u64) {
+        if inside != 0 {
+            self.epoch = inside + 1;
+            self.slot().epoch.store(inside + 1, Ordering::Release);
         }
     }
 }
@@ -73,9 +90,8 @@ impl ThreadState {
 impl Drop for ThreadState {
     fn drop(&mut self) {
         let s = self.slot();
-        let e = s.epoch.load(Ordering::Relaxed);
-        if e % 2 == 1 {
-            s.epoch.store(e + 1, Ordering::Release);
+        if self.epoch % 2 == 1 {
+            s.epoch.store(self.epoch + 1, Ordering::Release);
         }
         s.owner.store(0, Ordering::Release);
         CURRENT.with(|c| {
@@ -84,6 +100,16 @@ impl Drop for ThreadState {
             }
         });
     }
+}
+
+/// Active word of a `seen` cell before its hook's first run. It has the hold bit set, and
+/// the word a run compares with never has (the hold is waited out or stripped first), so
+/// it never matches and `never_entered` is never called.
+const NEVER_SEEN: u64 = u64::MAX;
+
+/// Placeholder entry of a `seen` cell before its hook's first run (see [`NEVER_SEEN`]).
+unsafe extern "C" fn never_entered(_: *mut u8, _: *mut RunState) -> u64 {
+    unreachable!("an empty hook slot has no entry point")
 }
 
 thread_local! {
@@ -95,19 +121,9 @@ thread_local! {
 
 /// This thread's state for `inner`, claiming a thread slot on first use. `None` when every
 /// slot is taken (the hook then behaves as empty and counts an error) or the thread is
-/// exiting.
-#[inline]
-pub(crate) fn state_for(inner: &Arc<Inner>) -> Option<*mut ThreadState> {
-    let cur = CURRENT.with(|c| c.get());
-    // SAFETY: CURRENT is null or points to a live Box in STATES (cleared when it drops).
-    if !cur.is_null() && unsafe { (*cur).runtime_id } == inner.id {
-        return Some(cur);
-    }
-    state_slow(inner)
-}
-
+/// exiting. The hook path tries `CURRENT` itself first.
 #[cold]
-fn state_slow(inner: &Arc<Inner>) -> Option<*mut ThreadState> {
+pub(crate) fn state_slow(inner: &Arc<Inner>) -> Option<*mut ThreadState> {
     STATES
         .try_with(|states| {
             let mut states = states.try_borrow_mut().ok()?;
@@ -135,13 +151,20 @@ fn claim(inner: &Arc<Inner>) -> Option<ThreadState> {
             .compare_exchange(0, tid + 1, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
+            // Continue from the slot's last epoch, so that a snapshot taken while the
+            // previous owner was inside still sees the word change.
+            let epoch = s.epoch.load(Ordering::Acquire);
+            let epoch = epoch + epoch % 2;
+            s.epoch.store(epoch, Ordering::Release);
             return Some(ThreadState {
                 runtime_id: inner.id,
                 inner: inner.clone(),
                 slot_index: i,
                 slot: s as *const ThreadSlot,
-                depth: 0,
-                seen: vec![0; inner.info.max_hooks as usize].into_boxed_slice(),
+                counters: inner.counters(i, 0) as *const HookCounters,
+                epoch,
+                seen: vec![(NEVER_SEEN, never_entered as EntryFn); inner.info.max_hooks as usize]
+                    .into_boxed_slice(),
                 run: std::ptr::null_mut(),
                 tail_result: None,
                 tail_depth: 0,
@@ -149,7 +172,8 @@ fn claim(inner: &Arc<Inner>) -> Option<ThreadState> {
                     ^ inner.id
                     ^ 0x9e37_79b9_7f4a_7c15
                     ^ (s as *const ThreadSlot as u64),
-                maps: Vec::with_capacity(8),
+                maps: Box::new([None; MAP_CACHE]),
+                maps_generation: 0,
             });
         }
     }

@@ -18,8 +18,17 @@ fn build_c_host() -> PathBuf {
         .parent()
         .unwrap()
         .to_path_buf();
-    let lib = out_dir.join("librdx_runtime.a");
-    assert!(lib.exists(), "{} not built", lib.display());
+    // `cargo test` builds the static library into deps/ and copies it up only on a plain
+    // `cargo build`, so the copy next to the binaries may be stale: take the newest.
+    let lib = [
+        out_dir.join("deps/librdx_runtime.a"),
+        out_dir.join("librdx_runtime.a"),
+    ]
+    .into_iter()
+    .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+    .max()
+    .map(|(_, p)| p)
+    .unwrap_or_else(|| panic!("librdx_runtime.a not built under {}", out_dir.display()));
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let exe = out_dir.join("c-host-test");
     let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))

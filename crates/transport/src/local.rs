@@ -149,6 +149,10 @@ impl Transport for LocalRegion {
         Ok(())
     }
 
+    fn shares_pid_namespace(&self) -> bool {
+        true
+    }
+
     #[inline]
     fn equals(&self, offset: u64, bytes: &[u8]) -> Result<bool, TransportError> {
         self.check(offset, bytes.len() as u64)?;

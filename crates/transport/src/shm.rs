@@ -162,6 +162,10 @@ impl Transport for ShmTransport {
 
     /// `membarrier(MEMBARRIER_CMD_GLOBAL)`: every thread of every process on this machine
     /// passes a full barrier before it returns (milliseconds; used only for reclamation).
+    fn shares_pid_namespace(&self) -> bool {
+        true
+    }
+
     fn remote_barrier(&self) -> Result<(), TransportError> {
         const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
         // SAFETY: a plain system call with no pointers.

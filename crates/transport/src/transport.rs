@@ -81,6 +81,13 @@ pub trait Transport: Send + Sync {
     /// protocol (the hook fast path has no fence of its own). See docs/region.md.
     fn remote_barrier(&self) -> Result<(), TransportError>;
 
+    /// Whether process ids of the region's users (the pid in a control plane's lock token)
+    /// name the same processes on this side, so that a dead holder can be told by its pid.
+    /// True for transports within one machine; remote transports keep the default.
+    fn shares_pid_namespace(&self) -> bool {
+        false
+    }
+
     /// Whether the bytes at `offset` equal `bytes`.
     fn equals(&self, offset: u64, bytes: &[u8]) -> Result<bool, TransportError> {
         let mut chunk = [0u8; 64];

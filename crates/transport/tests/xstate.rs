@@ -391,3 +391,146 @@ fn lpm_returns_the_longest_matching_prefix() {
     assert_eq!(keys.len(), 2);
     assert!(keys.contains(&lpm_key(8, [10, 0, 0, 0]).to_vec()));
 }
+
+/// The longest stored prefix of `ip` in `model` ((bits, masked ip) → value).
+fn lpm_model_lookup(model: &std::collections::BTreeMap<(u32, u16), u32>, ip: u16) -> Option<u32> {
+    (0..=16u32).rev().find_map(|bits| {
+        let mask = if bits == 0 {
+            0
+        } else {
+            u16::MAX << (16 - bits)
+        };
+        model.get(&(bits, ip & mask)).copied()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// The trie against a model over 16-bit addresses: inserts, deletes and lookups of
+    /// random prefixes, then iteration.
+    #[test]
+    fn lpm_trie_behaves_like_longest_prefix_match(
+        ops in proptest::collection::vec((0u8..3, 0u32..17, any::<u16>(), any::<u32>()), 1..200)
+    ) {
+        let r = region();
+        let m = xstate::create(&r.t, &r.info, 0, at(&r, 0), &spec(MapType::LpmTrie, 6, 4, 24)).unwrap();
+        let mut model = std::collections::BTreeMap::new();
+        let key = |bits: u32, ip: u16| {
+            let mut k = [0u8; 6];
+            k[..4].copy_from_slice(&bits.to_le_bytes());
+            k[4..].copy_from_slice(&ip.to_be_bytes());
+            k
+        };
+        for (op, bits, ip, v) in ops {
+            let mask = if bits == 0 { 0 } else { u16::MAX << (16 - bits) };
+            let id = (bits, ip & mask);
+            match op {
+                0 => {
+                    let res = xstate::update(&r.t, &m, &key(bits, ip), &v.to_le_bytes(), UPDATE_ANY, Copies::All, 1);
+                    if model.contains_key(&id) || model.len() < 24 {
+                        res.unwrap();
+                        model.insert(id, v);
+                    } else {
+                        prop_assert!(matches!(res, Err(MapError::Full { .. })), "expected Full");
+                    }
+                }
+                1 => {
+                    let res = xstate::delete(&r.t, &m, &key(bits, ip), 1);
+                    prop_assert_eq!(res.is_ok(), model.remove(&id).is_some());
+                }
+                _ => {
+                    let mut out = [0u8; 4];
+                    let found = xstate::lookup(&r.t, &m, &key(16, ip), &mut out).unwrap();
+                    prop_assert_eq!(found.then(|| u32::from_le_bytes(out)), lpm_model_lookup(&model, ip));
+                }
+            }
+        }
+        for ip in (0..=u16::MAX).step_by(251) {
+            let mut out = [0u8; 4];
+            let found = xstate::lookup(&r.t, &m, &key(16, ip), &mut out).unwrap();
+            prop_assert_eq!(found.then(|| u32::from_le_bytes(out)), lpm_model_lookup(&model, ip));
+        }
+        let mut keys: Vec<(u32, u16)> = xstate::keys(&r.t, &m)
+            .unwrap()
+            .iter()
+            .map(|k| (u32::from_le_bytes(k[..4].try_into().unwrap()), u16::from_be_bytes([k[4], k[5]])))
+            .collect();
+        keys.sort();
+        prop_assert_eq!(keys, model.keys().copied().collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn remote_readers_never_see_torn_lpm_or_wide_array_values() {
+    let r = region();
+    let lpm = xstate::create(
+        &r.t,
+        &r.info,
+        0,
+        at(&r, 0),
+        &spec(MapType::LpmTrie, 8, 64, 16),
+    )
+    .unwrap();
+    let arr = xstate::create(
+        &r.t,
+        &r.info,
+        1,
+        at(&r, 16),
+        &spec(MapType::Array, 4, 64, 4),
+    )
+    .unwrap();
+    let (k8, k16) = (lpm_key(8, [10, 0, 0, 0]), lpm_key(16, [10, 1, 0, 0]));
+    xstate::update(&r.t, &lpm, &k8, &[7; 64], UPDATE_ANY, Copies::All, 2).unwrap();
+    let t = r.t;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..5_000u32 {
+                let v = [(i % 251) as u8; 64];
+                xstate::update(&t, &lpm, &k8, &v, UPDATE_ANY, Copies::All, 2).unwrap();
+                // The /16 comes and goes: the trie's shape changes under the readers.
+                if i % 2 == 0 {
+                    xstate::update(&t, &lpm, &k16, &v, UPDATE_ANY, Copies::All, 2).unwrap();
+                } else {
+                    xstate::delete(&t, &lpm, &k16, 2).unwrap();
+                }
+                xstate::update(
+                    &t,
+                    &arr,
+                    &1u32.to_le_bytes(),
+                    &v,
+                    UPDATE_ANY,
+                    Copies::All,
+                    2,
+                )
+                .unwrap();
+            }
+        });
+        let mut out = [0u8; 64];
+        for _ in 0..5_000 {
+            assert!(xstate::lookup(&t, &lpm, &lpm_key(32, [10, 1, 2, 3]), &mut out).unwrap());
+            assert!(out.iter().all(|&b| b == out[0]), "torn LPM value {out:?}");
+            assert!(xstate::lookup(&t, &arr, &1u32.to_le_bytes(), &mut out).unwrap());
+            assert!(out.iter().all(|&b| b == out[0]), "torn array value {out:?}");
+        }
+    });
+}
+
+#[test]
+fn lock_tokens_of_live_and_dead_holders() {
+    let r = region();
+    let me = xstate::control_plane_token(std::process::id());
+    // Host threads' locks are never broken; a live control plane's fresh lock is not.
+    assert!(!xstate::lock_breakable(&r.t, xstate::TOKEN_HOST | 3));
+    let m = xstate::create(&r.t, &r.info, 0, at(&r, 0), &spec(MapType::Hash, 4, 4, 4)).unwrap();
+    let held = xstate::lock(&r.t, &m, me).unwrap();
+    assert_ne!(held, me, "control-plane locks are time-stamped");
+    assert!(!xstate::lock_breakable(&r.t, held));
+    xstate::unlock(&r.t, &m, held).unwrap();
+    // A live holder past the lease: breakable.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let stale = me | (((now_ms - xstate::LOCK_LEASE_MS - 1_000) & ((1 << 30) - 1)) << 32);
+    assert!(xstate::lock_breakable(&r.t, stale));
+}

@@ -2,65 +2,62 @@
 
 use super::{host_token, EINVAL};
 use crate::hook::entry_of;
-use crate::thread::{self, CachedMap, ThreadState};
-use rdx_region::layout::{MapHeader, MapType};
+use crate::thread::{self, ThreadState, MAP_CACHE};
+use rdx_region::layout::{MapHeader, MapType, MAP_ALIGN};
 use rdx_transport::xstate::{self, ringbuf, Copies, MapRef};
 use rdx_transport::Transport;
 use std::mem::size_of;
+use std::sync::atomic::Ordering;
 
 /// Maximum tail calls in one run, as in the kernel.
 pub const MAX_TAIL_CALLS: u32 = 33;
 
-/// Map objects a thread remembers; beyond this the cache starts over.
-const MAP_CACHE: usize = 16;
-
 /// The map whose header is at host address `addr`, for the running thread's runtime.
 ///
-/// Decoding and checking a header costs more than most map operations, so each thread
-/// keeps the maps it used last. A hit still compares the header's first 64 bytes (every
-/// immutable field) with what was decoded, so a map retired and re-created at the same
-/// address by a control plane is decoded afresh.
+/// Decoding and checking a header costs more than most map operations, so each thread keeps
+/// the maps it decoded in a small direct-mapped cache. The cache is valid while the region
+/// header's `xstate_generation` is unchanged: `xstate::create` advances it before a new map
+/// becomes visible, and only a newly created map can occupy the address of one this thread
+/// decoded earlier (a control plane frees a map only after no published program refers to
+/// it, and any program that refers to the new one was published after the creation). So a
+/// hit costs one load of that word and one comparison, instead of re-validating the header.
+#[inline(always)]
+fn with_map<R>(addr: u64, f: impl FnOnce(&ThreadState, &MapRef) -> R) -> Option<R> {
+    let ts = thread::current()?;
+    let generation = ts.inner.xstate_generation().load(Ordering::Acquire);
+    let line = (addr / MAP_ALIGN) as usize % MAP_CACHE;
+    if generation != ts.maps_generation {
+        *ts.maps = [None; MAP_CACHE];
+        ts.maps_generation = generation;
+    }
+    if !matches!(ts.maps[line], Some((a, _)) if a == addr) {
+        let m = decode_map(ts, addr)?;
+        ts.maps[line] = Some((addr, m));
+    }
+    let ts: &ThreadState = ts;
+    let (_, m) = ts.maps[line].as_ref()?;
+    Some(f(ts, m))
+}
+
+/// [`with_map`] for helpers that need the thread state mutably: a copy of the map.
 #[inline]
 fn map_at(addr: u64) -> Option<(&'static mut ThreadState, MapRef)> {
-    let ts = thread::current()?;
+    let m = with_map(addr, |_, m| *m)?;
+    Some((thread::current()?, m))
+}
+
+#[cold]
+#[inline(never)]
+fn decode_map(ts: &ThreadState, addr: u64) -> Option<MapRef> {
     let offset = addr.checked_sub(ts.inner.base)?;
     if offset.checked_add(size_of::<MapHeader>() as u64)? > ts.inner.data.region_len()
-        || offset % 8 != 0
+        || offset % MAP_ALIGN != 0
     {
         return None;
     }
-    let mut header = [0u64; 8];
-    for (i, w) in header.iter_mut().enumerate() {
-        *w = ts.inner.data.read_u64(offset + 8 * i as u64).ok()?;
-    }
-    if let Some(c) = ts
-        .maps
-        .iter()
-        .find(|c| c.addr == addr && c.header == header)
-    {
-        let m = c.map;
-        return Some((ts, m));
-    }
     let mut b = [0u8; size_of::<MapHeader>()];
     ts.inner.data.read(offset, &mut b).ok()?;
-    if b[..64]
-        .chunks_exact(8)
-        .zip(header.iter())
-        .any(|(c, w)| u64::from_le_bytes(c.try_into().expect("8")) != *w)
-    {
-        return None; // changing under us: refuse this call
-    }
-    let m = MapRef::from_header_bytes(&b, offset, ts.inner.data.region_len()).ok()?;
-    if ts.maps.len() >= MAP_CACHE {
-        ts.maps.clear();
-    }
-    ts.maps.retain(|c| c.addr != addr);
-    ts.maps.push(CachedMap {
-        addr,
-        header,
-        map: m,
-    });
-    Some((ts, m))
+    MapRef::from_header_bytes(&b, offset, ts.inner.data.region_len()).ok()
 }
 
 /// # Safety
@@ -72,14 +69,16 @@ unsafe fn bytes<'a>(ptr: u64, len: usize) -> &'a [u8] {
 
 /// `bpf_map_lookup_elem(map, key)`: the value's address in the region, or 0.
 pub(crate) unsafe extern "C" fn map_lookup_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
-    let Some((ts, m)) = map_at(map) else { return 0 };
-    // SAFETY: the verifier proved `key` readable for the map's key size.
-    let key = unsafe { bytes(key, m.key_size as usize) };
-    let copy = if m.copies > 1 { ts.slot_index } else { 0 };
-    match xstate::lookup_ref(&ts.inner.data, &m, key, copy) {
-        Ok(Some(off)) => ts.inner.base + off,
-        _ => 0,
-    }
+    with_map(map, |ts, m| {
+        // SAFETY: the verifier proved `key` readable for the map's key size.
+        let key = unsafe { bytes(key, m.key_size as usize) };
+        let copy = if m.copies > 1 { ts.slot_index } else { 0 };
+        match xstate::lookup_ref(&ts.inner.data, m, key, copy) {
+            Ok(Some(off)) => ts.inner.base + off,
+            _ => 0,
+        }
+    })
+    .unwrap_or(0)
 }
 
 /// `bpf_map_update_elem(map, key, value, flags)`: 0 or a negative errno.
@@ -90,46 +89,46 @@ pub(crate) unsafe extern "C" fn map_update_elem(
     flags: u64,
     _: u64,
 ) -> u64 {
-    let Some((ts, m)) = map_at(map) else {
-        return EINVAL;
-    };
-    // SAFETY: the verifier proved both readable for the map's sizes.
-    let (key, value) = unsafe {
-        (
-            bytes(key, m.key_size as usize),
-            bytes(value, m.value_size as usize),
-        )
-    };
-    let copies = if m.copies > 1 {
-        Copies::One(ts.slot_index)
-    } else {
-        Copies::All
-    };
-    match xstate::update(
-        &ts.inner.data,
-        &m,
-        key,
-        value,
-        flags,
-        copies,
-        host_token(ts.slot_index),
-    ) {
-        Ok(()) => 0,
-        Err(e) => e.errno() as u64,
-    }
+    with_map(map, |ts, m| {
+        // SAFETY: the verifier proved both readable for the map's sizes.
+        let (key, value) = unsafe {
+            (
+                bytes(key, m.key_size as usize),
+                bytes(value, m.value_size as usize),
+            )
+        };
+        let copies = if m.copies > 1 {
+            Copies::One(ts.slot_index)
+        } else {
+            Copies::All
+        };
+        match xstate::update(
+            &ts.inner.data,
+            m,
+            key,
+            value,
+            flags,
+            copies,
+            host_token(ts.slot_index),
+        ) {
+            Ok(()) => 0,
+            Err(e) => e.errno() as u64,
+        }
+    })
+    .unwrap_or(EINVAL)
 }
 
 /// `bpf_map_delete_elem(map, key)`: 0 or a negative errno.
 pub(crate) unsafe extern "C" fn map_delete_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
-    let Some((ts, m)) = map_at(map) else {
-        return EINVAL;
-    };
-    // SAFETY: the verifier proved `key` readable for the map's key size.
-    let key = unsafe { bytes(key, m.key_size as usize) };
-    match xstate::delete(&ts.inner.data, &m, key, host_token(ts.slot_index)) {
-        Ok(()) => 0,
-        Err(e) => e.errno() as u64,
-    }
+    with_map(map, |ts, m| {
+        // SAFETY: the verifier proved `key` readable for the map's key size.
+        let key = unsafe { bytes(key, m.key_size as usize) };
+        match xstate::delete(&ts.inner.data, m, key, host_token(ts.slot_index)) {
+            Ok(()) => 0,
+            Err(e) => e.errno() as u64,
+        }
+    })
+    .unwrap_or(EINVAL)
 }
 
 /// `bpf_ringbuf_output(ringbuf, data, size, flags)`: 0, or a negative errno when the ring

@@ -104,7 +104,7 @@ pub static HELPERS: &[HelperDef] = &[
 /// planes use tokens with the top bit clear.
 #[inline]
 pub(crate) fn host_token(slot: u32) -> u64 {
-    (1 << 63) | slot as u64
+    rdx_transport::xstate::TOKEN_HOST | slot as u64
 }
 
 pub(crate) const EINVAL: u64 = (-(libc::EINVAL as i64)) as u64;

@@ -2,14 +2,26 @@
 //! zeroed; no element is ever deleted. Element `i`, copy `c` lives at
 //! `data + (i * copies + c) * value_stride`.
 //!
-//! Values are written in place without a seqlock (as the kernel's arrays): a value wider
-//! than 8 bytes written concurrently with a remote read can be seen half-updated. Use a hash
-//! map where remote readers need whole values.
+//! No reader, local or remote, sees a torn value written through this module:
+//! - values of at most 8 bytes are written and read as one aligned 8-byte word (the value
+//!   zero-extended into its stride);
+//! - wider values have a sequence word per (element, copy), in a table after the values
+//!   (`data + max_entries * copies * value_stride + (i * copies + c) * 8`). Writers take the
+//!   map's writer lock, make the word odd, write, make it even; readers copy the value
+//!   between two equal, even loads of it.
+//!
+//! Values that extension code modifies in place through a lookup pointer are not covered
+//! (as in the kernel).
 
-use super::{invalid, Copies, MapError, MapOps, MapRef, UPDATE_NOEXIST};
+use super::{invalid, locked, Copies, MapError, MapOps, MapRef, BUSY_SPIN_LIMIT, UPDATE_NOEXIST};
 use crate::Transport;
 
 pub struct ArrayMap;
+
+/// Whether values of `value_size` bytes are guarded by sequence words.
+pub fn seqlocked_value(value_size: u32) -> bool {
+    value_size > 8
+}
 
 fn index(m: &MapRef, key: &[u8]) -> Result<Option<u32>, MapError> {
     m.check_key(key)?;
@@ -19,6 +31,91 @@ fn index(m: &MapRef, key: &[u8]) -> Result<Option<u32>, MapError> {
 
 fn element(m: &MapRef, i: u32, copy: u32) -> u64 {
     m.data + (i as u64 * m.copies as u64 + copy as u64) * m.value_stride as u64
+}
+
+/// Region offset of the sequence word of (`i`, `copy`) in a seqlocked array.
+pub fn seq_word(m: &MapRef, i: u32, copy: u32) -> u64 {
+    m.data
+        + m.max_entries as u64 * m.copies as u64 * m.value_stride as u64
+        + (i as u64 * m.copies as u64 + copy as u64) * 8
+}
+
+/// Writes one copy's value. The caller holds the map lock when the value is seqlocked.
+fn write_value<T: Transport + ?Sized>(
+    t: &T,
+    m: &MapRef,
+    i: u32,
+    copy: u32,
+    value: &[u8],
+) -> Result<(), MapError> {
+    let at = element(m, i, copy);
+    if !seqlocked_value(m.value_size) {
+        let mut w = [0u8; 8];
+        w[..value.len()].copy_from_slice(value);
+        t.write_u64(at, u64::from_le_bytes(w))?;
+        return Ok(());
+    }
+    let seq_at = seq_word(m, i, copy);
+    let s = t.read_u64(seq_at)?;
+    // Even unless a writer died mid-write (its lock was then broken): continue from odd.
+    let odd = s | 1;
+    t.write_u64(seq_at, odd)?;
+    t.write(at, value)?;
+    t.write_u64(seq_at, odd + 1)?;
+    Ok(())
+}
+
+/// A consistent copy of one copy's value into `out` (`value_size` bytes).
+fn read_value<T: Transport + ?Sized>(
+    t: &T,
+    m: &MapRef,
+    i: u32,
+    copy: u32,
+    out: &mut [u8],
+) -> Result<(), MapError> {
+    let at = element(m, i, copy);
+    if !seqlocked_value(m.value_size) {
+        let w = t.read_u64(at)?.to_le_bytes();
+        out.copy_from_slice(&w[..out.len()]);
+        return Ok(());
+    }
+    let seq_at = seq_word(m, i, copy);
+    for spin in 0..BUSY_SPIN_LIMIT {
+        let s = t.read_u64(seq_at)?;
+        if s & 1 == 0 {
+            t.read(at, out)?;
+            if t.read_u64(seq_at)? == s {
+                return Ok(());
+            }
+        }
+        if spin > 64 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    Err(MapError::Busy {
+        id: m.id,
+        holder: 0,
+    })
+}
+
+/// After a dead writer's lock was broken: sequence words it left odd become even again.
+/// The value under such a word may be partly written; it is whole from now on.
+pub(crate) fn repair<T: Transport + ?Sized>(t: &T, m: &MapRef) -> Result<(), MapError> {
+    if !seqlocked_value(m.value_size) {
+        return Ok(());
+    }
+    for i in 0..m.max_entries {
+        for c in 0..m.copies {
+            let at = seq_word(m, i, c);
+            let s = t.read_u64(at)?;
+            if s & 1 == 1 {
+                t.write_u64(at, s + 1)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 impl MapOps for ArrayMap {
@@ -44,8 +141,12 @@ impl MapOps for ArrayMap {
         let Some(i) = index(m, key)? else {
             return Ok(false);
         };
-        let len = m.lookup_len();
-        t.read(element(m, i, 0), &mut out[..len])?;
+        let stride = m.value_stride as usize;
+        let n = m.value_size as usize;
+        for c in 0..m.copies {
+            let at = c as usize * stride;
+            read_value(t, m, i, c, &mut out[at..at + n])?;
+        }
         Ok(true)
     }
 
@@ -56,7 +157,7 @@ impl MapOps for ArrayMap {
         value: &[u8],
         flags: u64,
         copies: Copies,
-        _token: u64,
+        token: u64,
     ) -> Result<(), MapError> {
         let Some(i) = index(m, key)? else {
             return Err(MapError::Full {
@@ -67,15 +168,15 @@ impl MapOps for ArrayMap {
         if flags == UPDATE_NOEXIST {
             return Err(MapError::Exists);
         }
-        match copies {
-            Copies::One(c) => t.write(element(m, i, c), value)?,
-            Copies::All => {
-                for c in 0..m.copies {
-                    t.write(element(m, i, c), value)?;
-                }
-            }
+        let write = || match copies {
+            Copies::One(c) => write_value(t, m, i, c, value),
+            Copies::All => (0..m.copies).try_for_each(|c| write_value(t, m, i, c, value)),
+        };
+        if seqlocked_value(m.value_size) {
+            locked(t, m, token, write)
+        } else {
+            write()
         }
-        Ok(())
     }
 
     fn delete<T: Transport + ?Sized>(

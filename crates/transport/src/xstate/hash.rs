@@ -31,8 +31,17 @@ fn value_at(m: &MapRef, e: u64, copy: u32) -> u64 {
 }
 
 /// Loads an element's control word, waiting (bounded) while a writer holds it busy.
-#[inline]
+#[inline(always)]
 fn stable_ctl<T: Transport + ?Sized>(t: &T, m: &MapRef, e: u64) -> Result<u64, MapError> {
+    let c = t.read_u64(e)?;
+    if c & ELEM_STATE_MASK != ELEM_BUSY {
+        return Ok(c);
+    }
+    wait_not_busy(t, m, e)
+}
+
+#[cold]
+fn wait_not_busy<T: Transport + ?Sized>(t: &T, m: &MapRef, e: u64) -> Result<u64, MapError> {
     let mut spins = 0u32;
     loop {
         let c = t.read_u64(e)?;
@@ -64,6 +73,8 @@ fn find<T: Transport + ?Sized>(
 ) -> Result<Option<(u64, u64)>, MapError> {
     let mask = m.buckets as u64 - 1;
     let mut idx = hash_key(key) & mask;
+    // Word-sized keys (the common case) compare with one load.
+    let word_key = <[u8; 8]>::try_from(key).ok().map(u64::from_le_bytes);
     for _ in 0..m.buckets {
         let e = elem(m, idx);
         loop {
@@ -71,7 +82,10 @@ fn find<T: Transport + ?Sized>(
             match c & ELEM_STATE_MASK {
                 ELEM_EMPTY => return Ok(None),
                 ELEM_LIVE => {
-                    let same = t.equals(e + 8, key)?;
+                    let same = match word_key {
+                        Some(k) => t.read_u64(e + 8)? == k,
+                        None => t.equals(e + 8, key)?,
+                    };
                     if t.read_u64(e)? != c {
                         continue; // changed under us: look at this element again
                     }
@@ -131,6 +145,24 @@ fn find_for_write<T: Transport + ?Sized>(t: &T, m: &MapRef, key: &[u8]) -> Resul
         Some((e, c)) => Slot::Free(e, c),
         None => Slot::Full,
     })
+}
+
+/// After a dead writer's lock was broken (the caller holds the lock now): elements it left
+/// busy become deleted (an update it had not finished is lost, never half-visible) and the
+/// element count is recomputed.
+pub(crate) fn repair<T: Transport + ?Sized>(t: &T, m: &MapRef) -> Result<(), MapError> {
+    let mut live = 0u64;
+    for idx in 0..m.buckets as u64 {
+        let e = elem(m, idx);
+        let c = t.read_u64(e)?;
+        match c & ELEM_STATE_MASK {
+            ELEM_BUSY => t.write_u64(e, next_ctl(c, ELEM_DELETED))?,
+            ELEM_LIVE => live += 1,
+            _ => {}
+        }
+    }
+    t.write_u64(m.offset + offsets::MAP_COUNT, live)?;
+    Ok(())
 }
 
 impl MapOps for HashMap {

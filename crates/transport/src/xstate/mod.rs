@@ -14,7 +14,8 @@
 //!   other); readers never lock.
 //! - [`prog_array`]: program arrays for tail calls; each element is an active word (same
 //!   encoding as a hook slot's).
-//! - [`lpm`]: longest-prefix-match maps; a flat table of seqlocked elements, scanned.
+//! - [`lpm`]: longest-prefix-match maps; a binary trie of nodes in the map's data, guarded by
+//!   the map's write sequence word.
 //! - [`ringbuf`]: a multi-producer (host threads), single-consumer (control plane) byte ring.
 
 pub mod array;
@@ -145,7 +146,15 @@ pub fn layout(spec: &MapSpec, thread_slots: u32) -> Result<MapLayout, MapError> 
                 1
             };
             let stride = value_stride as u64 * copies as u64;
-            (stride as u32, 0, copies, stride * spec.max_entries as u64)
+            let values = stride * spec.max_entries as u64;
+            // Values wider than a word get one sequence word per (element, copy) after the
+            // values, so that `data` still starts with element 0's value (global data).
+            let seqs = if array::seqlocked_value(spec.value_size) {
+                8 * copies as u64 * spec.max_entries as u64
+            } else {
+                0
+            };
+            (stride as u32, 0, copies, values + seqs)
         }
         MapType::Hash | MapType::PerThreadHash => {
             if spec.key_size == 0 || spec.value_size == 0 {
@@ -181,12 +190,16 @@ pub fn layout(spec: &MapSpec, thread_slots: u32) -> Result<MapLayout, MapError> 
             if spec.key_size <= 4 || spec.value_size == 0 {
                 return invalid("LPM maps need a key of a 4-byte prefix length plus data, and a nonzero value size");
             }
-            let stride = 8 + key_stride as u64 + value_stride as u64;
+            let stride = lpm::NODE_HEADER + key_stride as u64 + value_stride as u64;
+            let nodes = 2 * spec.max_entries as u64;
+            if nodes > u32::MAX as u64 / 2 {
+                return invalid("too many entries");
+            }
             (
                 stride as u32,
-                spec.max_entries,
+                nodes as u32,
                 1,
-                stride * spec.max_entries as u64,
+                lpm::TRIE_HEADER + stride * nodes,
             )
         }
     };
@@ -526,15 +539,83 @@ pub fn read_stable<T: Transport + ?Sized>(
     })
 }
 
+/// Lock tokens with this bit belong to host threads (`bit 63 | thread slot`). A host thread
+/// cannot die without its host, so their locks are never broken.
+pub const TOKEN_HOST: u64 = 1 << 63;
+/// Lock tokens with this bit (and not [`TOKEN_HOST`]) belong to control planes: the holder's
+/// pid in bits 0..32 and, stamped by [`lock`] when it takes the lock, the acquisition time in
+/// bits 32..62 (`CLOCK_REALTIME` milliseconds modulo 2^30). Such a lock can be broken when
+/// its holder is dead or has held it longer than [`LOCK_LEASE_MS`].
+pub const TOKEN_CONTROL: u64 = 1 << 62;
+/// Longest a control plane may hold a map lock. Map operations hold it for microseconds; a
+/// holder past this is taken for dead even when its liveness cannot be checked (remote
+/// transports), so clocks of control planes must agree within a fraction of it.
+pub const LOCK_LEASE_MS: u64 = 2_000;
+/// Spins between two checks of whether a lock's holder is still entitled to it.
+const STEAL_CHECK_PERIOD: u32 = 1 << 12;
+const STAMP_MASK: u64 = (1 << 30) - 1;
+
+/// The lock token of a control plane running as process `pid` (see [`TOKEN_CONTROL`]).
+pub fn control_plane_token(pid: u32) -> u64 {
+    TOKEN_CONTROL | pid as u64
+}
+
+fn now_stamp() -> u64 {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    ms & STAMP_MASK
+}
+
+/// Whether the lock word `holder` may be broken: a control plane's lock whose lease ran
+/// out, or whose process is gone (checked only where pids are meaningful).
+pub fn lock_breakable<T: Transport + ?Sized>(t: &T, holder: u64) -> bool {
+    if holder & (TOKEN_HOST | TOKEN_CONTROL) != TOKEN_CONTROL {
+        return false;
+    }
+    let stamp = (holder >> 32) & STAMP_MASK;
+    if (now_stamp().wrapping_sub(stamp) & STAMP_MASK) > LOCK_LEASE_MS {
+        return true;
+    }
+    let pid = holder as u32;
+    if t.shares_pid_namespace() && pid != 0 && pid <= i32::MAX as u32 {
+        // SAFETY: signal 0 only checks that the process exists.
+        let rc = unsafe { libc::kill(pid as i32, 0) };
+        return rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    false
+}
+
 /// Takes the map's writer lock with `token` (nonzero), spinning at most [`BUSY_SPIN_LIMIT`].
-pub fn lock<T: Transport + ?Sized>(t: &T, m: &MapRef, token: u64) -> Result<(), MapError> {
+/// Returns the word now in the lock (the token, time-stamped for control-plane tokens),
+/// which [`unlock`] takes back.
+///
+/// A control plane's lock whose holder died or outlived [`LOCK_LEASE_MS`] is broken: the
+/// waiter swaps its own word in with compare-and-swap (so of several waiters one wins) and
+/// repairs what the dead writer may have left half-done before it proceeds (elements left
+/// busy become deleted and the element count is recomputed; wide array values' sequence
+/// words left odd become even).
+pub fn lock<T: Transport + ?Sized>(t: &T, m: &MapRef, token: u64) -> Result<u64, MapError> {
     debug_assert_ne!(token, 0);
+    let mine = if token & (TOKEN_HOST | TOKEN_CONTROL) == TOKEN_CONTROL {
+        (token & !(STAMP_MASK << 32)) | (now_stamp() << 32)
+    } else {
+        token
+    };
     let word = m.offset + offsets::MAP_LOCK;
     let mut holder = 0;
     for i in 0..BUSY_SPIN_LIMIT {
-        holder = t.compare_and_swap(word, 0, token)?;
+        holder = t.compare_and_swap(word, 0, mine)?;
         if holder == 0 {
-            return Ok(());
+            return Ok(mine);
+        }
+        if i % STEAL_CHECK_PERIOD == STEAL_CHECK_PERIOD - 1
+            && lock_breakable(t, holder)
+            && t.compare_and_swap(word, holder, mine)? == holder
+        {
+            repair_after_break(t, m)?;
+            return Ok(mine);
         }
         if i > 64 {
             std::thread::yield_now();
@@ -545,13 +626,23 @@ pub fn lock<T: Transport + ?Sized>(t: &T, m: &MapRef, token: u64) -> Result<(), 
     Err(MapError::Busy { id: m.id, holder })
 }
 
-/// Releases a lock taken with `token`.
-pub fn unlock<T: Transport + ?Sized>(t: &T, m: &MapRef, token: u64) -> Result<(), MapError> {
-    let prev = t.compare_and_swap(m.offset + offsets::MAP_LOCK, token, 0)?;
-    if prev != token {
+/// Undoes what a writer that died holding the lock may have left behind.
+fn repair_after_break<T: Transport + ?Sized>(t: &T, m: &MapRef) -> Result<(), MapError> {
+    match m.map_type {
+        MapType::Hash | MapType::PerThreadHash => hash::repair(t, m),
+        MapType::LpmTrie => lpm::repair(t, m),
+        MapType::Array | MapType::PerThreadArray => array::repair(t, m),
+        MapType::ProgArray | MapType::RingBuf => Ok(()),
+    }
+}
+
+/// Releases a lock taken with `word` (what [`lock`] returned).
+pub fn unlock<T: Transport + ?Sized>(t: &T, m: &MapRef, word: u64) -> Result<(), MapError> {
+    let prev = t.compare_and_swap(m.offset + offsets::MAP_LOCK, word, 0)?;
+    if prev != word {
         return Err(MapError::Corrupt {
             id: m.id,
-            reason: format!("lock held by {prev:#x}, not by {token:#x}"),
+            reason: format!("lock held by {prev:#x}, not by {word:#x} (broken as stale?)"),
         });
     }
     Ok(())
@@ -564,9 +655,9 @@ pub(crate) fn locked<T: Transport + ?Sized, R>(
     token: u64,
     f: impl FnOnce() -> Result<R, MapError>,
 ) -> Result<R, MapError> {
-    lock(t, m, token)?;
+    let held = lock(t, m, token)?;
     let r = f();
-    let u = unlock(t, m, token);
+    let u = unlock(t, m, held);
     let r = r?;
     u?;
     Ok(r)
@@ -613,6 +704,9 @@ pub fn create<T: Transport + ?Sized>(
     if prev != XMETA_FREE {
         return invalid(format!("map id {id} is in use (state {prev})"));
     }
+    // Before the object can be reached: hosts drop the map headers they decoded earlier,
+    // one of which may have lived at this address.
+    t.fetch_and_add(offsets::HEADER_XSTATE_GENERATION, 1)?;
     // Zero the data in 64 KiB writes.
     let zeros = vec![0u8; 65536];
     let mut done = 0;

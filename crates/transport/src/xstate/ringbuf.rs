@@ -37,7 +37,7 @@ pub fn reserve<T: Transport + ?Sized>(
             "record of {len} bytes for a {size}-byte ring buffer"
         ));
     }
-    lock(t, m, token)?;
+    let held = lock(t, m, token)?;
     let r = (|| {
         let cons = t.read_u64(m.offset + offsets::MAP_CONSUMER)?;
         let mut prod = t.read_u64(m.offset + offsets::MAP_PRODUCER)?;
@@ -61,7 +61,7 @@ pub fn reserve<T: Transport + ?Sized>(
         t.write_u64(m.offset + offsets::MAP_PRODUCER, prod + rec)?;
         Ok(Some(hdr + RINGBUF_HDR_LEN))
     })();
-    unlock(t, m, token)?;
+    unlock(t, m, held)?;
     r
 }
 
