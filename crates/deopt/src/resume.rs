@@ -4,8 +4,9 @@
 use rdx_bpf::interp::{Input, PacketRegion, Resume, ResumeError, ResumeFrame, Vm};
 use rdx_region::abi::{DeoptRunState, RunStatus, DEOPT_MAX_FRAMES};
 
-/// The caller frames a deoptimised run recorded, outermost first.
-fn frames(state: &DeoptRunState) -> Result<Vec<ResumeFrame>, ResumeError> {
+/// The caller frames a deoptimised run recorded, outermost first (on the stack: the
+/// handover allocates nothing).
+fn frames(state: &DeoptRunState) -> Result<([ResumeFrame; DEOPT_MAX_FRAMES], usize), ResumeError> {
     let depth = state.depth as usize;
     if depth >= DEOPT_MAX_FRAMES {
         return Err(ResumeError::BadState(format!(
@@ -13,13 +14,14 @@ fn frames(state: &DeoptRunState) -> Result<Vec<ResumeFrame>, ResumeError> {
             DEOPT_MAX_FRAMES - 1
         )));
     }
-    Ok(state.frames[..depth]
-        .iter()
-        .map(|f| ResumeFrame {
+    let mut out = [ResumeFrame::default(); DEOPT_MAX_FRAMES];
+    for (o, f) in out.iter_mut().zip(&state.frames[..depth]) {
+        *o = ResumeFrame {
             ret: f.ret_pc as usize,
             saved: f.saved,
-        })
-        .collect())
+        };
+    }
+    Ok((out, depth))
 }
 
 fn check_status(state: &DeoptRunState) -> Result<(), ResumeError> {
@@ -60,8 +62,11 @@ pub fn resume_checked(
     metered: bool,
 ) -> Result<u64, ResumeError> {
     check_status(state)?;
-    let frames = frames(state)?;
-    let r0 = vm.resume_checked(Input::Bytes(ctx), view(state, &frames, packet, metered))?;
+    let (frames, depth) = frames(state)?;
+    let r0 = vm.resume_checked(
+        Input::Bytes(ctx),
+        view(state, &frames[..depth], packet, metered),
+    )?;
     state.run.status = RunStatus::Ok as u32;
     Ok(r0)
 }
@@ -79,10 +84,14 @@ pub unsafe fn resume_unchecked(
     metered: bool,
 ) -> Result<u64, ResumeError> {
     check_status(state)?;
-    let frames = frames(state)?;
+    let (frames, depth) = frames(state)?;
     // SAFETY: forwarded to the caller.
-    let r0 =
-        unsafe { vm.resume_unchecked(Input::Bytes(ctx), view(state, &frames, packet, metered))? };
+    let r0 = unsafe {
+        vm.resume_unchecked(
+            Input::Bytes(ctx),
+            view(state, &frames[..depth], packet, metered),
+        )?
+    };
     state.run.status = RunStatus::Ok as u32;
     Ok(r0)
 }

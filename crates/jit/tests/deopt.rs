@@ -183,3 +183,50 @@ fn resume_refuses_inconsistent_states() {
         "return slot outside"
     );
 }
+
+proptest::proptest! {
+    /// Whatever state a broken fast path hands over, the checked resume refuses it or fails
+    /// with a run error: it never panics and never reaches outside the run's memory.
+    #[test]
+    fn arbitrary_states_never_panic_a_checked_resume(
+        pc in 0usize..20,
+        depth in 0usize..9,
+        rets in proptest::collection::vec(0usize..20, 8),
+        raw in proptest::collection::vec(proptest::num::u64::ANY, 11),
+        in_stack in proptest::collection::vec(0u64..4096, 11),
+        pick in proptest::collection::vec(proptest::bool::ANY, 11),
+        consistent_fp in proptest::bool::ANY,
+    ) {
+        let insns = assemble(PROGRAM).unwrap();
+        let vm = Vm::new(
+            &insns,
+            &MapSet::default(),
+            &Helpers::standard(),
+            Config { max_steps: 10_000, ..Config::default() },
+        )
+        .unwrap();
+        let mut state = DeoptRunState::boxed(0);
+        let top = state.stack_top();
+        let frames: Vec<ResumeFrame> = (0..depth)
+            .map(|k| ResumeFrame { ret: rets[k], saved: [raw[k], 0, 0, 0] })
+            .collect();
+        let mut regs = [0u64; 11];
+        for i in 0..11 {
+            regs[i] = if pick[i] { top - in_stack[i] } else { raw[i] };
+        }
+        if consistent_fp {
+            regs[10] = top - depth as u64 * 512;
+        }
+        let _ = vm.resume_checked(
+            Input::Empty,
+            Resume {
+                pc,
+                regs,
+                frames: &frames,
+                stack: &mut state.stack[..],
+                packet: None,
+                max_steps: Some(10_000),
+            },
+        );
+    }
+}
