@@ -864,12 +864,35 @@ fn paired_changes(
         .collect()
 }
 
+/// The median of `v` with a distribution-free 95% confidence interval (order statistics
+/// n/2 -+ 0.98 sqrt(n)).
+fn median_ci(v: &[f64]) -> (f64, f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let n = s.len() as f64;
+    let half = 0.98 * n.sqrt();
+    let lo = ((n / 2.0 - half).floor().max(0.0)) as usize;
+    let hi = ((n / 2.0 + half).ceil() as usize).min(s.len() - 1);
+    (median(v), s[lo], s[hi])
+}
+
+/// The 2% target against a change's confidence interval.
+fn verdict(lo: f64, hi: f64) -> &'static str {
+    if lo >= -2.0 {
+        "within 2%"
+    } else if hi < -2.0 {
+        "worse than 2%"
+    } else {
+        "not resolved"
+    }
+}
+
 fn throughput(host: &mut HostProc, cf: &mut CodeFlow) {
     // Windows alternate quickly (baseline, treatment, baseline, ...) so that adjacent windows
     // see the same background load on this shared machine; each treatment window is compared
     // with the mean of the baseline windows just before and after it (a linear drift
     // cancels), and the median over many pairs is reported with its quartiles.
-    const PAIRS: usize = 100;
+    const PAIRS: usize = 150;
     const AGENT_ROUNDS: usize = 8;
     const PACED_PER_S: u32 = 1000;
     let short = Duration::from_millis(50);
@@ -959,8 +982,8 @@ fn throughput(host: &mut HostProc, cf: &mut CodeFlow) {
         percentile(&base_wall, 0.9),
     );
     println!(
-        "{:<40} {:>29} {:>32}",
-        "phase (deploys/s)", "requests/s change", "requests per CPU-s change"
+        "{:<38} {:>33} {:>36}",
+        "phase (deploys/s)", "requests/s change [95% CI]", "requests per CPU-s change [95% CI]"
     );
     let rows = [
         (
@@ -976,21 +999,24 @@ fn throughput(host: &mut HostProc, cf: &mut CodeFlow) {
         ),
     ];
     for (name, base, treated) in rows {
-        let w = paired_changes(base, treated, |m| m.0);
-        let c = paired_changes(base, treated, |m| m.1);
+        let w = median_ci(&paired_changes(base, treated, |m| m.0));
+        let c = median_ci(&paired_changes(base, treated, |m| m.1));
         println!(
-            "{:<40} {:>+8.2}% [p25 {:+.2}, p75 {:+.2}] {:>+9.2}% [p25 {:+.2}, p75 {:+.2}]",
+            "{:<38} {:>+7.2}% [{:+.2}, {:+.2}] {:<13} {:>+7.2}% [{:+.2}, {:+.2}] {}",
             name,
-            median(&w),
-            percentile(&w, 0.25),
-            percentile(&w, 0.75),
-            median(&c),
-            percentile(&c, 0.25),
-            percentile(&c, 0.75),
+            w.0,
+            w.1,
+            w.2,
+            verdict(w.1, w.2),
+            c.0,
+            c.1,
+            c.2,
+            verdict(c.1, c.2),
         );
     }
-    println!("(median and quartiles over the pairs; requests/s is what the host's clients see; requests per");
-    println!(" CPU-second of the serving thread leaves out CPU time the agent or other processes took from it)");
+    println!("(median over the pairs with its 95% confidence interval, against the 2% target; requests/s is");
+    println!(" what the host's clients see; requests per CPU-second of the serving thread leaves out CPU time");
+    println!(" the agent or other processes took from it)");
 }
 
 fn main() {
