@@ -929,6 +929,23 @@ fn throughput(host: &mut HostProc, cf: &mut CodeFlow) {
     }
     let fast_rate = deploys.get() as f64 / fast_time.as_secs_f64();
 
+    // Control: CPU 1 as busy as in the back-to-back windows (copying code-sized buffers in
+    // this process's own memory) without deploying. On a virtual machine whose two CPUs share
+    // a physical core or an overcommitted host, a busy CPU 1 alone slows CPU 0; this row
+    // separates that from the deploys' own effect.
+    let mut base_busy = vec![idle(host, short)];
+    let mut busy = Vec::new();
+    let (mut from, mut to) = (vec![1u8; 8 << 10], vec![0u8; 8 << 10]);
+    for _ in 0..PAIRS {
+        busy.push(window(host, short, &mut || {
+            for _ in 0..16 {
+                to.copy_from_slice(std::hint::black_box(&from));
+                std::mem::swap(&mut from, &mut to);
+            }
+        }));
+        base_busy.push(idle(host, short));
+    }
+
     // rdx paced.
     let period = Duration::from_secs(1) / PACED_PER_S;
     let mut base_paced = vec![idle(host, short)];
@@ -991,6 +1008,11 @@ fn throughput(host: &mut HostProc, cf: &mut CodeFlow) {
             &base_fast,
             &fast,
         ),
+        (
+            "control: CPU 1 busy, no deploys".to_string(),
+            &base_busy,
+            &busy,
+        ),
         (format!("rdx, paced ({PACED_PER_S}/s)"), &base_paced, &paced),
         (
             format!("agent mode, back to back ({agent_rate:.1}/s)"),
@@ -998,9 +1020,11 @@ fn throughput(host: &mut HostProc, cf: &mut CodeFlow) {
             &agent,
         ),
     ];
+    let mut medians = Vec::new();
     for (name, base, treated) in rows {
         let w = median_ci(&paired_changes(base, treated, |m| m.0));
         let c = median_ci(&paired_changes(base, treated, |m| m.1));
+        medians.push((w.0, c.0));
         println!(
             "{:<38} {:>+7.2}% [{:+.2}, {:+.2}] {:<13} {:>+7.2}% [{:+.2}, {:+.2}] {}",
             name,
@@ -1014,6 +1038,11 @@ fn throughput(host: &mut HostProc, cf: &mut CodeFlow) {
             verdict(c.1, c.2),
         );
     }
+    println!(
+        "the deploys' own effect, back to back minus the busy-CPU control: {:+.2}% requests/s, {:+.2}% per CPU-s",
+        medians[0].0 - medians[1].0,
+        medians[0].1 - medians[1].1
+    );
     println!("(median over the pairs with its 95% confidence interval, against the 2% target; requests/s is");
     println!(" what the host's clients see; requests per CPU-second of the serving thread leaves out CPU time");
     println!(" the agent or other processes took from it)");
