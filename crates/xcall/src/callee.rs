@@ -1,0 +1,194 @@
+//! The helpers callee code finds in this process's private copy of a service's helper table.
+//!
+//! They act on the service whose entry is running on this thread (set by the `call` helper
+//! for the duration of the callee's run): map helpers resolve map addresses inside *that*
+//! region and run the same XState code every other party runs ([`rdx_transport::xstate`]);
+//! `xcall_reply` copies the callee's result into the caller's output buffer. Every other
+//! table entry returns [`errno::NO_HELPER`], so a helper that has no cross-sandbox meaning
+//! fails the call instead of jumping anywhere.
+
+use crate::call::{current, Current};
+use crate::{errno, REPLY_ID};
+use rdx_region::abi::HelperFn;
+use rdx_region::layout::MapHeader;
+use rdx_transport::xstate::{self, Copies, MapRef};
+use rdx_transport::Transport;
+use std::cell::{Cell, RefCell};
+use std::mem::size_of;
+
+/// Helper ids a cross-sandbox callee may call (the deploy step refuses any other).
+pub const CALLEE_HELPERS: &[u32] = &[1, 2, 3, 5, 7, 8, REPLY_ID];
+
+const EINVAL: u64 = (-(libc::EINVAL as i64)) as u64;
+
+/// The function behind helper-table entry `id` in attached regions.
+pub(crate) fn helper_for(id: u32) -> HelperFn {
+    match id {
+        1 => map_lookup_elem,
+        2 => map_update_elem,
+        3 => map_delete_elem,
+        5 => ktime_get_ns,
+        7 => get_prandom_u32,
+        8 => get_smp_processor_id,
+        REPLY_ID => reply,
+        _ => unsupported,
+    }
+}
+
+struct CachedMap {
+    addr: u64,
+    header: [u64; 8],
+    map: MapRef,
+}
+
+thread_local! {
+    static MAPS: RefCell<Vec<CachedMap>> = const { RefCell::new(Vec::new()) };
+    static RNG: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The map whose header is at `addr` in the running callee's region.
+fn map_at(cur: &Current, addr: u64) -> Option<MapRef> {
+    let svc = cur.svc;
+    let offset = addr.checked_sub(svc.base)?;
+    if offset.checked_add(size_of::<MapHeader>() as u64)? > svc.data.region_len() || offset % 8 != 0
+    {
+        return None;
+    }
+    let mut header = [0u64; 8];
+    for (i, w) in header.iter_mut().enumerate() {
+        *w = svc.data.read_u64(offset + 8 * i as u64).ok()?;
+    }
+    MAPS.with(|cache| {
+        let mut cache = cache.try_borrow_mut().ok()?;
+        if let Some(c) = cache.iter().find(|c| c.addr == addr && c.header == header) {
+            return Some(c.map);
+        }
+        let mut b = [0u8; size_of::<MapHeader>()];
+        svc.data.read(offset, &mut b).ok()?;
+        if b[..64]
+            .chunks_exact(8)
+            .zip(header.iter())
+            .any(|(c, w)| u64::from_le_bytes(c.try_into().expect("8")) != *w)
+        {
+            return None;
+        }
+        let map = MapRef::from_header_bytes(&b, offset, svc.data.region_len()).ok()?;
+        if cache.len() >= 16 {
+            cache.clear();
+        }
+        cache.push(CachedMap { addr, header, map });
+        Some(map)
+    })
+}
+
+/// # Safety
+/// `ptr` must be readable for `len` bytes (the verifier proved it for the callee).
+unsafe fn bytes<'a>(ptr: u64, len: usize) -> &'a [u8] {
+    // SAFETY: by the caller's contract.
+    unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
+}
+
+fn token(cur: &Current) -> u64 {
+    // The token scheme of the host's own threads: the thread slot we hold in that region.
+    (1 << 63) | cur.thread_slot as u64
+}
+
+unsafe extern "C" fn map_lookup_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
+    let Some(cur) = current() else { return 0 };
+    let Some(m) = map_at(cur, map) else { return 0 };
+    // SAFETY: the verifier proved `key` readable for the map's key size.
+    let key = unsafe { bytes(key, m.key_size as usize) };
+    let copy = if m.copies > 1 { cur.thread_slot } else { 0 };
+    match xstate::lookup_ref(&cur.svc.data, &m, key, copy) {
+        Ok(Some(off)) => cur.svc.base + off,
+        _ => 0,
+    }
+}
+
+unsafe extern "C" fn map_update_elem(map: u64, key: u64, value: u64, flags: u64, _: u64) -> u64 {
+    let Some(cur) = current() else { return EINVAL };
+    let Some(m) = map_at(cur, map) else {
+        return EINVAL;
+    };
+    // SAFETY: the verifier proved both readable for the map's sizes.
+    let (key, value) = unsafe {
+        (
+            bytes(key, m.key_size as usize),
+            bytes(value, m.value_size as usize),
+        )
+    };
+    let copies = if m.copies > 1 {
+        Copies::One(cur.thread_slot)
+    } else {
+        Copies::All
+    };
+    match xstate::update(&cur.svc.data, &m, key, value, flags, copies, token(cur)) {
+        Ok(()) => 0,
+        Err(e) => e.errno() as u64,
+    }
+}
+
+unsafe extern "C" fn map_delete_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
+    let Some(cur) = current() else { return EINVAL };
+    let Some(m) = map_at(cur, map) else {
+        return EINVAL;
+    };
+    // SAFETY: the verifier proved `key` readable for the map's key size.
+    let key = unsafe { bytes(key, m.key_size as usize) };
+    match xstate::delete(&cur.svc.data, &m, key, token(cur)) {
+        Ok(()) => 0,
+        Err(e) => e.errno() as u64,
+    }
+}
+
+unsafe extern "C" fn ktime_get_ns(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into our local timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+unsafe extern "C" fn get_prandom_u32(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    RNG.with(|r| {
+        let mut x = r.get();
+        if x == 0 {
+            // SAFETY: gettid has no preconditions.
+            x = (unsafe { libc::gettid() } as u64) << 32 ^ 0x9e37_79b9_7f4a_7c15;
+        }
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        r.set(x);
+        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) & 0xffff_ffff
+    })
+}
+
+/// The thread slot held in the callee's region: what per-thread maps index by.
+unsafe extern "C" fn get_smp_processor_id(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    current().map(|c| c.thread_slot as u64).unwrap_or(0)
+}
+
+unsafe extern "C" fn unsupported(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    errno::NO_HELPER
+}
+
+/// `xcall_reply(data, len)`: copies the callee's result into the caller's output buffer.
+/// Returns `len`, [`errno::REPLY_TOO_LARGE`] if the caller's buffer is smaller, or
+/// [`errno::NO_CALL`] when no cross-sandbox call is running on this thread (the entry was run
+/// as a plain hook by its own host).
+pub(crate) unsafe extern "C" fn reply(data: u64, len: u64, _: u64, _: u64, _: u64) -> u64 {
+    let Some(cur) = current() else {
+        return errno::NO_CALL;
+    };
+    if len > cur.out_len as u64 {
+        return errno::REPLY_TOO_LARGE;
+    }
+    // SAFETY: the verifier proved `data` readable for `len` bytes in the callee; the caller's
+    // verifier proved `out` writable for `out_len >= len` bytes, and the caller's frame is
+    // below us on this very thread.
+    unsafe { std::ptr::copy_nonoverlapping(data as *const u8, cur.out, len as usize) };
+    len
+}

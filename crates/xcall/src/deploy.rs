@@ -1,0 +1,84 @@
+//! The control-plane side (feature `control`): deploying an exported entry.
+//!
+//! The normal CodeFlow path with two differences. The code is compiled to reach helpers
+//! through the region's helper table (`HelperCalls::Table`) instead of by absolute address,
+//! because it will run in other processes whose helper implementations live elsewhere; and
+//! the program may call only the helpers that have a cross-sandbox meaning
+//! ([`CALLEE_HELPERS`]). Publication, versions, rollback and reclamation are CodeFlow's: the
+//! entry's code lives in the hook of the same name, and callers in other processes hold
+//! thread slots in the callee's region, so reclamation waits for them too.
+
+use crate::callee::CALLEE_HELPERS;
+use rdx_bpf::isa::{CallTarget, Insn};
+use rdx_control::{CodeFlow, Compiled, ControlError, Extension, Published};
+use rdx_jit::{CompileOptions, Compiler, HelperCalls};
+use sha2::{Digest, Sha256};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error("instruction {pc}: helper {id} is not available to cross-sandbox callees (allowed: {CALLEE_HELPERS:?})")]
+    UnsupportedHelper { pc: usize, id: i64 },
+    #[error("instruction {pc}: callx is not available to cross-sandbox callees")]
+    IndirectCall { pc: usize },
+    #[error("compiling {entry:?}: {reason}")]
+    Compile { entry: String, reason: String },
+}
+
+/// Checks that `insns` only call helpers a callee may use.
+pub fn check_callee_helpers(insns: &[Insn]) -> Result<(), DeployError> {
+    for (pc, insn) in insns.iter().enumerate() {
+        match insn {
+            Insn::Call(CallTarget::Helper(id))
+                if !CALLEE_HELPERS.iter().any(|h| *h as i64 == *id as i64) =>
+            {
+                return Err(DeployError::UnsupportedHelper { pc, id: *id as i64 })
+            }
+            Insn::Call(CallTarget::Reg(_)) => return Err(DeployError::IndirectCall { pc }),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Verifies `ext` against the export's hook and class in the service's EIM spec, compiles it
+/// for helper-table calls and publishes it as the export's new version (one CAS). A caller
+/// mid-call finishes on the version it started; reclaim old versions with
+/// [`CodeFlow::reclaim`], which waits for every caller's epoch.
+pub fn deploy_export(
+    cf: &mut CodeFlow,
+    entry: &str,
+    ext: &Extension,
+    class: Option<&str>,
+) -> Result<Published, DeployError> {
+    let checked = cf.validate_code(ext, entry, class)?;
+    check_callee_helpers(&ext.insns)?;
+    let arch = match cf.arch() {
+        rdx_region::layout::Arch::X86_64 => rdx_jit::Arch::X86_64,
+        rdx_region::layout::Arch::Aarch64 => rdx_jit::Arch::Aarch64,
+    };
+    let mut opts = CompileOptions::new(arch);
+    opts.needs_budget = checked.facts.needs_budget;
+    opts.helper_calls = HelperCalls::Table {
+        table_len: cf.view().info.helper_capacity,
+    };
+    opts.eim_class = format!("{}/{}", checked.hook, checked.class);
+    opts.verify_ir = false;
+    let compile_err = |e: rdx_jit::CompileError| DeployError::Compile {
+        entry: entry.into(),
+        reason: e.to_string(),
+    };
+    let (artifact, _) = Compiler::new(arch)
+        .map_err(compile_err)?
+        .compile(&ext.insns, &opts)
+        .map_err(compile_err)?;
+    let compiled = Compiled {
+        artifact_hash: Sha256::digest(artifact.to_bytes()).into(),
+        artifact,
+        cached: false,
+        budget: checked.facts.budget.unwrap_or(u64::MAX),
+        class: checked.class.clone(),
+    };
+    Ok(cf.deploy_prog(entry, ext, &compiled)?)
+}

@@ -1,0 +1,536 @@
+//! The address plan: one small shared file that every sandbox of a merged address space maps.
+//!
+//! It fixes where each sandbox's region lives (`base + slot * slot_size`, the same in every
+//! process) and lists each sandbox's exports: the allow-list of entries other sandboxes may
+//! call, each with its hook index, declared argument size, flags and a lock word for
+//! serialised entries.
+//!
+//! Layout (little-endian, `#[repr(C)]`): a 64-byte [`PlanHeader`], then [`SlotEntry`] ×
+//! `slots`. A sandbox claims a slot with a compare-and-swap on its `state` word, writes the
+//! rest, and publishes it with a release store of [`SLOT_LIVE`]; readers load `state` with
+//! acquire before trusting anything else in the entry.
+
+use crate::{XcallError, MAX_EXPORTS, MAX_SLOTS};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// `"RDXPLAN1"` little-endian.
+pub const PLAN_MAGIC: u64 = u64::from_le_bytes(*b"RDXPLAN1");
+pub const PLAN_VERSION: u32 = 1;
+
+pub const SLOT_FREE: u64 = 0;
+/// A sandbox is writing the entry.
+pub const SLOT_CLAIMING: u64 = 1;
+pub const SLOT_LIVE: u64 = 2;
+
+/// Export flag: at most one caller runs the entry at a time (across every process).
+pub const EXPORT_SERIALIZED: u32 = 1;
+
+pub const NAME_LEN: usize = 32;
+pub const PATH_LEN: usize = 128;
+
+#[repr(C, align(64))]
+pub struct PlanHeader {
+    pub magic: AtomicU64,
+    pub version: u32,
+    pub slots: u32,
+    pub base: u64,
+    pub slot_size: u64,
+    pub reserved: [u64; 4],
+}
+
+/// One exported entry.
+#[repr(C, align(64))]
+pub struct ExportEntry {
+    pub name: [u8; NAME_LEN],
+    /// Hook slot index of the entry in the sandbox's region.
+    pub hook_index: u32,
+    /// Bytes of argument buffer the entry reads (its context size).
+    pub max_args: u32,
+    /// [`EXPORT_SERIALIZED`] or 0.
+    pub flags: u32,
+    pub reserved0: u32,
+    /// Serialised entries: 0 when free, else the running caller's thread id + 1.
+    pub lock: AtomicU64,
+    pub reserved1: u64,
+}
+
+/// One sandbox.
+#[repr(C, align(64))]
+pub struct SlotEntry {
+    /// [`SLOT_FREE`], [`SLOT_CLAIMING`] or [`SLOT_LIVE`].
+    pub state: AtomicU64,
+    /// Process id of the sandbox's host.
+    pub pid: AtomicU64,
+    pub region_size: u64,
+    pub export_count: AtomicU32,
+    pub reserved0: u32,
+    pub name: [u8; NAME_LEN],
+    pub path: [u8; PATH_LEN],
+    pub reserved1: [u64; 6],
+    pub exports: [ExportEntry; MAX_EXPORTS],
+}
+
+const _: () = {
+    use std::mem::size_of;
+    assert!(size_of::<PlanHeader>() == 64);
+    assert!(size_of::<ExportEntry>() == 64);
+    assert!(size_of::<SlotEntry>() == 256 + 64 * MAX_EXPORTS);
+};
+
+/// Where slots go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanSpec {
+    /// First slot's address; page aligned, in the lower half of the user address space and
+    /// away from where the kernel places ordinary mappings.
+    pub base: u64,
+    /// Bytes of address space per slot (regions must fit).
+    pub slot_size: u64,
+    pub slots: u32,
+}
+
+impl Default for PlanSpec {
+    fn default() -> Self {
+        Self {
+            base: 0x5000_0000_0000,
+            slot_size: 1 << 30,
+            slots: MAX_SLOTS as u32,
+        }
+    }
+}
+
+/// An export as the plan lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportInfo {
+    pub index: u16,
+    pub name: String,
+    pub hook_index: u32,
+    pub max_args: u32,
+    pub flags: u32,
+}
+
+/// A live sandbox as the plan lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotInfo {
+    pub slot: u16,
+    pub name: String,
+    pub pid: u64,
+    pub path: PathBuf,
+    pub region_size: u64,
+    pub address: u64,
+    pub exports: Vec<ExportInfo>,
+}
+
+/// This process's mapping of a plan file. Mappings are never unmapped (services attached
+/// through a plan keep pointers into it), so a `Plan` is cheap to keep and share.
+#[derive(Clone, Copy)]
+pub struct Plan {
+    base: *mut u8,
+    spec: PlanSpec,
+    path: &'static Path,
+}
+
+// SAFETY: the mapping is shared memory accessed through atomics (state words, locks) or
+// written only by the slot's owner before its release store; it is never unmapped.
+unsafe impl Send for Plan {}
+// SAFETY: as above.
+unsafe impl Sync for Plan {}
+
+impl std::fmt::Debug for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plan")
+            .field("path", &self.path)
+            .field("spec", &self.spec)
+            .finish()
+    }
+}
+
+fn file_len(slots: u32) -> u64 {
+    (std::mem::size_of::<PlanHeader>() + slots as usize * std::mem::size_of::<SlotEntry>()) as u64
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> XcallError + 'a {
+    move |source| XcallError::Io {
+        what,
+        path: path.into(),
+        source,
+    }
+}
+
+fn bad(path: &Path, reason: impl Into<String>) -> XcallError {
+    XcallError::BadPlan {
+        path: path.into(),
+        reason: reason.into(),
+    }
+}
+
+pub(crate) fn encode_name<const N: usize>(s: &str) -> Option<[u8; N]> {
+    let b = s.as_bytes();
+    if b.is_empty() || b.len() > N || b.contains(&0) {
+        return None;
+    }
+    let mut out = [0u8; N];
+    out[..b.len()].copy_from_slice(b);
+    Some(out)
+}
+
+pub(crate) fn decode_name(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+fn pid_alive(pid: u64) -> bool {
+    // SAFETY: kill with signal 0 only checks for existence and permission.
+    pid != 0
+        && (unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
+
+impl Plan {
+    /// Creates the plan file, or opens it if it exists with the same spec (the first process
+    /// to arrive writes the header, under an exclusive `flock`).
+    pub fn create(path: impl AsRef<Path>, spec: PlanSpec) -> Result<Plan, XcallError> {
+        let path = path.as_ref();
+        if spec.slots == 0 || spec.slots as usize > MAX_SLOTS {
+            return Err(bad(path, format!("{} slots (1..={MAX_SLOTS})", spec.slots)));
+        }
+        if !spec.base.is_multiple_of(65536)
+            || !spec.slot_size.is_multiple_of(65536)
+            || spec.slot_size == 0
+        {
+            return Err(bad(path, "base and slot size must be 64 KiB multiples"));
+        }
+        let end = (spec.slots as u64)
+            .checked_mul(spec.slot_size)
+            .and_then(|n| n.checked_add(spec.base));
+        if end.is_none_or(|e| e > 0x7f00_0000_0000) {
+            return Err(bad(path, "slots reach beyond the lower user address space"));
+        }
+        Self::map(path, Some(spec))
+    }
+
+    /// Opens an existing plan file.
+    pub fn open(path: impl AsRef<Path>) -> Result<Plan, XcallError> {
+        Self::map(path.as_ref(), None)
+    }
+
+    fn map(path: &Path, create: Option<PlanSpec>) -> Result<Plan, XcallError> {
+        let cpath = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| bad(path, "path contains NUL"))?;
+        let flags = libc::O_RDWR | libc::O_CLOEXEC | create.map_or(0, |_| libc::O_CREAT);
+        // SAFETY: open on a NUL-terminated path we own; result checked.
+        let fd = unsafe { libc::open(cpath.as_ptr(), flags, 0o600) };
+        if fd < 0 {
+            return Err(io("opening", path)(std::io::Error::last_os_error()));
+        }
+        let result = Self::map_fd(fd, path, create);
+        // SAFETY: unlocking and closing our fd. The explicit unlock matters: the mapping keeps
+        // the open file description (and so a flock) alive after close.
+        unsafe {
+            libc::flock(fd, libc::LOCK_UN);
+            libc::close(fd)
+        };
+        result
+    }
+
+    fn map_fd(fd: libc::c_int, path: &Path, create: Option<PlanSpec>) -> Result<Plan, XcallError> {
+        // SAFETY: flock on our fd; released when the fd is closed.
+        if unsafe { libc::flock(fd, libc::LOCK_EX) } != 0 {
+            return Err(io("locking", path)(std::io::Error::last_os_error()));
+        }
+        let mut head = [0u8; 64];
+        // SAFETY: pread into a local buffer.
+        let n = unsafe { libc::pread(fd, head.as_mut_ptr() as *mut libc::c_void, 64, 0) };
+        let existing =
+            if n == 64 && u64::from_le_bytes(head[..8].try_into().expect("8")) == PLAN_MAGIC {
+                let version = u32::from_le_bytes(head[8..12].try_into().expect("4"));
+                if version != PLAN_VERSION {
+                    return Err(bad(
+                        path,
+                        format!("version {version}, expected {PLAN_VERSION}"),
+                    ));
+                }
+                Some(PlanSpec {
+                    slots: u32::from_le_bytes(head[12..16].try_into().expect("4")),
+                    base: u64::from_le_bytes(head[16..24].try_into().expect("8")),
+                    slot_size: u64::from_le_bytes(head[24..32].try_into().expect("8")),
+                })
+            } else {
+                None
+            };
+        let (spec, fresh) = match (existing, create) {
+            (Some(found), Some(want)) if found != want => {
+                return Err(bad(
+                    path,
+                    format!("exists with {found:?}, asked for {want:?}"),
+                ))
+            }
+            (Some(found), _) => (found, false),
+            (None, Some(want)) => (want, true),
+            (None, None) => return Err(bad(path, "not an address plan (bad magic)")),
+        };
+        if spec.slots == 0 || spec.slots as usize > MAX_SLOTS {
+            return Err(bad(path, format!("{} slots", spec.slots)));
+        }
+        let len = file_len(spec.slots);
+        if fresh {
+            // SAFETY: sizing our own file; a fresh file reads as zeros (every slot free).
+            if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
+                return Err(io("sizing", path)(std::io::Error::last_os_error()));
+            }
+        }
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat into a local struct.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            return Err(io("inspecting", path)(std::io::Error::last_os_error()));
+        }
+        if (st.st_size as u64) < len {
+            return Err(bad(path, format!("{} bytes, needs {len}", st.st_size)));
+        }
+        // SAFETY: a shared mapping of `len` bytes of our file; result checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io("mapping", path)(std::io::Error::last_os_error()));
+        }
+        let plan = Plan {
+            base: p as *mut u8,
+            spec,
+            path: Box::leak(path.to_path_buf().into_boxed_path()),
+        };
+        if fresh {
+            let h = plan.header_mut();
+            h.version = PLAN_VERSION;
+            h.slots = spec.slots;
+            h.base = spec.base;
+            h.slot_size = spec.slot_size;
+            h.magic.store(PLAN_MAGIC, Ordering::Release);
+        }
+        Ok(plan)
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    fn header_mut(&self) -> &mut PlanHeader {
+        // SAFETY: the header is at offset 0 of the live mapping; only the creator writes its
+        // plain fields, before publishing the magic and under the file lock.
+        unsafe { &mut *(self.base as *mut PlanHeader) }
+    }
+
+    pub(crate) fn entry(&self, slot: u16) -> &SlotEntry {
+        debug_assert!((slot as u32) < self.spec.slots);
+        // SAFETY: in bounds (slot < slots, checked by every caller), aligned, never unmapped.
+        unsafe {
+            &*(self
+                .base
+                .add(64 + slot as usize * std::mem::size_of::<SlotEntry>())
+                as *const SlotEntry)
+        }
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    fn entry_mut(&self, slot: u16) -> &mut SlotEntry {
+        // SAFETY: as `entry`; only the process that claimed the slot (state CLAIMING) writes
+        // its plain fields, before the release store that makes it live.
+        unsafe {
+            &mut *(self
+                .base
+                .add(64 + slot as usize * std::mem::size_of::<SlotEntry>())
+                as *mut SlotEntry)
+        }
+    }
+
+    pub fn spec(&self) -> PlanSpec {
+        self.spec
+    }
+
+    pub fn path(&self) -> &Path {
+        self.path
+    }
+
+    /// Virtual address of `slot`'s region in every process of the plan.
+    pub fn slot_address(&self, slot: u16) -> Result<u64, XcallError> {
+        self.check_slot(slot)?;
+        Ok(self.spec.base + slot as u64 * self.spec.slot_size)
+    }
+
+    fn check_slot(&self, slot: u16) -> Result<(), XcallError> {
+        if slot as u32 >= self.spec.slots {
+            return Err(XcallError::NoSuchSlot {
+                slot: slot as u32,
+                slots: self.spec.slots,
+            });
+        }
+        Ok(())
+    }
+
+    /// Claims `slot` (or the first free one) for a sandbox named `name`. A slot held by a
+    /// process that no longer exists is taken over.
+    pub(crate) fn claim(&self, slot: Option<u16>) -> Result<u16, XcallError> {
+        let me = std::process::id() as u64;
+        let try_one = |s: u16| -> Result<bool, XcallError> {
+            let e = self.entry(s);
+            loop {
+                let state = e.state.load(Ordering::Acquire);
+                if state == SLOT_FREE {
+                    if e.state
+                        .compare_exchange(
+                            SLOT_FREE,
+                            SLOT_CLAIMING,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .is_ok()
+                    {
+                        e.pid.store(me, Ordering::Release);
+                        return Ok(true);
+                    }
+                    continue;
+                }
+                let pid = e.pid.load(Ordering::Acquire);
+                if pid != 0 && !pid_alive(pid) {
+                    // The holder died: take the slot over with one CAS on its pid word.
+                    if e.pid
+                        .compare_exchange(pid, me, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        e.state.store(SLOT_CLAIMING, Ordering::Release);
+                        return Ok(true);
+                    }
+                    continue;
+                }
+                if slot.is_some() {
+                    return Err(XcallError::SlotTaken {
+                        slot: s,
+                        name: decode_name(&e.name),
+                        pid,
+                    });
+                }
+                return Ok(false);
+            }
+        };
+        match slot {
+            Some(s) => {
+                self.check_slot(s)?;
+                try_one(s)?;
+                Ok(s)
+            }
+            None => {
+                for s in 0..self.spec.slots as u16 {
+                    if try_one(s)? {
+                        return Ok(s);
+                    }
+                }
+                Err(XcallError::PlanFull)
+            }
+        }
+    }
+
+    /// Fills a claimed slot and makes it live.
+    pub(crate) fn publish(
+        &self,
+        slot: u16,
+        name: &str,
+        path: &Path,
+        region_size: u64,
+        exports: &[ExportInfo],
+    ) -> Result<(), XcallError> {
+        let e = self.entry_mut(slot);
+        e.name = encode_name(name)
+            .ok_or_else(|| bad(self.path, format!("bad sandbox name {name:?}")))?;
+        e.path = encode_name(&path.display().to_string())
+            .ok_or_else(|| bad(self.path, format!("region path {path:?} too long")))?;
+        e.region_size = region_size;
+        for (i, x) in exports.iter().enumerate() {
+            let slot_export = &mut e.exports[i];
+            slot_export.name = encode_name(&x.name).ok_or_else(|| XcallError::BadExport {
+                name: x.name.clone(),
+                reason: format!("name must be 1..={NAME_LEN} bytes without NUL"),
+            })?;
+            slot_export.hook_index = x.hook_index;
+            slot_export.max_args = x.max_args;
+            slot_export.flags = x.flags;
+            slot_export.lock.store(0, Ordering::Relaxed);
+        }
+        e.export_count
+            .store(exports.len() as u32, Ordering::Relaxed);
+        e.state.store(SLOT_LIVE, Ordering::Release);
+        Ok(())
+    }
+
+    /// Frees a slot this process holds.
+    pub(crate) fn release(&self, slot: u16) {
+        let e = self.entry(slot);
+        if e.pid.load(Ordering::Acquire) == std::process::id() as u64 {
+            e.export_count.store(0, Ordering::Relaxed);
+            e.state.store(SLOT_FREE, Ordering::Release);
+        }
+    }
+
+    /// The live sandbox in `slot`.
+    pub fn slot(&self, slot: u16) -> Result<SlotInfo, XcallError> {
+        self.check_slot(slot)?;
+        let e = self.entry(slot);
+        if e.state.load(Ordering::Acquire) != SLOT_LIVE {
+            return Err(XcallError::EmptySlot(slot));
+        }
+        let count = (e.export_count.load(Ordering::Relaxed) as usize).min(MAX_EXPORTS);
+        Ok(SlotInfo {
+            slot,
+            name: decode_name(&e.name),
+            pid: e.pid.load(Ordering::Relaxed),
+            path: PathBuf::from(decode_name(&e.path)),
+            region_size: e.region_size,
+            address: self.slot_address(slot)?,
+            exports: e.exports[..count]
+                .iter()
+                .enumerate()
+                .map(|(i, x)| ExportInfo {
+                    index: i as u16,
+                    name: decode_name(&x.name),
+                    hook_index: x.hook_index,
+                    max_args: x.max_args,
+                    flags: x.flags,
+                })
+                .collect(),
+        })
+    }
+
+    /// Every live sandbox.
+    pub fn slots(&self) -> Vec<SlotInfo> {
+        (0..self.spec.slots as u16)
+            .filter_map(|s| self.slot(s).ok())
+            .collect()
+    }
+
+    /// The live sandbox named `name`.
+    pub fn find(&self, name: &str) -> Result<SlotInfo, XcallError> {
+        self.slots()
+            .into_iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| XcallError::NoSuchService(name.into()))
+    }
+
+    /// The [`crate::Target`] of `service`'s export `entry`.
+    pub fn target(&self, service: &str, entry: &str) -> Result<crate::Target, XcallError> {
+        let s = self.find(service)?;
+        let x =
+            s.exports
+                .iter()
+                .find(|x| x.name == entry)
+                .ok_or_else(|| XcallError::BadExport {
+                    name: entry.into(),
+                    reason: format!("{service:?} exports no such entry"),
+                })?;
+        Ok(crate::Target::new(s.slot, x.index))
+    }
+}

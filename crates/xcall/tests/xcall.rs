@@ -1,0 +1,312 @@
+//! Cross-sandbox calls between real processes: a storage sandbox in a child process, the
+//! caller in this one. Each test uses its own plan file and its own slots (attached services
+//! are per process and never unmapped).
+
+mod common;
+
+use common::{cache_eim, extension, Storage};
+use rdx_control::{create_codeflow, ExtSpec};
+use rdx_runtime::{HookSpec, Runtime};
+use rdx_xcall::call::{call, xcall_call, CallError};
+use rdx_xcall::deploy::{deploy_export, DeployError};
+use rdx_xcall::service::Service;
+use rdx_xcall::{attach, errno, Target, XcallError};
+use std::time::{Duration, Instant};
+
+/// Not a test: the child process's body (does nothing unless started by `Storage::start`).
+#[test]
+fn child() {
+    common::child_main();
+}
+
+fn deploy_storage(storage: &Storage, exports: &[(&str, &str)]) {
+    let mut cf = create_codeflow(&storage.address, ExtSpec::default()).unwrap();
+    cf.deploy("put", &extension("xcall/storage", "put"), None, None)
+        .unwrap();
+    for (entry, prog) in exports {
+        let obj = if *entry == "lookup" || *entry == "empty" {
+            "xcall/storage"
+        } else {
+            "xcall/misbehave"
+        };
+        deploy_export(&mut cf, entry, &extension(obj, prog), None).unwrap();
+    }
+}
+
+#[repr(C)]
+#[derive(Default, Debug)]
+struct Request {
+    key: u64,
+    value: u64,
+    source: u64,
+}
+
+#[test]
+fn miss_path_calls_storage_directly_even_when_it_is_stopped() {
+    let mut storage = Storage::start("sigstop", 1);
+    deploy_storage(&storage, &[("lookup", "lookup")]);
+    assert_eq!(storage.cmd("put 7 700"), "ok 1");
+    assert_eq!(storage.cmd("put 8 800"), "ok 1");
+
+    // The caller: its own sandbox in slot 2, the storage mapped at slot 1's address.
+    let cache = Service::builder(&storage.plan, "cache")
+        .slot(2)
+        .runtime(
+            Runtime::builder()
+                .eim_spec(cache_eim(1))
+                .hook("on_get", HookSpec::new(24)),
+        )
+        .build()
+        .unwrap();
+    cache
+        .runtime()
+        .register_function("call_storage_lookup", 1100, xcall_call)
+        .unwrap();
+    let svc = attach::attach(&storage.plan, 1).unwrap();
+    assert_eq!(svc.name, "storage");
+    let mut cf = create_codeflow(&cache.address(), ExtSpec::default()).unwrap();
+    cf.deploy("on_get", &extension("xcall/cache", "on_get"), None, None)
+        .unwrap();
+    let hook = cache.runtime().hook("on_get").unwrap();
+
+    // Host code calling the entry directly.
+    let mut out = [0u8; 8];
+    let lookup = storage.plan.target("storage", "lookup").unwrap();
+    assert_eq!(lookup, Target::new(1, 0));
+    assert_eq!(call(lookup, &7u64.to_le_bytes(), &mut out), Ok(1));
+    assert_eq!(u64::from_le_bytes(out), 700);
+    assert_eq!(call(lookup, &9u64.to_le_bytes(), &mut out), Ok(0));
+    assert_eq!(out, [0; 8], "a callee that does not reply leaves zeros");
+
+    // The cache's extension: miss -> storage, then hit.
+    let mut r = Request {
+        key: 7,
+        ..Default::default()
+    };
+    hook.run(&mut r);
+    assert_eq!((r.value, r.source), (700, 2), "{r:?}");
+    hook.run(&mut r);
+    assert_eq!(
+        (r.value, r.source),
+        (700, 1),
+        "second lookup hits the cache"
+    );
+
+    // Stop the storage process: calls still complete, on this thread.
+    storage.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(20));
+    let start = Instant::now();
+    let mut r = Request {
+        key: 8,
+        ..Default::default()
+    };
+    hook.run(&mut r);
+    assert_eq!((r.value, r.source), (800, 2), "{r:?}");
+    let mut r = Request {
+        key: 10,
+        ..Default::default()
+    };
+    hook.run(&mut r);
+    assert_eq!(r.source, 3, "absent in storage");
+    for _ in 0..1000 {
+        assert_eq!(call(lookup, &7u64.to_le_bytes(), &mut out), Ok(1));
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "1002 calls took {:?} with the callee stopped",
+        start.elapsed()
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", storage.child.id())).unwrap();
+    assert!(
+        status.contains("State:\tT"),
+        "storage is still stopped: {status}"
+    );
+    storage.signal(libc::SIGCONT);
+    assert_eq!(storage.cmd("put 11 1100"), "ok 1");
+    assert_eq!(call(lookup, &11u64.to_le_bytes(), &mut out), Ok(1));
+    assert_eq!(u64::from_le_bytes(out), 1100);
+}
+
+#[test]
+fn bad_input_gets_typed_errors() {
+    let mut storage = Storage::start("bad", 3);
+    deploy_storage(&storage, &[("lookup", "lookup")]);
+    let mut out = [0u8; 8];
+    let key = 1u64.to_le_bytes();
+    // Not attached in this process yet.
+    assert_eq!(
+        call(Target::new(3, 0), &key, &mut out),
+        Err(CallError::NotMapped)
+    );
+    attach::attach(&storage.plan, 3).unwrap();
+    assert_eq!(call(Target::new(3, 0), &key, &mut out), Ok(0));
+    // Not on the allow-list.
+    assert_eq!(
+        call(Target::new(3, 9), &key, &mut out),
+        Err(CallError::NotExported)
+    );
+    // Exported, nothing deployed.
+    assert_eq!(
+        call(Target::new(3, 1), &key, &mut out),
+        Err(CallError::NotDeployed)
+    );
+    // Larger than declared.
+    assert_eq!(
+        call(Target::new(3, 0), &[0u8; 16], &mut out),
+        Err(CallError::ArgsTooLarge)
+    );
+    // Shorter than declared: zero-padded, not read past the caller's buffer.
+    assert_eq!(call(Target::new(3, 0), &[], &mut out), Ok(0));
+    // Not a target at all.
+    // SAFETY: valid buffers.
+    let r = unsafe { xcall_call(12345, key.as_ptr() as u64, 8, out.as_mut_ptr() as u64, 8) };
+    assert_eq!(r, errno::BAD_TARGET);
+    // A reply larger than the caller's buffer: the callee's reply fails, the call does not.
+    assert_eq!(storage.cmd_put(1, 5), "ok 1");
+    let mut small = [0u8; 4];
+    assert_eq!(call(Target::new(3, 0), &key, &mut small), Ok(1));
+    assert_eq!(small, [0; 4]);
+
+    // Attaching: an empty slot, a slot outside the plan, an address already in use.
+    assert!(matches!(
+        attach::attach(&storage.plan, 5),
+        Err(XcallError::EmptySlot(5))
+    ));
+    assert!(matches!(
+        attach::attach(&storage.plan, 200),
+        Err(XcallError::NoSuchSlot { slot: 200, .. })
+    ));
+    let squatter = Service::builder(&storage.plan, "squatter")
+        .slot(4)
+        .build()
+        .unwrap();
+    // The squatter's own region occupies slot 4's address in this process.
+    assert!(matches!(
+        attach::attach(&storage.plan, 4),
+        Err(XcallError::AddressClash { slot: 4, .. })
+    ));
+    // A live slot cannot be claimed twice.
+    assert!(matches!(
+        Service::builder(&storage.plan, "again").slot(4).build(),
+        Err(XcallError::SlotTaken { slot: 4, .. })
+    ));
+    drop(squatter);
+
+    // Deploy-time refusals: a helper with no cross-sandbox meaning, and a caller passing
+    // more than its capability allows.
+    let mut cf = create_codeflow(&storage.address, ExtSpec::default()).unwrap();
+    let printk = extension("xcall/misbehave", "uses_printk");
+    assert!(matches!(
+        rdx_xcall::deploy::check_callee_helpers(&printk.insns),
+        Err(DeployError::UnsupportedHelper { id: 6, .. })
+    ));
+    assert!(deploy_export(&mut cf, "slow", &printk, None).is_err());
+    // A caller whose capability names another service cannot call this one...
+    let other = Service::builder(&storage.plan, "cache-other")
+        .slot(9)
+        .runtime(
+            Runtime::builder()
+                .eim_spec(cache_eim(3))
+                .hook("on_get", HookSpec::new(24)),
+        )
+        .build()
+        .unwrap();
+    let mut ocf = create_codeflow(&other.address(), ExtSpec::default()).unwrap();
+    let err = ocf
+        .deploy("on_get", &extension("xcall/cache", "on_get"), None, None)
+        .unwrap_err();
+    assert!(err.to_string().contains("call_storage_lookup"), "{err}");
+    // ...and one whose capability names it cannot pass more than the entry declares.
+    let cache = Service::builder(&storage.plan, "cache-bad")
+        .slot(6)
+        .runtime(
+            Runtime::builder()
+                .eim_spec(cache_eim(1))
+                .hook("on_get", HookSpec::new(24)),
+        )
+        .build()
+        .unwrap();
+    cache
+        .runtime()
+        .register_function("call_storage_lookup", 1100, xcall_call)
+        .unwrap();
+    let mut ccf = create_codeflow(&cache.address(), ExtSpec::default()).unwrap();
+    ccf.deploy("on_get", &extension("xcall/cache", "on_get"), None, None)
+        .unwrap();
+    let err = ccf
+        .deploy("on_get", &extension("xcall/cache", "oversized"), None, None)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("size 16 must be within [1, 8]"),
+        "{err}"
+    );
+}
+
+impl Storage {
+    fn cmd_put(&mut self, k: u64, v: u64) -> String {
+        self.cmd(&format!("put {k} {v}"))
+    }
+}
+
+#[test]
+fn callee_out_of_budget_returns_an_error_and_both_keep_serving() {
+    let mut storage = Storage::start("budget", 7);
+    deploy_storage(&storage, &[("lookup", "lookup"), ("spin", "spin")]);
+    attach::attach(&storage.plan, 7).unwrap();
+    let mut out = [0u8; 8];
+    let spin = storage.plan.target("storage", "spin").unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            call(spin, &3u64.to_le_bytes(), &mut out),
+            Err(CallError::Budget)
+        );
+    }
+    assert_eq!(storage.cmd_put(5, 55), "ok 1");
+    assert_eq!(
+        call(Target::new(7, 0), &5u64.to_le_bytes(), &mut out),
+        Ok(1)
+    );
+    assert_eq!(u64::from_le_bytes(out), 55);
+}
+
+#[test]
+fn callee_replaced_mid_call_finishes_on_its_version() {
+    let storage = Storage::start("replace", 8);
+    deploy_storage(&storage, &[("slow", "slow_v1")]);
+    attach::attach(&storage.plan, 8).unwrap();
+    let slow = storage.plan.target("storage", "slow").unwrap();
+    let mut out = [0u8; 8];
+    assert_eq!(call(slow, &0u64.to_le_bytes(), &mut out), Ok(1));
+
+    let in_flight = std::thread::spawn(move || {
+        let mut out = [0u8; 8];
+        let r = call(slow, &1_000_000_000u64.to_le_bytes(), &mut out);
+        (r, u64::from_le_bytes(out), Instant::now())
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let mut cf = create_codeflow(&storage.address, ExtSpec::default()).unwrap();
+    let v2 = deploy_export(
+        &mut cf,
+        "slow",
+        &extension("xcall/misbehave", "slow_v2"),
+        None,
+    )
+    .unwrap();
+    assert_eq!(v2.previous_version, 1);
+    // New calls run the new version at once...
+    assert_eq!(call(slow, &0u64.to_le_bytes(), &mut out), Ok(2));
+    // ...while reclaiming the old one waits for the caller still inside it.
+    let reclaimed = cf.reclaim(0).unwrap();
+    let reclaimed_at = Instant::now();
+    assert_eq!(reclaimed.code_versions, 1);
+    let (r, replied, finished_at) = in_flight.join().unwrap();
+    assert_eq!(
+        (r, replied),
+        (Ok(1), 1),
+        "the in-flight call finished on version 1"
+    );
+    assert!(
+        finished_at <= reclaimed_at,
+        "reclaim returned before the caller left v1"
+    );
+}
