@@ -125,6 +125,7 @@ fn miss_path_calls_storage_directly_even_when_it_is_stopped() {
     assert_eq!(storage.cmd("put 11 1100"), "ok 1");
     assert_eq!(call(lookup, &11u64.to_le_bytes(), &mut out), Ok(1));
     assert_eq!(u64::from_le_bytes(out), 1100);
+    let _ = cache.runtime().unlink();
 }
 
 #[test]
@@ -190,6 +191,7 @@ fn bad_input_gets_typed_errors() {
         Service::builder(&storage.plan, "again").slot(4).build(),
         Err(XcallError::SlotTaken { slot: 4, .. })
     ));
+    let _ = squatter.runtime().unlink();
     drop(squatter);
 
     // Deploy-time refusals: a helper with no cross-sandbox meaning, and a caller passing
@@ -240,6 +242,9 @@ fn bad_input_gets_typed_errors() {
         err.to_string().contains("size 16 must be within [1, 8]"),
         "{err}"
     );
+    for s in [&other, &cache] {
+        let _ = s.runtime().unlink();
+    }
 }
 
 impl Storage {
