@@ -9,7 +9,7 @@
 //!   and a control plane's remote hash lookup through the shm transport.
 //!
 //! `cargo bench -p rdx-runtime --bench hook_overhead` (x86-64; root for the kernel baselines).
-//! Each figure is the fastest of many timed windows of at most 100 000 operations
+//! Each figure is the fastest of many timed windows of at most 10 000 operations
 //! ([`best_ns`]), in nanoseconds per operation.
 
 use rdx_region::layout::{active_word, offsets, MapType, SectionId};
@@ -55,7 +55,7 @@ fn best_ns(iters: u64, mut f: impl FnMut()) -> f64 {
 }
 
 /// Calls per timed window of [`best_ns`].
-const WINDOW: u64 = 100_000;
+const WINDOW: u64 = 10_000;
 
 fn row(name: &str, ns: f64, note: &str) {
     println!("  {name:<46} {ns:>9.2} ns  {note}");
@@ -251,6 +251,65 @@ fn main() {
         )
         .unwrap();
     }
+    // An LPM trie of 1000 IPv4 prefixes (/8 to /32), looked up with /32 addresses.
+    let lpm_spec = MapSpec {
+        map_type: MapType::LpmTrie,
+        key_size: 8,
+        value_size: 8,
+        max_entries: 1024,
+        flags: 0,
+        name: "bench_lpm".into(),
+    };
+    let lpm_at = hash_at
+        + xstate::layout(&hspec, info.thread_slots)
+            .unwrap()
+            .footprint();
+    let lpm = xstate::create(&cp, &info, 3, lpm_at, &lpm_spec).unwrap();
+    let lpm_key = |bits: u32, addr: u32| {
+        let mut k = [0u8; 8];
+        k[..4].copy_from_slice(&bits.to_le_bytes());
+        k[4..].copy_from_slice(&addr.to_be_bytes());
+        k
+    };
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut random = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let prefixes: Vec<[u8; 8]> = (0..1000)
+        .map(|_| {
+            let r = random();
+            lpm_key(8 + (r % 25) as u32, (r >> 32) as u32)
+        })
+        .collect();
+    for (i, p) in prefixes.iter().enumerate() {
+        xstate::update(
+            &cp,
+            &lpm,
+            p,
+            &(i as u64).to_le_bytes(),
+            UPDATE_ANY,
+            Copies::All,
+            1,
+        )
+        .unwrap();
+    }
+    // Addresses inside the stored prefixes (each matches at least its own prefix).
+    let lpm_lookups: Vec<[u8; 8]> = prefixes
+        .iter()
+        .map(|p| {
+            let bits = u32::from_le_bytes(p[..4].try_into().unwrap());
+            let base = u32::from_be_bytes(p[4..].try_into().unwrap());
+            let host = if bits == 32 {
+                0
+            } else {
+                (random() as u32) >> bits
+            };
+            lpm_key(32, base | host)
+        })
+        .collect();
     let (lookup, update) = (
         helper(helper_ids::MAP_LOOKUP_ELEM),
         helper(helper_ids::MAP_UPDATE_ELEM),
@@ -304,6 +363,12 @@ fn main() {
             0,
         ));
     });
+    let lpm_addr = info.base_address + lpm.offset;
+    let ll = best_ns(M, || unsafe {
+        let r = lookup(lpm_addr, lpm_lookups[next()].as_ptr() as u64, 0, 0, 0);
+        debug_assert_ne!(r, 0);
+        black_box(r);
+    });
     let mut out = [0u8; 8];
     let remote = best_ns(M / 5, || {
         black_box(xstate::lookup(&cp, &hash, &keys64[next()].to_le_bytes(), &mut out).unwrap());
@@ -316,6 +381,18 @@ fn main() {
             rdx_kernel::KernelMap::create(&rdx_kernel::MapSpec::hash("bench_hash", 8, 8, 1024))?;
         for k in 0..1000u64 {
             kh.update(&k.to_le_bytes(), &k.to_le_bytes(), 0)?;
+        }
+        // BPF_MAP_TYPE_LPM_TRIE, which the kernel requires with BPF_F_NO_PREALLOC.
+        let kl = rdx_kernel::KernelMap::create(&rdx_kernel::MapSpec {
+            name: "bench_lpm".into(),
+            map_type: MapType::LpmTrie as u32,
+            key_size: 8,
+            value_size: 8,
+            max_entries: 1024,
+            flags: 1,
+        })?;
+        for (i, p) in prefixes.iter().enumerate() {
+            kl.update(p, &(i as u64).to_le_bytes(), 0)?;
         }
         const K: u64 = 200_000;
         let mut j = 0usize;
@@ -338,6 +415,9 @@ fn main() {
                 kh.update(&keys64[next()].to_le_bytes(), &value.to_le_bytes(), 0)
                     .unwrap()
             }),
+            best_ns(K, || {
+                black_box(kl.lookup(&lpm_lookups[next()]).unwrap());
+            }),
         ])
     });
     let vs = |ours: f64, i: usize| match &kernel {
@@ -352,6 +432,11 @@ fn main() {
     );
     row("rdx array update (helper 2)", au, &vs(au, 2));
     row("rdx hash update (helper 2)", hu, &vs(hu, 3));
+    row(
+        "rdx LPM trie lookup, 1000 prefixes (helper 1)",
+        ll,
+        &vs(ll, 4),
+    );
     row(
         "control plane hash lookup (shm transport)",
         remote,

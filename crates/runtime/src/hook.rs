@@ -152,17 +152,41 @@ impl<'rt> Hook<'rt> {
                 }
             }
         };
-        // SAFETY: the state belongs to this thread and nothing else borrows it across the
-        // run (helpers take it only for the duration of their call).
-        let r = self.run_with(unsafe { &mut *ts }, ctx);
+        let r = self.run_with(ts, ctx);
         if !std::ptr::eq(previous, ts) && !previous.is_null() {
             thread::set_current(previous);
         }
         r
     }
 
+    /// One run with this thread's state. `ts` stays a raw pointer across the entry call:
+    /// helpers reach the same state through the thread-local pointer meanwhile, so no
+    /// reference to it may live across the call.
     #[inline(always)]
-    fn run_with(&self, ts: &mut ThreadState, ctx: *mut u8) -> u64 {
+    fn run_with(&self, ts: *mut ThreadState, ctx: *mut u8) -> u64 {
+        // SAFETY: `ts` is this thread's live state; the reference ends with `begin`.
+        let run = match self.begin(unsafe { &mut *ts }) {
+            Ok(run) => run,
+            Err(r) => return r,
+        };
+        let r0 = match run.timed {
+            // SAFETY: this thread's counters in the region, which the runtime keeps mapped.
+            Some(counters) => timed_call(unsafe { &*counters }, run.entry, ctx, run.state),
+            // SAFETY: `entry` is inside this region's code arena (checked), where a control
+            // plane placed verified, linked code for this hook and published it with a
+            // release CAS that our acquire load observed; the coherence step for this word
+            // ran in `begin`. The epoch is odd, so the code cannot be reclaimed while it
+            // runs. `run.state` is this thread's run state, used by nothing else meanwhile.
+            None => unsafe { (run.entry)(ctx, run.state) },
+        };
+        // SAFETY: as above; the entry call (and every helper it made) has returned.
+        self.finish(unsafe { &mut *ts }, run, r0)
+    }
+
+    /// Everything before the entry call: epoch, active word, hold, coherence, run state,
+    /// counters. `Err` carries the hook's return value when nothing is to run.
+    #[inline(always)]
+    fn begin(&self, ts: &mut ThreadState) -> Result<Prepared, u64> {
         let mut inside = ts.enter();
         // Reload after announcing the epoch: this is the word whose code we may run.
         let mut word = self.slot.active.load(Ordering::Acquire);
@@ -176,32 +200,43 @@ impl<'rt> Hook<'rt> {
         } else {
             let Some(entry) = self.entry_of(word) else {
                 ts.leave(inside);
-                return self.refuse(word);
+                return Err(self.refuse(word));
             };
             sync_instruction_stream();
             *seen = (word, entry);
             entry
         };
-        let mut run = RunState::new(self.slot.budget.load(Ordering::Relaxed));
-        let outer_run = std::mem::replace(&mut ts.run, &mut run);
+        let state = std::ptr::addr_of_mut!(ts.own_run);
+        let outer = (inside == 0).then_some((ts.own_run.budget, ts.own_run.status));
+        ts.own_run.budget = self.slot.budget.load(Ordering::Relaxed);
+        ts.own_run.status = RunStatus::Ok as u32;
         let counters = ts.counters(self.index);
         let n = counters.runs.load(Ordering::Relaxed);
         counters.runs.store(n + 1, Ordering::Relaxed);
-        let mut r0 = if n.is_multiple_of(TIME_SAMPLE_PERIOD) {
-            timed_call(counters, entry, ctx, &mut run)
-        } else {
-            // SAFETY: `entry` is inside this region's code arena (checked), where a control
-            // plane placed verified, linked code for this hook and published it with a
-            // release CAS that our acquire load observed; the coherence step for this word
-            // ran above. The epoch is odd, so the code cannot be reclaimed while it runs.
-            unsafe { entry(ctx, &mut run) }
-        };
+        Ok(Prepared {
+            inside,
+            entry,
+            state,
+            outer,
+            timed: n
+                .is_multiple_of(TIME_SAMPLE_PERIOD)
+                .then_some(counters as *const HookCounters),
+        })
+    }
+
+    /// Everything after the entry call: tail-call result, run status, epoch.
+    #[inline(always)]
+    fn finish(&self, ts: &mut ThreadState, run: Prepared, mut r0: u64) -> u64 {
         if ts.tail_result.is_some() {
             r0 = ts.tail_result.take().unwrap_or(r0);
         }
-        ts.run = outer_run;
-        ts.leave(inside);
-        if run.status != RunStatus::Ok as u32 {
+        let status = ts.own_run.status;
+        if let Some((budget, status)) = run.outer {
+            ts.own_run.budget = budget;
+            ts.own_run.status = status;
+        }
+        ts.leave(run.inside);
+        if status != RunStatus::Ok as u32 {
             self.slot.failures.fetch_add(1, Ordering::Relaxed);
             return self.slot.default_ret.load(Ordering::Relaxed);
         }
@@ -274,11 +309,24 @@ impl<'rt> Hook<'rt> {
     }
 }
 
+/// What [`Hook::begin`] prepared for the entry call.
+struct Prepared {
+    /// What [`ThreadState::enter`] returned.
+    inside: u64,
+    entry: EntryFn,
+    /// This thread's run state (`ThreadState::own_run`).
+    state: *mut RunState,
+    /// A nested run: the outer run's budget and status, restored afterwards.
+    outer: Option<(u64, u32)>,
+    /// This run is timed (one in [`TIME_SAMPLE_PERIOD`]) into these counters.
+    timed: Option<*const HookCounters>,
+}
+
 /// Runs `entry` and adds its duration to the thread's sampled time counters (one run in
 /// [`TIME_SAMPLE_PERIOD`]; two clock reads are too expensive for every run).
 #[cold]
 #[inline(never)]
-fn timed_call(counters: &HookCounters, entry: EntryFn, ctx: *mut u8, run: &mut RunState) -> u64 {
+fn timed_call(counters: &HookCounters, entry: EntryFn, ctx: *mut u8, run: *mut RunState) -> u64 {
     let start = Instant::now();
     // SAFETY: the caller's contract, see `run_with`.
     let r0 = unsafe { entry(ctx, run) };

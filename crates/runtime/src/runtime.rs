@@ -184,12 +184,12 @@ impl RuntimeBuilder {
         )?;
         let inner = Arc::new(Inner {
             id: NEXT_RUNTIME_ID.fetch_add(1, Ordering::Relaxed),
+            torn_down: AtomicBool::new(false),
             base: map.base as u64,
             map,
             info,
             data,
             trace,
-            torn_down: AtomicBool::new(false),
             exports: Mutex::new(Exports::default()),
         });
         let rt = Runtime { inner };
@@ -226,15 +226,18 @@ pub(crate) struct Exports {
 
 /// Everything a runtime owns; shared by its handles and by the threads that ran its hooks
 /// (so that the mapping outlives every thread slot that points into it).
+///
+/// `repr(C)` with the two fields every attached hook run reads first, on one cache line.
+#[repr(C)]
 pub(crate) struct Inner {
     pub id: u64,
+    pub torn_down: AtomicBool,
     pub base: u64,
     pub map: Mapping,
     pub info: HeaderInfo,
     /// The data part of the region (everything before the code arena).
     pub data: LocalRegion,
     pub trace: MapRef,
-    pub torn_down: AtomicBool,
     pub exports: Mutex<Exports>,
 }
 

@@ -7,7 +7,7 @@ use rdx_region::abi::{EntryFn, RunState};
 use rdx_region::layout::{HookCounters, ThreadSlot};
 use rdx_transport::xstate::MapRef;
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub(crate) struct ThreadState {
@@ -24,8 +24,10 @@ pub(crate) struct ThreadState {
     /// Per hook: the active word this thread last ran after a coherence step, and the
     /// entry point it validated for it (so a run of the same word skips the checks).
     pub seen: Box<[(u64, EntryFn)]>,
-    /// The run in progress (for tail calls), or null.
-    pub run: *mut RunState,
+    /// The run state every run of this thread passes to native code (helpers reach it here
+    /// during a run, for tail calls). A nested run saves and restores the outer run's budget
+    /// and status around its own.
+    pub own_run: RunState,
     /// A tail call's result, taken by the hook when the entry returns.
     pub tail_result: Option<u64>,
     pub tail_depth: u32,
@@ -35,12 +37,20 @@ pub(crate) struct ThreadState {
     /// `maps_generation`.
     pub maps: Box<[Option<(u64, MapRef)>; MAP_CACHE]>,
     pub maps_generation: u64,
+    /// The region header's `xstate_generation` word.
+    pub xstate_generation: *const AtomicU64,
 }
 
 /// Entries of a thread's decoded-map cache.
 pub(crate) const MAP_CACHE: usize = 16;
 
 impl ThreadState {
+    /// Whether this thread is running extension code now.
+    #[inline]
+    pub fn in_run(&self) -> bool {
+        self.epoch & 1 == 1
+    }
+
     #[inline]
     pub fn slot(&self) -> &ThreadSlot {
         // SAFETY: points into the mapping that `inner` keeps alive.
@@ -165,7 +175,7 @@ fn claim(inner: &Arc<Inner>) -> Option<ThreadState> {
                 epoch,
                 seen: vec![(NEVER_SEEN, never_entered as EntryFn); inner.info.max_hooks as usize]
                     .into_boxed_slice(),
-                run: std::ptr::null_mut(),
+                own_run: RunState::new(0),
                 tail_result: None,
                 tail_depth: 0,
                 rng: (tid << 32)
@@ -174,6 +184,7 @@ fn claim(inner: &Arc<Inner>) -> Option<ThreadState> {
                     ^ (s as *const ThreadSlot as u64),
                 maps: Box::new([None; MAP_CACHE]),
                 maps_generation: 0,
+                xstate_generation: inner.xstate_generation() as *const AtomicU64,
             });
         }
     }

@@ -24,7 +24,8 @@ pub const MAX_TAIL_CALLS: u32 = 33;
 #[inline(always)]
 fn with_map<R>(addr: u64, f: impl FnOnce(&ThreadState, &MapRef) -> R) -> Option<R> {
     let ts = thread::current()?;
-    let generation = ts.inner.xstate_generation().load(Ordering::Acquire);
+    // SAFETY: points into the header of the mapping that `ts.inner` keeps alive.
+    let generation = unsafe { &*ts.xstate_generation }.load(Ordering::Acquire);
     let line = (addr / MAP_ALIGN) as usize % MAP_CACHE;
     if generation != ts.maps_generation {
         *ts.maps = [None; MAP_CACHE];
@@ -211,7 +212,7 @@ pub(crate) unsafe extern "C" fn tail_call(ctx: u64, map: u64, index: u64, _: u64
     let Some((ts, m)) = map_at(map) else {
         return EINVAL;
     };
-    if m.map_type != MapType::ProgArray || index >= m.max_entries as u64 || ts.run.is_null() {
+    if m.map_type != MapType::ProgArray || index >= m.max_entries as u64 || !ts.in_run() {
         return EINVAL;
     }
     if ts.tail_depth >= MAX_TAIL_CALLS {
@@ -224,7 +225,7 @@ pub(crate) unsafe extern "C" fn tail_call(ctx: u64, map: u64, index: u64, _: u64
     let Some(entry) = entry_of(&ts.inner, word) else {
         return (-(libc::ENOENT as i64)) as u64;
     };
-    let run = ts.run;
+    let run = std::ptr::addr_of_mut!(ts.own_run);
     ts.tail_depth += 1;
     // SAFETY: `entry` is a checked code-arena entry published by the control plane in a
     // program array (same contract as a hook slot); `run` is the current run's state, alive

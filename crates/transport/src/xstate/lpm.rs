@@ -97,21 +97,54 @@ fn common_bits(a: &[u8], b: &[u8], limit: u32) -> u32 {
 }
 
 /// A node as read (possibly mid-change; only a read under an unchanged `write_seq` counts).
+/// Its key is read into a buffer of the caller's ([`KeyBuf`]).
 struct Node {
     index: u32,
     flags: u32,
     prefixlen: u32,
     child: [u32; 2],
-    key: [u8; KEY_BUF],
 }
 
-impl Node {
-    fn data<'a>(&'a self, m: &MapRef) -> &'a [u8] {
-        &self.key[4..m.key_size as usize]
+/// A key-sized buffer, on the stack for keys up to 64 bytes (every address family).
+struct KeyBuf {
+    stack: [u8; 64],
+    heap: Vec<u8>,
+    len: usize,
+}
+
+impl KeyBuf {
+    fn new(m: &MapRef) -> Self {
+        let len = m.key_size as usize;
+        Self {
+            stack: [0; 64],
+            heap: if len > 64 { vec![0; len] } else { Vec::new() },
+            len,
+        }
+    }
+
+    fn key(&mut self) -> &mut [u8] {
+        if self.len > 64 {
+            &mut self.heap
+        } else {
+            &mut self.stack[..self.len]
+        }
+    }
+
+    fn data(&self) -> &[u8] {
+        if self.len > 64 {
+            &self.heap[4..]
+        } else {
+            &self.stack[4..self.len]
+        }
     }
 }
 
-fn read_node<T: Transport + ?Sized>(t: &T, m: &MapRef, index: u32) -> Result<Node, MapError> {
+fn read_node<T: Transport + ?Sized>(
+    t: &T,
+    m: &MapRef,
+    index: u32,
+    key: Option<&mut KeyBuf>,
+) -> Result<Node, MapError> {
     if index >= m.buckets {
         return Err(MapError::Corrupt {
             id: m.id,
@@ -121,14 +154,14 @@ fn read_node<T: Transport + ?Sized>(t: &T, m: &MapRef, index: u32) -> Result<Nod
     let at = node_at(m, index);
     let w0 = t.read_u64(at)?;
     let w1 = t.read_u64(at + 8)?;
-    let mut key = [0u8; KEY_BUF];
-    t.read(at + NODE_HEADER, &mut key[..m.key_size as usize])?;
+    if let Some(key) = key {
+        t.read(at + NODE_HEADER, key.key())?;
+    }
     Ok(Node {
         index,
         flags: w0 as u32,
         prefixlen: (w0 >> 32) as u32,
         child: [w1 as u32, (w1 >> 32) as u32],
-        key,
     })
 }
 
@@ -147,12 +180,13 @@ fn walk<T: Transport + ?Sized>(
 ) -> Result<Option<u32>, MapError> {
     let data = &key[4..];
     let mut found = None;
+    let mut nk = KeyBuf::new(m);
     let mut link = t.read_u64(m.data + ROOT)? as u32;
     for _ in 0..m.buckets {
         let Some(i) = link_of(link) else { break };
-        let n = read_node(t, m, i)?;
+        let n = read_node(t, m, i, Some(&mut nk))?;
         let limit = n.prefixlen.min(want);
-        let matched = common_bits(n.data(m), data, limit);
+        let matched = common_bits(nk.data(), data, limit);
         if matched < n.prefixlen {
             break;
         }
@@ -303,11 +337,12 @@ impl<T: Transport + ?Sized> Writer<'_, T> {
         let mut side = 0usize;
         let mut node: Option<Node> = None;
         let mut matched = 0;
+        let mut nk = KeyBuf::new(m);
         let mut link = t.read_u64(m.data + ROOT)? as u32;
         for _ in 0..m.buckets {
             let Some(i) = link_of(link) else { break };
-            let n = read_node(t, m, i)?;
-            matched = common_bits(n.data(m), data, n.prefixlen.min(want));
+            let n = read_node(t, m, i, Some(&mut nk))?;
+            matched = common_bits(nk.data(), data, n.prefixlen.min(want));
             if n.prefixlen != matched || n.prefixlen == want {
                 node = Some(n);
                 break;
@@ -361,7 +396,7 @@ impl<T: Transport + ?Sized> Writer<'_, T> {
                     // The new prefix is a prefix of `n`: it goes above it.
                     let new = self.alloc()?;
                     let mut child = [None, None];
-                    child[bit(n.data(m), want)] = Some(n.index);
+                    child[bit(nk.data(), want)] = Some(n.index);
                     self.write_node(new, 0, want, child, &k, Some(value))?;
                     self.set_link(parent, side, Some(new))?;
                 }
@@ -394,12 +429,13 @@ impl<T: Transport + ?Sized> Writer<'_, T> {
         let data = &k[4..m.key_size as usize];
         // (node, side taken from it) along the path, root first.
         let mut path: Vec<(u32, usize)> = Vec::new();
+        let mut nk = KeyBuf::new(m);
         let mut link = t.read_u64(m.data + ROOT)? as u32;
         let mut target = None;
         for _ in 0..m.buckets {
             let Some(i) = link_of(link) else { break };
-            let n = read_node(t, m, i)?;
-            let matched = common_bits(n.data(m), data, n.prefixlen.min(want));
+            let n = read_node(t, m, i, Some(&mut nk))?;
+            let matched = common_bits(nk.data(), data, n.prefixlen.min(want));
             if n.prefixlen != matched || n.prefixlen == want {
                 target = Some(n);
                 break;
@@ -411,7 +447,7 @@ impl<T: Transport + ?Sized> Writer<'_, T> {
         let Some(n) = target else {
             return Err(MapError::NotFound);
         };
-        if n.prefixlen != want || n.data(m) != data || n.flags & NODE_INTERMEDIATE != 0 {
+        if n.prefixlen != want || nk.data() != data || n.flags & NODE_INTERMEDIATE != 0 {
             return Err(MapError::NotFound);
         }
         let odd = self.begin()?;
@@ -434,7 +470,7 @@ impl<T: Transport + ?Sized> Writer<'_, T> {
                     self.free(n.index)?;
                 }
                 _ => {
-                    let p = parent.map(|p| read_node(t, m, p)).transpose()?;
+                    let p = parent.map(|p| read_node(t, m, p, None)).transpose()?;
                     match p {
                         Some(p) if p.flags & NODE_INTERMEDIATE != 0 => {
                             // Its parent branched only for it: the sibling takes the parent's
@@ -472,15 +508,16 @@ pub(crate) fn repair<T: Transport + ?Sized>(t: &T, m: &MapRef) -> Result<(), Map
     }
     let hw = (t.read_u64(m.data + HIGH_WATER)?).min(m.buckets as u64) as u32;
     let mut entries = Vec::new();
+    let mut nk = KeyBuf::new(m);
     for i in 0..hw {
-        let n = read_node(t, m, i)?;
+        let n = read_node(t, m, i, Some(&mut nk))?;
         if n.flags & NODE_USED != 0
             && n.flags & NODE_INTERMEDIATE == 0
             && n.prefixlen <= max_bits(m)
         {
             let mut v = vec![0u8; m.value_size as usize];
             t.read(value_of(m, i), &mut v)?;
-            let mut key = n.key[..m.key_size as usize].to_vec();
+            let mut key = nk.key().to_vec();
             key[..4].copy_from_slice(&n.prefixlen.to_le_bytes());
             entries.push((key, v));
         }
@@ -573,16 +610,17 @@ impl MapOps for LpmMap {
                 Some((bits, want))
             }
         };
+        let mut nk = KeyBuf::new(m);
         consistent(t, m, || {
             let hw = (t.read_u64(m.data + HIGH_WATER)?).min(m.buckets as u64) as u32;
             let mut from = 0;
             if let Some((bits, want)) = &start_key {
                 for i in 0..hw {
-                    let node = read_node(t, m, i)?;
+                    let node = read_node(t, m, i, Some(&mut nk))?;
                     if node.flags & NODE_USED != 0
                         && node.flags & NODE_INTERMEDIATE == 0
                         && node.prefixlen == *bits
-                        && node.key[4..n] == want[4..n]
+                        && nk.data() == &want[4..n]
                     {
                         from = i + 1;
                         break;
@@ -590,10 +628,10 @@ impl MapOps for LpmMap {
                 }
             }
             for i in from..hw {
-                let node = read_node(t, m, i)?;
+                let node = read_node(t, m, i, Some(&mut nk))?;
                 if node.flags & NODE_USED != 0 && node.flags & NODE_INTERMEDIATE == 0 {
                     out[..4].copy_from_slice(&node.prefixlen.to_le_bytes());
-                    out[4..n].copy_from_slice(&node.key[4..n]);
+                    out[4..n].copy_from_slice(nk.data());
                     return Ok(true);
                 }
             }
