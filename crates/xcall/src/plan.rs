@@ -534,3 +534,162 @@ impl Plan {
         Ok(crate::Target::new(s.slot, x.index))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Target;
+    use proptest::prelude::*;
+
+    fn temp(tag: &str) -> PathBuf {
+        let p = PathBuf::from(format!(
+            "/dev/shm/rdx-xcall-plan-{tag}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&p);
+        p
+    }
+
+    #[test]
+    fn create_open_and_spec_mismatch() {
+        let p = temp("spec");
+        let plan = Plan::create(&p, PlanSpec::default()).unwrap();
+        assert_eq!(Plan::open(&p).unwrap().spec(), plan.spec());
+        let other = PlanSpec {
+            slots: 8,
+            ..PlanSpec::default()
+        };
+        assert!(matches!(
+            Plan::create(&p, other),
+            Err(XcallError::BadPlan { .. })
+        ));
+        assert_eq!(
+            plan.slot_address(3).unwrap(),
+            0x5000_0000_0000 + 3 * (1 << 30)
+        );
+        assert!(matches!(
+            plan.slot_address(64),
+            Err(XcallError::NoSuchSlot {
+                slot: 64,
+                slots: 64
+            })
+        ));
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn bad_specs_and_files_are_refused() {
+        let p = temp("bad");
+        for spec in [
+            PlanSpec {
+                slots: 0,
+                ..PlanSpec::default()
+            },
+            PlanSpec {
+                slots: 65,
+                ..PlanSpec::default()
+            },
+            PlanSpec {
+                base: 4096,
+                ..PlanSpec::default()
+            },
+            PlanSpec {
+                slot_size: 0,
+                ..PlanSpec::default()
+            },
+            PlanSpec {
+                base: 0x7eff_0000_0000,
+                ..PlanSpec::default()
+            },
+        ] {
+            assert!(
+                matches!(Plan::create(&p, spec), Err(XcallError::BadPlan { .. })),
+                "{spec:?}"
+            );
+        }
+        std::fs::write(
+            &p,
+            b"not a plan at all, just some bytes that are long enough......",
+        )
+        .unwrap();
+        assert!(matches!(Plan::open(&p), Err(XcallError::BadPlan { .. })));
+        std::fs::write(&p, b"").unwrap();
+        assert!(matches!(Plan::open(&p), Err(XcallError::BadPlan { .. })));
+        // A valid header whose file was truncated.
+        let _ = std::fs::remove_file(&p);
+        Plan::create(&p, PlanSpec::default()).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f.set_len(100).unwrap();
+        assert!(matches!(Plan::open(&p), Err(XcallError::BadPlan { .. })));
+        assert!(matches!(
+            Plan::open("/dev/shm/rdx-xcall-no-such-plan"),
+            Err(XcallError::Io { .. })
+        ));
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn claim_publish_find_release_and_dead_holders() {
+        let p = temp("claim");
+        let plan = Plan::create(&p, PlanSpec::default()).unwrap();
+        let s = plan.claim(Some(5)).unwrap();
+        assert!(matches!(plan.slot(5), Err(XcallError::EmptySlot(5))));
+        let exports = [ExportInfo {
+            index: 0,
+            name: "lookup".into(),
+            hook_index: 2,
+            max_args: 8,
+            flags: EXPORT_SERIALIZED,
+        }];
+        plan.publish(s, "storage", Path::new("/dev/shm/x"), 4096, &exports)
+            .unwrap();
+        let info = plan.find("storage").unwrap();
+        assert_eq!((info.slot, info.exports.clone()), (5, exports.to_vec()));
+        assert_eq!(plan.target("storage", "lookup").unwrap(), Target::new(5, 0));
+        assert!(plan.target("storage", "store").is_err());
+        assert!(matches!(
+            plan.find("cache"),
+            Err(XcallError::NoSuchService(_))
+        ));
+        assert!(matches!(
+            plan.claim(Some(5)),
+            Err(XcallError::SlotTaken { slot: 5, .. })
+        ));
+        assert_eq!(plan.claim(None).unwrap(), 0, "first free slot");
+        plan.release(5);
+        assert!(plan.find("storage").is_err());
+        // A slot whose holder died is taken over.
+        let e = plan.entry(7);
+        e.state.store(SLOT_LIVE, Ordering::Release);
+        e.pid.store(u32::MAX as u64 - 1, Ordering::Release);
+        assert_eq!(plan.claim(Some(7)).unwrap(), 7);
+        assert_eq!(e.pid.load(Ordering::Acquire), std::process::id() as u64);
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    proptest! {
+        #[test]
+        fn targets_round_trip(slot: u16, export: u16) {
+            let t = Target::new(slot, export);
+            prop_assert!((t.encode() as i64) > 0, "EIM constraints take it as a positive i64");
+            prop_assert_eq!(Target::decode(t.encode()), Some(t));
+        }
+
+        #[test]
+        fn only_target_values_decode(raw: u64) {
+            let d = Target::decode(raw);
+            prop_assert_eq!(d.is_some(), raw >> 32 == 0x5843_0000);
+            if let Some(t) = d {
+                prop_assert_eq!(t.encode(), raw);
+            }
+        }
+
+        #[test]
+        fn names_encode_or_refuse(s in "\\PC{0,40}") {
+            match encode_name::<NAME_LEN>(&s) {
+                Some(b) => prop_assert_eq!(decode_name(&b), s),
+                None => prop_assert!(s.is_empty() || s.len() > NAME_LEN || s.contains('\0')),
+            }
+        }
+    }
+}

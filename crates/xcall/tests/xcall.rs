@@ -315,3 +315,26 @@ fn callee_replaced_mid_call_finishes_on_its_version() {
         "reclaim returned before the caller left v1"
     );
 }
+
+#[test]
+fn serialized_entry_admits_one_caller_at_a_time() {
+    let storage = Storage::start("serial", 10);
+    deploy_storage(&storage, &[("serial", "slow_v1"), ("slow", "slow_v1")]);
+    attach::attach(&storage.plan, 10).unwrap();
+    let serial = storage.plan.target("storage", "serial").unwrap();
+    let slow = storage.plan.target("storage", "slow").unwrap();
+    let holder = std::thread::spawn(move || {
+        let mut out = [0u8; 8];
+        call(serial, &300_000_000u64.to_le_bytes(), &mut out)
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let mut out = [0u8; 8];
+    // The serialised entry is busy past the wait limit; an ordinary entry is not.
+    assert_eq!(
+        call(serial, &0u64.to_le_bytes(), &mut out),
+        Err(CallError::Busy)
+    );
+    assert_eq!(call(slow, &0u64.to_le_bytes(), &mut out), Ok(1));
+    assert_eq!(holder.join().unwrap(), Ok(1));
+    assert_eq!(call(serial, &0u64.to_le_bytes(), &mut out), Ok(1));
+}

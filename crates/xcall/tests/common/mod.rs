@@ -10,7 +10,9 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 /// Exports of the storage sandbox, in export-index order.
-pub const EXPORTS: &[&str] = &["lookup", "empty", "spin", "slow"];
+pub const EXPORTS: &[&str] = &["lookup", "empty", "spin", "slow", "serial"];
+/// Of which serialised (one caller at a time).
+pub const SERIALIZED: &[&str] = &["serial"];
 
 pub fn storage_eim() -> String {
     let mut s = String::from("version: 1\nhooks:\n");
@@ -28,6 +30,7 @@ pub fn storage_eim() -> String {
         ("empty", "[]", "\"< 100\""),
         ("spin", "[]", "\"< 100000\""),
         ("slow", "[ktime_get_ns]", "\"< 1000000000\""),
+        ("serial", "[ktime_get_ns]", "\"< 1000000000\""),
     ] {
         s += &format!(
             "  - name: {e}\n    hook: {e}\n    context: {{ read: [n] }}\n    functions: [xcall_reply]\n    helpers: {helpers}\n    instructions: {limit}\n    xstate_bytes: 1048576\n"
@@ -71,7 +74,11 @@ pub fn child_main() {
     let plan = Plan::open(&plan).expect("plan");
     let mut b = Service::builder(&plan, "storage").slot(slot.parse().unwrap());
     for e in EXPORTS {
-        b = b.export(e, 8);
+        b = if SERIALIZED.contains(e) {
+            b.export_serialized(e, 8)
+        } else {
+            b.export(e, 8)
+        };
     }
     let svc = b
         .runtime(
