@@ -6,7 +6,8 @@
  * Protocol (see docs/jit.md):
  *   rdx_harness symbols      prints one "<symbol> 0x<address>" line per symbol it exports
  *                            (the helpers and the helper table); the test links against them.
- *   rdx_harness run FILE     runs every job of FILE and prints "<name> 0x<r0> <status>".
+ *   rdx_harness run FILE     runs every job of FILE and prints "<name> 0x<r0> <status> <pc>"
+ *                            (<pc>: the deoptimisation slot an elite artifact stored, else 0).
  *
  * FILE (little-endian): "RDXH", u32 job count, then per job:
  *   u16 name length, name bytes, u64 load address, u32 code length, u32 entry offset,
@@ -30,6 +31,16 @@ struct run_state {
     uint32_t reserved;
     void *env;
 };
+
+/* Big enough for rdx_region::abi::DeoptRunState (a run_state followed by the deoptimisation
+ * hand-over area, 4544 bytes), which elite artifacts take as their run state; generic code
+ * only touches the leading run_state. */
+union run_area {
+    struct run_state run;
+    unsigned char bytes[4608];
+} __attribute__((aligned(16)));
+
+static union run_area area;
 
 typedef uint64_t (*entry_fn)(void *ctx, struct run_state *run, uint64_t len);
 typedef uint64_t (*helper_fn)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
@@ -140,10 +151,13 @@ static int run_jobs(const char *path)
         }
         if (take(&budget, 8))
             goto truncated;
-        struct run_state run = { budget, 0, 0, NULL };
+        memset(&area, 0, sizeof area);
+        area.run.budget = budget;
         entry_fn fn = (entry_fn)((unsigned char *)code + entry);
-        uint64_t r0 = fn(mem, &run, len);
-        printf("%s 0x%" PRIx64 " %u\n", name, r0, run.status);
+        uint64_t r0 = fn(mem, &area.run, len);
+        uint32_t pc;
+        memcpy(&pc, area.bytes + 24, sizeof pc);
+        printf("%s 0x%" PRIx64 " %u %u\n", name, r0, area.run.status, pc);
         free(mem);
         munmap(code, map_len);
     }

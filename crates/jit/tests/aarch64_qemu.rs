@@ -39,6 +39,8 @@ struct Job {
     budget: u64,
     want_r0: u64,
     want_status: u32,
+    /// The deoptimisation slot an elite job must report (status 3).
+    want_pc: u32,
 }
 
 fn write_jobs(jobs: &[Job], path: &Path) {
@@ -129,6 +131,7 @@ fn conformance_vectors_pass_on_aarch64_under_qemu() {
             budget,
             want_r0,
             want_status,
+            want_pc: 0,
         });
     };
 
@@ -185,6 +188,42 @@ fn conformance_vectors_pass_on_aarch64_under_qemu() {
         }
     }
 
+    // Elite artifacts: the eBPF stack in the run area, a guard exit inside a subprogram
+    // (status 3 = Deopt, the guard's slot handed over), and the same guard holding.
+    let elite_prog = assemble(
+        "mov %r6, 7\nstdw [%r10-8], 42\nmov %r1, %r10\nadd %r1, -8\ncall local, +2\n\
+         add %r0, %r6\nexit\nldxdw %r0, [%r1]\nmov %r6, 100\njgt %r0, 40, +1\nexit\n\
+         ldxdw %r3, [%r1]\nadd %r0, %r3\nexit",
+    )
+    .unwrap();
+    for (name, expect, want_r0, want_status, want_pc) in [
+        ("elite-guard-fails", rdx_jit::Expect::NotTaken, 0, 3, 9),
+        ("elite-guard-holds", rdx_jit::Expect::Taken, 91, 0, 0),
+    ] {
+        let mut o = CompileOptions::new(Arch::Aarch64);
+        o.speculation = Some(rdx_jit::Speculation {
+            guards: [(9, expect)].into_iter().collect(),
+        });
+        let (artifact, _) = compiler.compile(&elite_prog, &o).unwrap();
+        let linked = link_bytes(
+            &artifact.to_bytes(),
+            LinkTarget::new(Arch::Aarch64),
+            &syms,
+            CODE_BASE,
+        )
+        .unwrap();
+        jobs.push(Job {
+            name: name.into(),
+            code: linked.code,
+            entry: linked.entry_offset,
+            mem: None,
+            budget: 0,
+            want_r0,
+            want_status,
+            want_pc,
+        });
+    }
+
     let job_file = dir.join("aarch64_jobs.bin");
     write_jobs(&jobs, &job_file);
     let out = Command::new(&qemu)
@@ -199,23 +238,27 @@ fn conformance_vectors_pass_on_aarch64_under_qemu() {
         "harness failed: {}\n{stdout}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let results: HashMap<&str, (u64, u32)> = stdout
+    let results: HashMap<&str, (u64, u32, u32)> = stdout
         .lines()
         .map(|l| {
             let mut it = l.split(' ');
             let name = it.next().unwrap();
             let r0 = u64::from_str_radix(it.next().unwrap().trim_start_matches("0x"), 16).unwrap();
             let status = it.next().unwrap().parse().unwrap();
-            (name, (r0, status))
+            let pc = it.next().unwrap().parse().unwrap();
+            (name, (r0, status, pc))
         })
         .collect();
     let mut failures = Vec::new();
     for j in &jobs {
         match results.get(j.name.as_str()) {
-            Some(&(r0, status)) if status == j.want_status && (status != 0 || r0 == j.want_r0) => {}
+            Some(&(r0, status, pc))
+                if status == j.want_status
+                    && (status != 0 || r0 == j.want_r0)
+                    && (status != 3 || pc == j.want_pc) => {}
             other => failures.push(format!(
-                "{}: got {other:?}, want r0 {:#x} status {}",
-                j.name, j.want_r0, j.want_status
+                "{}: got {other:?}, want r0 {:#x} status {} pc {}",
+                j.name, j.want_r0, j.want_status, j.want_pc
             )),
         }
     }
