@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use rdx_region::geometry::{encode_header, HeaderInfo, RegionParams};
-use rdx_region::layout::{Arch, MapType, SectionId};
+use rdx_region::layout::{Arch, MapType, SectionId, ELEM_BUSY, ELEM_STATE_MASK};
 use rdx_transport::local::LocalRegion;
 use rdx_transport::xstate::{
     self, ringbuf, Copies, MapError, MapSpec, UPDATE_ANY, UPDATE_EXIST, UPDATE_NOEXIST,
@@ -533,4 +533,49 @@ fn lock_tokens_of_live_and_dead_holders() {
         .as_millis() as u64;
     let stale = me | (((now_ms - xstate::LOCK_LEASE_MS - 1_000) & ((1 << 30) - 1)) << 32);
     assert!(xstate::lock_breakable(&r.t, stale));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// Map data overwritten with arbitrary bytes (a buggy or hostile writer): every
+    /// operation returns, with a result or a typed error, and never panics or loops. (Words
+    /// that say "a writer is busy here" are cleared: a reader waits on those for its whole
+    /// bound, about a second, which `dead_holders_lock_is_broken` in the runtime's tests
+    /// covers.)
+    #[test]
+    fn corrupt_map_data_gives_errors_not_panics(
+        map_type in prop_oneof![Just(MapType::LpmTrie), Just(MapType::Hash), Just(MapType::Array)],
+        junk in proptest::collection::vec(any::<u8>(), 64..1024),
+    ) {
+        let r = region();
+        let (key_size, value_size) = if map_type == MapType::LpmTrie { (8, 16) } else { (4, 16) };
+        let m = xstate::create(&r.t, &r.info, 0, at(&r, 0), &spec(map_type, key_size, value_size, 8)).unwrap();
+        r.t.write(m.data, &junk[..junk.len().min(m.data_size as usize)]).unwrap();
+        match map_type {
+            MapType::Hash => {
+                for i in 0..m.buckets as u64 {
+                    let e = m.data + i * m.entry_stride as u64;
+                    let c = r.t.read_u64(e).unwrap();
+                    if c & ELEM_STATE_MASK == ELEM_BUSY {
+                        r.t.write_u64(e, c & !ELEM_STATE_MASK).unwrap();
+                    }
+                }
+            }
+            MapType::Array => {
+                for i in 0..m.max_entries {
+                    let s = xstate::array::seq_word(&m, i, 0);
+                    r.t.write_u64(s, r.t.read_u64(s).unwrap() & !1).unwrap();
+                }
+            }
+            _ => {}
+        }
+        let mut out = [0u8; 16];
+        let key = lpm_key(32, [junk[0], junk[1], junk[2], junk[3]]);
+        let key = &key[..key_size as usize];
+        let _ = xstate::lookup(&r.t, &m, key, &mut out);
+        let _ = xstate::lookup_ref(&r.t, &m, key, 0);
+        let _ = xstate::update(&r.t, &m, key, &[1; 16], UPDATE_ANY, Copies::All, 1);
+        let _ = xstate::delete(&r.t, &m, key, 1);
+        let _ = xstate::keys(&r.t, &m);
+    }
 }
