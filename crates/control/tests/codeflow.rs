@@ -258,3 +258,62 @@ fn a_region_of_another_layout_version_is_refused() {
     let _ = std::fs::remove_file(&copy);
     assert!(err.to_string().contains("layout version 9"), "{err}");
 }
+
+/// Code linked straight into the mapped arena (a `shm:` address) and code linked into a
+/// buffer and written through a transport without a mapping (how the fabric attaches) are
+/// the same bytes `link_code` produces for that offset, and both run in the host.
+#[test]
+fn mapped_and_unmapped_deploys_write_the_linked_code() {
+    let mut host = Host::start("mapped", &[]);
+    let address = host.address();
+    let path = address
+        .strip_prefix("shm:")
+        .expect("shm address")
+        .to_string();
+    let a = extension("plus_one");
+    let b = extension("times_two");
+
+    let mut mapped = create_codeflow(&address, ExtSpec::default()).unwrap();
+    let checked = mapped.validate_code(&a, "on_request", None).unwrap();
+    let compiled = mapped.jit_compile_code(&a, &checked, None).unwrap();
+    let v1 = mapped.deploy_prog("on_request", &a, &compiled).unwrap();
+    assert_eq!(host.request(5), (1, 6));
+    let expected = mapped
+        .link_code(&compiled, &v1.map_ids, v1.code_offset)
+        .unwrap();
+    let mut written = vec![0u8; expected.len()];
+    mapped
+        .transport()
+        .read(v1.code_offset, &mut written)
+        .unwrap();
+    assert_eq!(written, expected, "mapped deploy wrote other bytes");
+    mapped.release().unwrap();
+
+    let shm = rdx_transport::shm::ShmTransport::open(&path).unwrap();
+    let mut unmapped =
+        rdx_control::CodeFlow::attach(Box::new(shm), &address, ExtSpec::default()).unwrap();
+    let checked = unmapped.validate_code(&b, "on_request", None).unwrap();
+    let compiled = unmapped.jit_compile_code(&b, &checked, None).unwrap();
+    let v2 = unmapped.deploy_prog("on_request", &b, &compiled).unwrap();
+    assert_eq!(v2.version, 2);
+    assert_eq!(host.request(5), (2, 10));
+    let expected = unmapped
+        .link_code(&compiled, &v2.map_ids, v2.code_offset)
+        .unwrap();
+    let mut written = vec![0u8; expected.len()];
+    unmapped
+        .transport()
+        .read(v2.code_offset, &mut written)
+        .unwrap();
+    assert_eq!(written, expected, "unmapped deploy wrote other bytes");
+    // A second unmapped deploy reuses the link buffer (a shorter program after a longer
+    // one must not carry stale bytes).
+    let v3 = unmapped
+        .deploy_prog("on_request", &a, &{
+            let c = unmapped.validate_code(&a, "on_request", None).unwrap();
+            unmapped.jit_compile_code(&a, &c, None).unwrap()
+        })
+        .unwrap();
+    assert_eq!(v3.version, 3);
+    assert_eq!(host.request(5), (1, 6), "plus_one runs again");
+}
