@@ -139,22 +139,52 @@ impl<'rt> Hook<'rt> {
         if inner.torn_down.load(Ordering::Relaxed) {
             return self.empty_return;
         }
-        let previous = thread::current_ptr();
+        let current = thread::current_ptr();
         // SAFETY: CURRENT is null or points to a live state of this thread.
-        let ts = if !previous.is_null() && unsafe { (*previous).runtime_id } == inner.id {
-            previous
-        } else {
-            match thread::state_slow(self.arc) {
-                Some(ts) => ts,
-                None => {
-                    self.slot.errors.fetch_add(1, Ordering::Relaxed);
-                    return self.slot.default_ret.load(Ordering::Relaxed);
-                }
+        if !current.is_null() && unsafe { (*current).runtime_id } == inner.id {
+            // SAFETY: as above.
+            if unsafe { (*current).in_run() } {
+                return self.run_nested(current, ctx);
             }
+            return self.run_with(current, ctx);
+        }
+        self.run_switching(current, ctx)
+    }
+
+    /// First run of this thread in this runtime, or a run of it from inside another
+    /// runtime's hook: find (or claim) this runtime's state, run, and make the previous
+    /// state current again.
+    #[cold]
+    #[inline(never)]
+    fn run_switching(&self, previous: *mut ThreadState, ctx: *mut u8) -> u64 {
+        let Some(ts) = thread::state_slow(self.arc) else {
+            self.slot.errors.fetch_add(1, Ordering::Relaxed);
+            return self.slot.default_ret.load(Ordering::Relaxed);
         };
-        let r = self.run_with(ts, ctx);
-        if !std::ptr::eq(previous, ts) && !previous.is_null() {
+        // SAFETY: `ts` is this thread's live state for this runtime.
+        let r = if unsafe { (*ts).in_run() } {
+            self.run_nested(ts, ctx)
+        } else {
+            self.run_with(ts, ctx)
+        };
+        if !previous.is_null() {
             thread::set_current(previous);
+        }
+        r
+    }
+
+    /// A run from inside a run of the same runtime (a host function that runs a hook):
+    /// the outer run's budget and status are kept aside meanwhile.
+    #[cold]
+    #[inline(never)]
+    fn run_nested(&self, ts: *mut ThreadState, ctx: *mut u8) -> u64 {
+        // SAFETY: this thread's live state; no reference to it lives across `run_with`.
+        let (budget, status) = unsafe { ((*ts).own_run.budget, (*ts).own_run.status) };
+        let r = self.run_with(ts, ctx);
+        // SAFETY: as above.
+        unsafe {
+            (*ts).own_run.budget = budget;
+            (*ts).own_run.status = status;
         }
         r
     }
@@ -207,7 +237,6 @@ impl<'rt> Hook<'rt> {
             entry
         };
         let state = std::ptr::addr_of_mut!(ts.own_run);
-        let outer = (inside == 0).then_some((ts.own_run.budget, ts.own_run.status));
         ts.own_run.budget = self.slot.budget.load(Ordering::Relaxed);
         ts.own_run.status = RunStatus::Ok as u32;
         let counters = ts.counters(self.index);
@@ -217,7 +246,6 @@ impl<'rt> Hook<'rt> {
             inside,
             entry,
             state,
-            outer,
             timed: n
                 .is_multiple_of(TIME_SAMPLE_PERIOD)
                 .then_some(counters as *const HookCounters),
@@ -231,10 +259,6 @@ impl<'rt> Hook<'rt> {
             r0 = ts.tail_result.take().unwrap_or(r0);
         }
         let status = ts.own_run.status;
-        if let Some((budget, status)) = run.outer {
-            ts.own_run.budget = budget;
-            ts.own_run.status = status;
-        }
         ts.leave(run.inside);
         if status != RunStatus::Ok as u32 {
             self.slot.failures.fetch_add(1, Ordering::Relaxed);
@@ -316,8 +340,6 @@ struct Prepared {
     entry: EntryFn,
     /// This thread's run state (`ThreadState::own_run`).
     state: *mut RunState,
-    /// A nested run: the outer run's budget and status, restored afterwards.
-    outer: Option<(u64, u32)>,
     /// This run is timed (one in [`TIME_SAMPLE_PERIOD`]) into these counters.
     timed: Option<*const HookCounters>,
 }

@@ -242,3 +242,63 @@ fn reinit_of_the_same_file_bumps_the_incarnation() {
     assert_eq!(inc(&second), 2);
     cleanup(&second);
 }
+
+static NESTED: OnceLock<(Runtime, ShmTransport, u64)> = OnceLock::new();
+static NESTED_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// A host function that runs another hook of the same runtime, then records this thread's
+/// epoch word as the outer run sees it after the nested run.
+unsafe extern "C" fn run_inner_hook(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    let (rt, t, off) = NESTED.get().unwrap();
+    let r = rt.hook("inner").unwrap().run(&mut Ctx { value: 0, out: 0 });
+    NESTED_EPOCH.store(t.read_u64(*off).unwrap(), Ordering::SeqCst);
+    r + 1
+}
+
+#[test]
+fn a_hook_run_from_inside_a_run_nests() {
+    let rt = Runtime::builder()
+        .thread_slots(1)
+        .code_size(1 << 16)
+        .scratch_size(1 << 18)
+        .hook("h", HookSpec::for_context::<Ctx>().default_return(5))
+        .hook("inner", HookSpec::for_context::<Ctx>().default_return(6))
+        .build()
+        .unwrap();
+    rt.register_function("run_inner_hook", 1001, run_inner_hook)
+        .unwrap();
+    let cp = ShmTransport::open(rt.path()).unwrap();
+    let code = cp.info().section(SectionId::Code).offset;
+    // Outer: `movabs rax, run_inner_hook; jmp rax`. Inner (16 bytes on): `mov eax, 42; ret`.
+    let mut outer = vec![0x48, 0xb8];
+    outer.extend((run_inner_hook as *const () as u64).to_le_bytes());
+    outer.extend([0xff, 0xe0]);
+    cp.write(code, &outer).unwrap();
+    cp.write(code + 16, RET_42).unwrap();
+    for (hook, at) in [("h", code), ("inner", code + 16)] {
+        let slot = cp.info().hook_offset(rt.hook(hook).unwrap().index());
+        cp.compare_and_swap(slot + offsets::HOOK_ACTIVE, 0, active_word(1, at as u32))
+            .unwrap();
+    }
+    let epoch_off = cp.info().thread_offset(0) + offsets::THREAD_EPOCH;
+    NESTED
+        .set((rt.clone(), cp, epoch_off))
+        .ok()
+        .expect("set once");
+    let (_, cp, _) = NESTED.get().unwrap();
+    let h = rt.hook("h").unwrap();
+    for _ in 0..3 {
+        assert_eq!(h.run(&mut Ctx { value: 0, out: 0 }), 43);
+        assert_eq!(
+            NESTED_EPOCH.load(Ordering::SeqCst) % 2,
+            1,
+            "still inside after the nested run"
+        );
+        assert_eq!(cp.read_u64(epoch_off).unwrap() % 2, 0, "outside after");
+    }
+    let (outer, inner) = (h.stats(), rt.hook("inner").unwrap().stats());
+    assert_eq!((outer.runs, inner.runs), (3, 3));
+    assert_eq!((outer.failures, inner.failures, outer.errors), (0, 0, 0));
+    rt.teardown(Duration::from_millis(100)).unwrap();
+    rt.unlink().unwrap();
+}
