@@ -281,10 +281,7 @@ fn a_hook_run_from_inside_a_run_nests() {
             .unwrap();
     }
     let epoch_off = cp.info().thread_offset(0) + offsets::THREAD_EPOCH;
-    NESTED
-        .set((rt.clone(), cp, epoch_off))
-        .ok()
-        .expect("set once");
+    assert!(NESTED.set((rt.clone(), cp, epoch_off)).is_ok(), "set once");
     let (_, cp, _) = NESTED.get().unwrap();
     let h = rt.hook("h").unwrap();
     for _ in 0..3 {
