@@ -38,6 +38,8 @@ subcommands! {
     events => Events,
     broadcast => Broadcast,
     recover => Recover,
+    profile => Profile,
+    optimize => Optimize,
     watch => Watch,
     migrate => Migrate,
 }

@@ -1,0 +1,149 @@
+//! `rdx optimize`: compiles the elite version of a program from a profile (`rdx profile
+//! --out`): cold branches become guards with deoptimisation exits and the code behind them
+//! is dropped. `--revert` publishes the plain build again with one transaction.
+//!
+//! Publishing an elite build needs a node whose runtime resumes deoptimised runs (it must
+//! call elite code with a `DeoptRunState` and finish runs that stop with `RunStatus::Deopt`
+//! in the interpreter). No runtime advertises that yet, so this command reports what the
+//! elite build would be and refuses to publish it rather than hand a node code whose run
+//! state it would overrun.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context as _};
+use rdx_control::registry::HistoryEntry;
+use rdx_control::Extension;
+use rdx_jit::{CompileOptions, Compiler};
+use serde::Serialize;
+
+use super::node::{attach, StateArgs};
+use super::profile::SavedProfile;
+
+/// Compile a profile-specialised (elite) build of a program, or revert to the plain build.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Object file with the program.
+    object: PathBuf,
+    #[arg(long)]
+    node: String,
+    #[arg(long)]
+    hook: String,
+    /// Program in the object (required if it has several).
+    #[arg(long = "prog", value_name = "NAME")]
+    program: Option<String>,
+    #[arg(long)]
+    class: Option<String>,
+    /// Profile written by `rdx profile --out` (required unless --revert).
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
+    /// Publish the plain (generic) build of the program again.
+    #[arg(long)]
+    revert: bool,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    state: StateArgs,
+}
+
+#[derive(Serialize)]
+struct Report {
+    program: String,
+    guards: usize,
+    dropped_insns: usize,
+    elite_code_bytes: usize,
+    generic_code_bytes: usize,
+    published: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let bytes = std::fs::read(&args.object)
+        .with_context(|| format!("cannot read {}", args.object.display()))?;
+    let object = rdx_bpf::loader::load(&bytes)
+        .with_context(|| format!("cannot load {}", args.object.display()))?;
+    let ext = Extension::from_object(&object, args.program.as_deref())?;
+    let registry = args.state.registry()?;
+    let (node, mut cf) = attach(&registry, &args.node)?;
+    let checked = cf.validate_code(&ext, &args.hook, args.class.as_deref())?;
+
+    if args.revert {
+        let compiled = cf.jit_compile_code(&ext, &checked, Some(&registry))?;
+        let prepared = cf.prepare_prog(&args.hook, &ext, &compiled)?;
+        let published = cf.tx(vec![prepared])?.remove(0);
+        registry.record(&HistoryEntry {
+            id: 0,
+            node: node.clone(),
+            hook: args.hook.clone(),
+            action: "deploy".into(),
+            version: published.version,
+            previous_version: published.previous_version,
+            program: ext.name.clone(),
+            object: args.object.display().to_string(),
+            class: checked.class.clone(),
+            artifact: rdx_control::codeflow::hex(&compiled.artifact_hash),
+            at_ms: rdx_control::lease::now_ms(),
+            generation: published.generation,
+        })?;
+        println!(
+            "reverted {node}/{} to the plain build of {}: version {} (was {})",
+            args.hook, ext.name, published.version, published.previous_version
+        );
+        return Ok(());
+    }
+
+    let Some(path) = &args.profile else {
+        bail!("--profile FILE is required (write one with `rdx profile --out FILE`)");
+    };
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let saved: SavedProfile = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a profile written by rdx profile", path.display()))?;
+    if saved.program_hash != ext.hash_hex() {
+        bail!(
+            "{} profiles program {} ({}), not this build of {} ({})",
+            path.display(),
+            saved.program,
+            &saved.program_hash[..saved.program_hash.len().min(12)],
+            ext.name,
+            &ext.hash_hex()[..12]
+        );
+    }
+    saved.profile.check(&ext.insns)?;
+    let arch: rdx_jit::Arch = cf
+        .arch()
+        .name()
+        .parse()
+        .context("the node's architecture")?;
+    let mut opts = CompileOptions::new(arch);
+    opts.needs_budget = checked.facts.needs_budget;
+    opts.eim_class = format!("{}/{}", checked.hook, checked.class);
+    opts.verify_ir = false;
+    let compiler = Compiler::new(arch)?;
+    let (generic, _) = compiler.compile(&ext.insns, &opts)?;
+    opts.speculation = Some(saved.profile.speculation(&saved.policy));
+    let (elite, stats) = compiler.compile(&ext.insns, &opts)?;
+    let report = Report {
+        program: ext.name.clone(),
+        guards: stats.guards,
+        dropped_insns: stats.dropped_insns,
+        elite_code_bytes: elite.code.len(),
+        generic_code_bytes: generic.code.len(),
+        published: false,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "elite build of {}: {} guards, {} of {} slots dropped, {} code bytes (generic: {})",
+            ext.name,
+            stats.guards,
+            stats.dropped_insns,
+            ext.insns.len(),
+            elite.code.len(),
+            generic.code.len()
+        );
+    }
+    bail!(
+        "not published: node {node}'s runtime does not resume deoptimised runs, and elite code \
+         needs a DeoptRunState as its run state (docs/deopt.md); its current version is unchanged"
+    )
+}
