@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use rdx_bpf::program::{MapDef, MapOrigin, MapType};
 use rdx_control::codeflow::{hex, Compiled};
-use rdx_control::registry::HistoryEntry;
-use rdx_control::Extension;
+use rdx_control::registry::{HistoryEntry, Registry};
+use rdx_control::{CodeFlow, Extension};
 use rdx_deopt::profile::{BranchProfile, Policy};
 use rdx_jit::{branch_sites, BranchCounters, CompileOptions, Compiler, Symbol};
 use serde::{Deserialize, Serialize};
@@ -81,7 +81,7 @@ pub fn counter_map_name(ext: &Extension) -> String {
     format!("rdx_prof_{}", &ext.hash_hex()[..8])
 }
 
-fn read_counters(cf: &rdx_control::CodeFlow, name: &str, len: usize) -> anyhow::Result<Vec<u8>> {
+fn read_counters(cf: &CodeFlow, name: &str, len: usize) -> anyhow::Result<Vec<u8>> {
     let m = super::map::find_map(cf, name)?;
     let mut out = vec![0u8; m.map.lookup_len()];
     if !rdx_transport::xstate::lookup(cf.transport(), &m.map, &0u32.to_le_bytes(), &mut out)? {
@@ -91,21 +91,66 @@ fn read_counters(cf: &rdx_control::CodeFlow, name: &str, len: usize) -> anyhow::
     Ok(out)
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let bytes = std::fs::read(&args.object)
-        .with_context(|| format!("cannot read {}", args.object.display()))?;
-    let object = rdx_bpf::loader::load(&bytes)
-        .with_context(|| format!("cannot load {}", args.object.display()))?;
-    let ext = Extension::from_object(&object, args.program.as_deref())?;
+/// One scouting window on a live node, as `rdx profile` runs it and as `rdx watch` can
+/// call it to re-profile: what to profile and where.
+pub struct Scout<'a> {
+    pub ext: &'a Extension,
+    pub node: &'a str,
+    pub hook: &'a str,
+    pub class: Option<&'a str>,
+    /// Recorded in the registry's history as the object the versions came from.
+    pub object: &'a str,
+    pub window: Duration,
+    /// Leave the instrumented build published (default: publish the plain build again).
+    pub keep: bool,
+}
+
+/// What a scouting window found.
+pub struct Scouted {
+    pub profile: BranchProfile,
+    /// Length of the window actually measured.
+    pub seconds: f64,
+    pub instrumented_version: u32,
+    /// The plain build's version, when it was published again.
+    pub restored_version: Option<u32>,
+}
+
+fn record(
+    registry: &Registry,
+    s: &Scout<'_>,
+    action: &str,
+    class: &str,
+    artifact_hash: &[u8; 32],
+    p: &rdx_control::Published,
+) -> anyhow::Result<()> {
+    registry.record(&HistoryEntry {
+        id: 0,
+        node: s.node.to_string(),
+        hook: s.hook.to_string(),
+        action: action.into(),
+        version: p.version,
+        previous_version: p.previous_version,
+        program: s.ext.name.clone(),
+        object: s.object.to_string(),
+        class: class.to_string(),
+        artifact: hex(artifact_hash),
+        at_ms: rdx_control::lease::now_ms(),
+        generation: p.generation,
+    })?;
+    Ok(())
+}
+
+/// Publishes the instrumented build of `s.ext` with one `tx`, measures its branch counters
+/// (read remotely from the node's XState) over `s.window`, and unless `s.keep` publishes the
+/// plain build again with one `tx`. Requests are served throughout by a complete version.
+pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::Result<Scouted> {
+    let ext = s.ext;
     let sites = branch_sites(&ext.insns);
     if sites.is_empty() {
         bail!("{} has no conditional jump: nothing to profile", ext.name);
     }
-    if !(args.seconds.is_finite() && args.seconds >= 0.0) {
-        bail!("--seconds must be a non-negative number");
-    }
     let counter_bytes = 16 * sites.len();
-    let map_name = counter_map_name(&ext);
+    let map_name = counter_map_name(ext);
     let mut maps = ext.maps.clone();
     let counter_index = maps.len() as u32;
     maps.push(MapDef {
@@ -121,9 +166,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     });
     let scout = Extension::new(&ext.name, &ext.section, ext.insns.clone(), maps);
 
-    let registry = args.state.registry()?;
-    let (node, mut cf) = attach(&registry, &args.node)?;
-    let checked = cf.validate_code(&scout, &args.hook, args.class.as_deref())?;
+    let checked = cf.validate_code(&scout, s.hook, s.class)?;
     let arch: rdx_jit::Arch = cf
         .arch()
         .name()
@@ -148,48 +191,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         budget: checked.facts.budget.unwrap_or(u64::MAX),
         class: checked.class.clone(),
     };
-    let prepared = cf.prepare_prog(&args.hook, &scout, &compiled)?;
+    let prepared = cf.prepare_prog(s.hook, &scout, &compiled)?;
     let published = cf.tx(vec![prepared])?.remove(0);
-    let record = |action: &str, version: u32, previous: u32, generation: u64| {
-        registry.record(&HistoryEntry {
-            id: 0,
-            node: node.clone(),
-            hook: args.hook.clone(),
-            action: action.into(),
-            version,
-            previous_version: previous,
-            program: ext.name.clone(),
-            object: args.object.display().to_string(),
-            class: checked.class.clone(),
-            artifact: hex(&compiled.artifact_hash),
-            at_ms: rdx_control::lease::now_ms(),
-            generation,
-        })
-    };
     record(
+        registry,
+        s,
         "profile",
-        published.version,
-        published.previous_version,
-        published.generation,
+        &checked.class,
+        &compiled.artifact_hash,
+        &published,
     )?;
-    if !args.json {
-        eprintln!(
-            "instrumented {} ({} conditional jumps) deployed to {node}/{} as version {}; profiling for {:.1} s",
-            ext.name,
-            sites.len(),
-            args.hook,
-            published.version,
-            args.seconds
-        );
-    }
 
     // The counter map may be an earlier profile's (same program, same name): measure the
     // difference over this window only.
-    let before = read_counters(&cf, &map_name, counter_bytes)?;
+    let before = read_counters(cf, &map_name, counter_bytes)?;
     let started = Instant::now();
-    std::thread::sleep(Duration::from_secs_f64(args.seconds));
-    let after = read_counters(&cf, &map_name, counter_bytes)?;
-    let elapsed = started.elapsed().as_secs_f64();
+    std::thread::sleep(s.window);
+    let after = read_counters(cf, &map_name, counter_bytes)?;
+    let seconds = started.elapsed().as_secs_f64();
     let mut profile = BranchProfile::from_counters(&ext.insns, &after)?;
     let base = BranchProfile::from_counters(&ext.insns, &before)?;
     for (p, b) in profile.branches.iter_mut().zip(&base.branches) {
@@ -197,37 +216,78 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         p.fell_through = p.fell_through.wrapping_sub(b.fell_through);
     }
 
-    if !args.keep {
-        let plain = cf.validate_code(&ext, &args.hook, args.class.as_deref())?;
-        let compiled = cf.jit_compile_code(&ext, &plain, Some(&registry))?;
-        let prepared = cf.prepare_prog(&args.hook, &ext, &compiled)?;
+    let mut restored_version = None;
+    if !s.keep {
+        let plain = cf.validate_code(ext, s.hook, s.class)?;
+        let compiled = cf.jit_compile_code(ext, &plain, Some(registry))?;
+        let prepared = cf.prepare_prog(s.hook, ext, &compiled)?;
         let restored = cf.tx(vec![prepared])?.remove(0);
-        registry.record(&HistoryEntry {
-            id: 0,
-            node: node.clone(),
-            hook: args.hook.clone(),
-            action: "deploy".into(),
-            version: restored.version,
-            previous_version: restored.previous_version,
-            program: ext.name.clone(),
-            object: args.object.display().to_string(),
-            class: plain.class.clone(),
-            artifact: hex(&compiled.artifact_hash),
-            at_ms: rdx_control::lease::now_ms(),
-            generation: restored.generation,
-        })?;
-        if !args.json {
-            eprintln!(
-                "plain build redeployed as version {}",
-                restored.version
-            );
-        }
+        record(
+            registry,
+            s,
+            "deploy",
+            &plain.class,
+            &compiled.artifact_hash,
+            &restored,
+        )?;
+        restored_version = Some(restored.version);
+    }
+    Ok(Scouted {
+        profile,
+        seconds,
+        instrumented_version: published.version,
+        restored_version,
+    })
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let bytes = std::fs::read(&args.object)
+        .with_context(|| format!("cannot read {}", args.object.display()))?;
+    let object = rdx_bpf::loader::load(&bytes)
+        .with_context(|| format!("cannot load {}", args.object.display()))?;
+    let ext = Extension::from_object(&object, args.program.as_deref())?;
+    if !(args.seconds.is_finite() && args.seconds >= 0.0) {
+        bail!("--seconds must be a non-negative number");
+    }
+    let registry = args.state.registry()?;
+    let (node, mut cf) = attach(&registry, &args.node)?;
+    let object_label = args.object.display().to_string();
+    if !args.json {
+        eprintln!(
+            "deploying an instrumented build of {} to {node}/{} and profiling for {:.1} s",
+            ext.name, args.hook, args.seconds
+        );
+    }
+    let scouted = scout(
+        &mut cf,
+        &registry,
+        &Scout {
+            ext: &ext,
+            node: &node,
+            hook: &args.hook,
+            class: args.class.as_deref(),
+            object: &object_label,
+            window: Duration::from_secs_f64(args.seconds),
+            keep: args.keep,
+        },
+    )?;
+    if !args.json {
+        eprintln!(
+            "instrumented build was version {}{}",
+            scouted.instrumented_version,
+            scouted
+                .restored_version
+                .map(|v| format!("; plain build published again as version {v}"))
+                .unwrap_or_default()
+        );
     }
 
     let policy = Policy {
         min_runs: args.min_runs,
         cold_share: args.cold_share,
     };
+    let profile = scouted.profile;
+    let elapsed = scouted.seconds;
     let rows: Vec<Row> = profile
         .branches
         .iter()
@@ -255,10 +315,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        println!("profile of {} on {node}/{} over {elapsed:.1} s:", ext.name, args.hook);
+        println!(
+            "profile of {} on {node}/{} over {elapsed:.1} s:",
+            ext.name, args.hook
+        );
         println!("{:>6} {:>12} {:>12}  bias", "slot", "taken", "fell through");
         for r in rows {
-            println!("{:>6} {:>12} {:>12}  {}", r.pc, r.taken, r.fell_through, r.bias);
+            println!(
+                "{:>6} {:>12} {:>12}  {}",
+                r.pc, r.taken, r.fell_through, r.bias
+            );
         }
     }
     Ok(())
