@@ -81,7 +81,8 @@ impl EliteTier {
         &self.vm
     }
 
-    /// Runs so far, and how many of them deoptimised.
+    /// Runs so far (approximate when threads share the tier), and how many of them
+    /// deoptimised (exact).
     pub fn counts(&self) -> (u64, u64) {
         (
             self.runs.load(Ordering::Relaxed),
@@ -101,7 +102,11 @@ impl EliteTier {
         budget: u64,
     ) -> Result<Option<u64>, TierError> {
         state.reset(budget);
-        self.runs.fetch_add(1, Ordering::Relaxed);
+        // A plain load and store, not a locked add: the run count is a statistic for the
+        // re-profiling decision, and threads sharing a tier may lose a few increments rather
+        // than pay an atomic read-modify-write on every fast-path run.
+        self.runs
+            .store(self.runs.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         // SAFETY: the constructor's contract; the run pointer is a DeoptRunState as elite
         // artifacts require.
         let r0 = unsafe { (self.entry)(ctx.as_mut_ptr(), (state as *mut DeoptRunState).cast()) };
