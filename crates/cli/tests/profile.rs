@@ -94,7 +94,11 @@ fn profile_reads_branch_counters_remotely_and_optimize_plans_from_them() {
             while !stop.load(Ordering::Relaxed) {
                 i += 1;
                 // Mostly small values; every 50th is large, never zero.
-                let value = if i.is_multiple_of(50) { 5000 } else { 1 + i % 900 };
+                let value = if i.is_multiple_of(50) {
+                    5000
+                } else {
+                    1 + i % 900
+                };
                 let mut c = Ctx { value, out: 0 };
                 let r0 = hook.run(&mut c);
                 // Before the first deploy lands the hook returns its default 0; afterwards
