@@ -105,6 +105,8 @@ struct Case {
     /// One expected direction per branch site (cycled if shorter).
     directions: Vec<bool>,
     packets: Vec<Vec<u8>>,
+    /// Compile with the instruction budget: the budget left is handed over too.
+    metered: bool,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -112,11 +114,13 @@ fn case() -> impl Strategy<Value = Case> {
         0..PROGRAMS.len(),
         proptest::collection::vec(any::<bool>(), 1..64),
         proptest::collection::vec(packet(), 1..12),
+        any::<bool>(),
     )
-        .prop_map(|(prog, directions, packets)| Case {
+        .prop_map(|(prog, directions, packets, metered)| Case {
             prog,
             directions,
             packets,
+            metered,
         })
 }
 
@@ -147,6 +151,7 @@ fn elite(
     directions: &[bool],
     packets: &[Vec<u8>],
     mode: Mode,
+    metered: bool,
 ) -> (Runs, Dump, Vec<Vec<u8>>, u64) {
     let host = Arch::host().expect("supported host");
     let guards = branch_sites(insns)
@@ -163,13 +168,15 @@ fn elite(
         .collect();
     let mut opts = CompileOptions::new(host);
     opts.speculation = Some(Speculation { guards });
+    opts.needs_budget = metered;
+    let budget = if metered { 1 << 30 } else { 0 };
     let (artifact, stats) = Compiler::new(host).unwrap().compile(insns, &opts).unwrap();
     assert_eq!(stats.guards, branch_sites(insns).len());
     let maps = MapSet::new(&object.maps).unwrap();
     let code = ExecutableCode::load_bytes(&artifact.to_bytes(), &native_symbols(&maps)).unwrap();
     let vm = Arc::new(Vm::new(insns, &maps, &Helpers::standard(), Config::default()).unwrap());
     // SAFETY: the elite artifact of `insns`, linked against `maps`, alive for the test.
-    let tier = unsafe { EliteTier::new(code.entry(), vm.clone(), false) };
+    let tier = unsafe { EliteTier::new(code.entry(), vm.clone(), metered) };
     let queue = FallbackQueue::new(2048, 4).unwrap();
     let mut state = DeoptRunState::boxed(0);
     let mut low = LowPacket::new(1 << 16).unwrap();
@@ -179,9 +186,17 @@ fn elite(
         let mut ctx = low.xdp_md();
         // SAFETY: ctx is a real xdp_md for `low`'s packet.
         let outcome = match mode {
-            Mode::Sync => unsafe { tier.run_sync(&mut state, &mut ctx, Some(low.region()), 0) },
+            Mode::Sync => unsafe {
+                tier.run_sync(&mut state, &mut ctx, Some(low.region()), budget)
+            },
             Mode::Queued => unsafe {
-                tier.run_queued(&mut state, &mut ctx, &ContextLayout::xdp_md(), &queue, 0)
+                tier.run_queued(
+                    &mut state,
+                    &mut ctx,
+                    &ContextLayout::xdp_md(),
+                    &queue,
+                    budget,
+                )
             },
         }
         .unwrap();
@@ -209,7 +224,7 @@ proptest! {
     fn synchronous_deopt_runs_every_side_effect_exactly_once(c in case()) {
         let (object, insns) = load(c.prog);
         let want = reference(&object, &insns, &c.packets);
-        let (runs, maps, events, _) = elite(&object, &insns, &c.directions, &c.packets, Mode::Sync);
+        let (runs, maps, events, _) = elite(&object, &insns, &c.directions, &c.packets, Mode::Sync, c.metered);
         prop_assert_eq!(&runs, &want.0, "results and packets");
         prop_assert_eq!(&maps, &want.1, "maps");
         prop_assert_eq!(&events, &want.2, "ring-buffer events");
@@ -219,7 +234,7 @@ proptest! {
     fn queued_deopt_runs_every_side_effect_exactly_once(c in case()) {
         let (object, insns) = load(c.prog);
         let want = reference(&object, &insns, &c.packets);
-        let (runs, maps, events, _) = elite(&object, &insns, &c.directions, &c.packets, Mode::Queued);
+        let (runs, maps, events, _) = elite(&object, &insns, &c.directions, &c.packets, Mode::Queued, c.metered);
         prop_assert_eq!(&runs, &want.0, "results and packets");
         prop_assert_eq!(&maps, &want.1, "maps");
         prop_assert_eq!(&events, &want.2, "ring-buffer events");
