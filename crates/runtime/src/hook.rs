@@ -136,7 +136,7 @@ impl<'rt> Hook<'rt> {
     /// The attached path. Inline, so that a host's call site pays one call (into the
     /// extension's entry) rather than two; the rare paths (first run on a thread, nested
     /// runs, holds, new words, invalid words) are out of line and cold.
-    #[inline]
+    #[inline(always)]
     fn run_attached(&self, ctx: *mut u8) -> u64 {
         let inner = self.inner;
         if inner.torn_down.load(Ordering::Relaxed) {
