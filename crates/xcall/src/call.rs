@@ -8,7 +8,8 @@
 //!    epoch odd: from here until step 6 the control plane will not reclaim the code or maps
 //!    this call may use;
 //! 4. load the entry's published word once (acquire) — the call runs that version to the end
-//!    even if a control plane publishes another one meanwhile;
+//!    even if a control plane publishes another one meanwhile; a held word (a collective
+//!    update's bubble) is waited on, bounded by the region's hold timeout, like a hook;
 //! 5. run it: context = the caller's argument buffer (read-only, declared size), output =
 //!    the caller's buffer through `xcall_reply`, with the entry's class budget;
 //! 6. make the epoch even, and turn a stopped run into an error return.
@@ -220,7 +221,10 @@ pub unsafe extern "C" fn xcall_call(
     let hook = svc.hook(index);
     enter(ts);
     // The version this call runs, start to finish.
-    let word = hook.active.load(Ordering::Acquire) & !ACTIVE_HOLD;
+    let mut word = hook.active.load(Ordering::Acquire);
+    if word & ACTIVE_HOLD != 0 {
+        word = wait_for_release(svc, hook, ts, word);
+    }
     let r = run_word(
         svc, hook, word, seen, index, slot_index, args, args_len, out, out_len,
     );
@@ -229,6 +233,37 @@ pub unsafe extern "C" fn xcall_call(
         lock.store(0, Ordering::Release);
     }
     r
+}
+
+/// A control plane holds the entry (a collective update's bubble): wait for the release,
+/// bounded by the callee region's hold timeout, outside the epoch so that the control plane
+/// waiting for quiescence is not blocked by us; then run what is published.
+#[cold]
+fn wait_for_release(
+    svc: &ServiceMap,
+    hook: &rdx_region::layout::HookSlot,
+    ts: &ThreadSlot,
+    mut word: u64,
+) -> u64 {
+    let timeout = Duration::from_nanos(svc.info.hold_timeout_ns);
+    let start = Instant::now();
+    let mut spins = 0u32;
+    while word & ACTIVE_HOLD != 0 {
+        if start.elapsed() >= timeout {
+            hook.hold_timeouts.fetch_add(1, Ordering::Relaxed);
+            return word & !ACTIVE_HOLD;
+        }
+        leave(ts);
+        if spins < 256 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+        spins += 1;
+        enter(ts);
+        word = hook.active.load(Ordering::Acquire);
+    }
+    word
 }
 
 #[allow(clippy::too_many_arguments)]

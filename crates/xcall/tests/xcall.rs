@@ -325,16 +325,76 @@ fn serialized_entry_admits_one_caller_at_a_time() {
     let slow = storage.plan.target("storage", "slow").unwrap();
     let holder = std::thread::spawn(move || {
         let mut out = [0u8; 8];
-        call(serial, &300_000_000u64.to_le_bytes(), &mut out)
+        call(serial, &1_000_000_000u64.to_le_bytes(), &mut out)
     });
-    std::thread::sleep(Duration::from_millis(50));
+    // Until the holder is inside, our calls may still get the entry; once it is, they are
+    // refused after the wait limit. An ordinary entry is never refused.
     let mut out = [0u8; 8];
-    // The serialised entry is busy past the wait limit; an ordinary entry is not.
-    assert_eq!(
-        call(serial, &0u64.to_le_bytes(), &mut out),
-        Err(CallError::Busy)
+    let deadline = Instant::now() + Duration::from_millis(900);
+    let mut refused = false;
+    while !refused && Instant::now() < deadline {
+        match call(serial, &0u64.to_le_bytes(), &mut out) {
+            Err(CallError::Busy) => refused = true,
+            r => assert_eq!(r, Ok(1)),
+        }
+        assert_eq!(call(slow, &0u64.to_le_bytes(), &mut out), Ok(1));
+    }
+    assert!(
+        refused,
+        "a second caller got the serialised entry while it was held"
     );
-    assert_eq!(call(slow, &0u64.to_le_bytes(), &mut out), Ok(1));
     assert_eq!(holder.join().unwrap(), Ok(1));
     assert_eq!(call(serial, &0u64.to_le_bytes(), &mut out), Ok(1));
+}
+
+#[test]
+fn held_entry_waits_for_the_release_then_runs() {
+    use rdx_region::layout::{offsets, ACTIVE_HOLD};
+    use rdx_transport::Transport;
+    let storage = Storage::start("hold", 11);
+    deploy_storage(&storage, &[("lookup", "lookup")]);
+    let svc = attach::attach(&storage.plan, 11).unwrap();
+    let lookup = Target::new(11, 0);
+    let mut out = [0u8; 8];
+    assert_eq!(call(lookup, &1u64.to_le_bytes(), &mut out), Ok(0));
+    // Play a control plane's bubble: set the hold bit, release it later.
+    let t =
+        rdx_transport::shm::ShmTransport::open(storage.address.trim_start_matches("shm:")).unwrap();
+    let at = svc.info.hook_offset(svc.exports_info[0].hook_index) + offsets::HOOK_ACTIVE;
+    let timeouts_at = at - offsets::HOOK_ACTIVE + offsets::HOOK_HOLD_TIMEOUTS;
+    let word = t.read_u64(at).unwrap();
+    let hold_timeout = Duration::from_nanos(svc.info.hold_timeout_ns);
+    assert_eq!(
+        hold_timeout,
+        Duration::from_millis(10),
+        "the runtime's default"
+    );
+    let t = std::sync::Arc::new(t);
+    let mut held = |release_after: Duration| {
+        t.write_u64(at, word | ACTIVE_HOLD).unwrap();
+        let t2 = t.clone();
+        // Timed from before the releaser exists: the call cannot return before the release
+        // or the hold timeout, however this thread is scheduled.
+        let start = Instant::now();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(release_after);
+            t2.write_u64(at, word).unwrap();
+        });
+        assert_eq!(call(lookup, &1u64.to_le_bytes(), &mut out), Ok(0));
+        let waited = start.elapsed();
+        release.join().unwrap();
+        waited
+    };
+    // Released within the hold timeout: the caller waits for it.
+    let waited = held(Duration::from_millis(3));
+    assert!(waited >= Duration::from_millis(3), "waited only {waited:?}");
+    // Never released in time: the caller gives up after the hold timeout, runs the published
+    // version and counts it.
+    let before = t.read_u64(timeouts_at).unwrap();
+    let waited = held(Duration::from_secs(2));
+    assert!(
+        waited >= hold_timeout && waited < Duration::from_secs(2),
+        "waited {waited:?}"
+    );
+    assert_eq!(t.read_u64(timeouts_at).unwrap(), before + 1);
 }
