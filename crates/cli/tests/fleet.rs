@@ -297,3 +297,40 @@ fn migrate_moves_the_program_and_its_map_contents() {
     src.unlink().unwrap();
     dst.unlink().unwrap();
 }
+
+#[test]
+fn broadcast_drains_a_declared_flow_and_refuses_a_bad_one() {
+    let (a, a_region) = host("flow-a");
+    let (b, b_region) = host("flow-b");
+    let env = Env::new("flow");
+    std::fs::create_dir_all(&env.state).unwrap();
+    let plan = |entry_node: &str, only: &str| {
+        let p = env.state.join(format!("plan-{entry_node}-{only}.yaml"));
+        std::fs::write(
+            &p,
+            format!(
+                "nodes:\n  - {{name: a, address: 'shm:{a_region}'}}\n  \
+                 - {{name: b, address: 'shm:{b_region}'}}\n\
+                 updates:\n  - {{hook: on_request, object: '{}', nodes: [{only}]}}\n\
+                 flows:\n  - {{entry: {{node: {entry_node}, hook: on_request}}, \
+                 exit: {{node: b, hook: on_request}}}}\n",
+                object("stamp_v2")
+            ),
+        )
+        .unwrap();
+        p.display().to_string()
+    };
+    let refused = env.fails(&["broadcast", &plan("a", "b")]);
+    assert!(
+        refused.contains("entry a/on_request is not updated"),
+        "{refused}"
+    );
+    let out = env.ok(&["broadcast", &plan("a", "a, b"), "--durability", "machine"]);
+    assert!(out.contains("of which drain"), "{out}");
+    for rt in [&a, &b] {
+        let mut c = Ctx { value: 0, out: 0 };
+        assert_eq!(rt.hook("on_request").unwrap().run(&mut c), 2);
+    }
+    a.unlink().unwrap();
+    b.unlink().unwrap();
+}

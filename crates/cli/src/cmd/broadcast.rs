@@ -15,6 +15,11 @@ pub struct Args {
     /// Check the plan against every node (hooks, classes, compilation), write nothing.
     #[arg(long)]
     dry_run: bool,
+    /// What the intent log's records must survive: `process` (the control plane's death;
+    /// enough when every node is shared memory here) or `machine` (fdatasync'ed). Default:
+    /// chosen from the nodes' addresses.
+    #[arg(long, value_parser = ["process", "machine"])]
+    durability: Option<String>,
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -30,6 +35,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .unwrap_or_else(rdx_control::registry::default_state_dir);
     let opts = rdx_fleet::Options {
         dry_run: args.dry_run,
+        durability: args.durability.as_deref().map(|d| match d {
+            "machine" => rdx_fleet::intent::Durability::Machine,
+            _ => rdx_fleet::intent::Durability::Process,
+        }),
         ..rdx_fleet::Options::new(state_dir)
     };
     let report = rdx_fleet::broadcast(&plan, &opts)
@@ -56,20 +65,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             );
         }
     }
-    let order: Vec<String> = report
-        .release_order
-        .iter()
-        .map(|l| l.join(", "))
-        .collect();
+    let order: Vec<String> = report.release_order.iter().map(|l| l.join(", ")).collect();
     println!("release order: {}", order.join(" ; "));
     let t = &report.timings;
     if report.dry_run {
         println!("checked in {:.0} us; nothing written", t.check_us);
     } else {
         println!(
-            "check {:.0} us, prepare {:.0} us, hold (bubble) {:.1} us of which flip {:.1} us, \
-             intent log {:.0} us, total {:.0} us",
-            t.check_us, t.prepare_us, t.hold_us, t.flip_us, t.log_us, t.commit_us
+            "check {:.0} us, prepare {:.0} us, hold (bubble) {:.1} us of which drain {:.1} us \
+             and flip {:.1} us, intent log {:.0} us, total {:.0} us",
+            t.check_us, t.prepare_us, t.hold_us, t.drain_us, t.flip_us, t.log_us, t.commit_us
         );
     }
     Ok(())
