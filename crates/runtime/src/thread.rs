@@ -97,6 +97,16 @@ impl ThreadState {
     }
 }
 
+impl ThreadState {
+    /// [`ThreadState::leave`] for the outermost run, whose `enter` value `epoch` still holds.
+    #[inline(always)]
+    pub fn leave_outermost(&mut self) {
+        debug_assert_eq!(self.epoch % 2, 1);
+        self.epoch += 1;
+        self.slot().epoch.store(self.epoch, Ordering::Release);
+    }
+}
+
 impl Drop for ThreadState {
     fn drop(&mut self) {
         let s = self.slot();
