@@ -835,6 +835,20 @@ static __noinline __u64 match_at(__u32 i, const struct acl_pkt *k)
 	return rule_matches(&acl_table.rules[i & (ACL_MAX_RULES - 1)], k);
 }
 
+// The two fields almost every rule constrains, opcode and dQPN: a rule failing them is
+// skipped after a few dozen instructions instead of the full check. A separate function with
+// the branch on its result in the scan loop, for the same reason as match_at.
+static __noinline __u64 prefilter_at(__u32 i, const struct acl_pkt *k)
+{
+	const struct acl_rule *r = &acl_table.rules[i & (ACL_MAX_RULES - 1)];
+	__u64 present = k->present;
+	__u64 absent_ok = r->absent_ok;
+	__u64 op = k->opcode;
+	__u64 ok = FIELD_OK(F_OPCODE, (opcode_word(r, op) >> (op & 63)) & 1);
+	asm volatile("" : "+r"(ok));
+	return ok & FIELD_OK(F_DQPN, in64(r->dqpn_lo, k->dqpn, r->dqpn_hi));
+}
+
 // Rule `i`'s policy and action, as `policy << 8 | action`. A function of the index (not a
 // pointer carried out of the scan loop, which the loop's widening would lose).
 static __noinline __u64 rule_decision(__u32 i)
@@ -915,7 +929,7 @@ int acl_enforce(struct acl_ctx *ctx)
 	for (__u32 i = 0; i < ACL_MAX_RULES; i++) {
 		if (i >= count)
 			break;
-		if (match_at(i, p)) {
+		if (prefilter_at(i, p) && match_at(i, p)) {
 			hit = i;
 			break;
 		}

@@ -54,6 +54,11 @@ impl Applier {
         }
     }
 
+    /// The compiled program (the same for every policy).
+    pub fn compiled(&self) -> &Compiled {
+        &self.compiled
+    }
+
     /// The program with `rules` in its rule section.
     pub fn extension(&self, rules: &RuleSet, generation: u64) -> Extension {
         let mut object = self.object.clone();
