@@ -7,6 +7,8 @@
 //! at a held hook and the bubble, for a broadcast that drains the flow A -> D, a broadcast
 //! without the flow, and a rolling update (node after node), in the same run.
 //!
+//! Then `rdx watch`'s fault-to-rollback time and a live migration's time.
+//!
 //! `cargo bench -p rdx-fleet --bench broadcast`
 
 #[path = "../tests/common/chain.rs"]
@@ -174,6 +176,7 @@ fn main() {
     }
     chain_phase(&state, &exts);
     watch_phase();
+    migrate_phase(&state, &exts[0]);
     let _ = std::fs::remove_dir_all(&state);
 }
 
@@ -380,4 +383,59 @@ fn chain_phase(state: &Path, exts: &[Extension]) {
         rolling.mixed,
         median(rolling.window)
     );
+}
+
+const MIGRATE_ROUNDS: usize = 6;
+
+/// Live migration of stamp_v1 and its `hits` map between two hosts, back and forth.
+fn migrate_phase(state: &Path, ext: &Extension) {
+    use rdx_fleet::migrate::migrate;
+    use rdx_fleet::plan::NodeSpec;
+    let pid = std::process::id();
+    let mut hosts: Vec<(Child, NodeSpec)> = ["s", "t"]
+        .iter()
+        .map(|name| {
+            let path = format!("/dev/shm/rdx-fleet-bench-mig-{pid}-{name}");
+            let mut c = Command::new(env!("CARGO_BIN_EXE_fleet-host"))
+                .args(["--path", &path, "on_request"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start fleet-host");
+            let mut l = String::new();
+            BufReader::new(c.stdout.as_mut().unwrap())
+                .read_line(&mut l)
+                .unwrap();
+            assert!(l.starts_with("ready"), "{l}");
+            (
+                c,
+                NodeSpec {
+                    name: name.to_string(),
+                    address: format!("shm:{path}"),
+                },
+            )
+        })
+        .collect();
+    let mut cf = create_codeflow(&hosts[0].1.address, ExtSpec::default()).unwrap();
+    cf.deploy("on_request", ext, Some("default"), None).unwrap();
+    cf.release().unwrap();
+    let opts = Options::new(state);
+    let (mut total, mut freeze, mut copy) = (vec![], vec![], vec![]);
+    for r in 0..MIGRATE_ROUNDS {
+        let (from, to) = (&hosts[r % 2].1, &hosts[1 - r % 2].1);
+        let rep = migrate(from, to, "on_request", ext, Some("default"), &opts).expect("migrate");
+        total.push(rep.timings.total_us);
+        freeze.push(rep.timings.freeze_us);
+        copy.push(rep.timings.copy_us);
+    }
+    println!(
+        "live migration of stamp_v1 and its map between two hosts, median of {MIGRATE_ROUNDS}:"
+    );
+    println!("  total (prepare..release)  {:9.1} us", median(total));
+    println!("  source frozen (bubble)    {:9.1} us", median(freeze));
+    println!("  map copy, inside it       {:9.1} us", median(copy));
+    for (c, _) in &mut hosts {
+        let _ = writeln!(c.stdin.as_mut().unwrap(), "quit");
+        let _ = c.wait();
+    }
 }
