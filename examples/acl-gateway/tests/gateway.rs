@@ -104,15 +104,28 @@ fn attack_traces_are_decided_by_the_extension_exactly_as_by_the_native_engine() 
         applier.apply(&rules, generation);
         let data = repo().join("crates/acl/tests/data");
         let trace = pcap::read(&data.join(format!("{name}.pcap"))).unwrap();
-        let outcomes = check_against_engine(
-            &gw,
-            &applier,
-            &rules,
-            generation,
-            trace.link,
-            &trace.packets,
-        );
+        let mut frames = trace.packets.clone();
+        if name == "attacks" {
+            // Then the trace again with bytes flipped and frames cut, CM messages included:
+            // every parser path and CM lookup of the program against the engine's.
+            let mut rng = synth::Rng::new(3);
+            for _ in 0..3 {
+                for f in &trace.packets {
+                    let mut f = f.clone();
+                    for _ in 0..1 + rng.below(3) {
+                        let at = rng.below(f.len() as u64) as usize;
+                        f[at] ^= 1 << rng.below(8);
+                    }
+                    if rng.chance(20) {
+                        f.truncate(rng.below(f.len() as u64) as usize);
+                    }
+                    frames.push(f);
+                }
+            }
+        }
+        let outcomes = check_against_engine(&gw, &applier, &rules, generation, trace.link, &frames);
         let attack = labels(&data.join(format!("{name}.labels")));
+        let outcomes = &outcomes[..trace.packets.len()];
         assert_eq!(attack.len(), outcomes.len());
         for (i, (o, a)) in outcomes.iter().zip(attack).enumerate() {
             let want = if a { Action::Deny } else { Action::Allow };
