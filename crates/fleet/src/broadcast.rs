@@ -357,6 +357,10 @@ fn drain_flows(plan: &Plan, work: &[NodeWork]) -> Result<()> {
             .view()
             .hook(&f.exit.hook)
             .map_err(node_err(&exit.name))?;
+        // The hook path announces its epoch with a plain store and then loads the slot
+        // word with no fence: the barrier makes a caller that loaded the word before our
+        // hold show its odd epoch now, so it is waited for below.
+        te.remote_barrier().map_err(transport_err(&entry.name))?;
         let inside: Vec<(u32, u64)> = thread_epochs(te, info_e)
             .map_err(node_err(&entry.name))?
             .into_iter()

@@ -166,6 +166,8 @@ fn copy_map(src: &CodeFlow, dst: &CodeFlow, from: &MapRef, to: &MapRef) -> Resul
 fn quiesce(cf: &CodeFlow, node: &str, budget: Duration) -> Result<()> {
     let (t, info) = (cf.transport(), &cf.view().info);
     let start = Instant::now();
+    // Orders the hook path's unfenced epoch store before our snapshot (see drain_flows).
+    t.remote_barrier().map_err(transport_err(node))?;
     for (slot, epoch) in thread_epochs(t, info).map_err(node_err(node))? {
         if epoch % 2 == 0 {
             continue;
