@@ -836,9 +836,10 @@ static __noinline __u64 match_at(__u32 i, const struct acl_pkt *k)
 }
 
 // The two fields almost every rule constrains, opcode and dQPN: a rule failing them is
-// skipped after a few dozen instructions instead of the full check. A separate function with
-// the branch on its result in the scan loop, for the same reason as match_at.
-static __noinline __u64 prefilter_at(__u32 i, const struct acl_pkt *k)
+// skipped after a few dozen instructions instead of the full check. Inlined into the scan
+// loop, branch-free from forming the rule pointer to the result, for the same reason as
+// match_at (the loop's only branch comes after the last load through the pointer).
+static __always_inline __u64 prefilter_at(__u32 i, const struct acl_pkt *k)
 {
 	const struct acl_rule *r = &acl_table.rules[i & (ACL_MAX_RULES - 1)];
 	__u64 present = k->present;
@@ -929,7 +930,11 @@ int acl_enforce(struct acl_ctx *ctx)
 	for (__u32 i = 0; i < ACL_MAX_RULES; i++) {
 		if (i >= count)
 			break;
-		if (prefilter_at(i, p) && match_at(i, p)) {
+		// An opaque copy of the index, so that the compiler cannot turn the table access
+		// into a pointer stepped across iterations (which the verifier's widening loses).
+		__u32 j = i;
+		asm volatile("" : "+r"(j));
+		if (prefilter_at(j, p) && match_at(i, p)) {
 			hit = i;
 			break;
 		}
