@@ -121,5 +121,8 @@ fn main() -> Result<()> {
         writeln!(out, "{reply}")?;
         out.flush()?;
     }
+    // The UDP thread holds the gateway too, so its drop would not run at exit.
+    let _ = gw.runtime().teardown(std::time::Duration::from_millis(200));
+    let _ = gw.runtime().unlink();
     Ok(())
 }
