@@ -11,7 +11,7 @@
 //! may be running their code, and nothing here could prove otherwise cheaply.
 
 use crate::plan::{ExportInfo, Plan, SlotEntry, EXPORT_SERIALIZED};
-use crate::{callee, XcallError, MAX_EXPORTS, MAX_SLOTS};
+use crate::{callee, XcallError, MAX_ARGS, MAX_EXPORTS, MAX_SLOTS};
 use rdx_region::geometry::{check_header, HeaderInfo};
 use rdx_region::layout::{Arch, HookSlot, SectionId, ThreadSlot};
 use rdx_transport::local::LocalRegion;
@@ -112,15 +112,23 @@ pub fn attach(plan: &Plan, slot: u16) -> Result<&'static ServiceMap, XcallError>
     let entry: &SlotEntry = plan.entry(slot);
     for x in &info.exports {
         let i = x.index as usize;
-        if x.hook_index >= header.max_hooks || i >= MAX_EXPORTS {
+        let bad = if x.hook_index >= header.max_hooks || i >= MAX_EXPORTS {
+            Some(format!(
+                "hook index {} beyond the region's {} hooks",
+                x.hook_index, header.max_hooks
+            ))
+        } else if x.max_args == 0 || x.max_args > MAX_ARGS {
+            // The call path's padding buffer holds MAX_ARGS bytes: never trust a larger size.
+            Some(format!("argument size {} (1..={MAX_ARGS})", x.max_args))
+        } else {
+            None
+        };
+        if let Some(reason) = bad {
             // SAFETY: unmapping the reservation we just made.
             unsafe { libc::munmap(addr as *mut libc::c_void, len as usize) };
             return Err(XcallError::BadExport {
                 name: x.name.clone(),
-                reason: format!(
-                    "hook index {} beyond the region's {} hooks",
-                    x.hook_index, header.max_hooks
-                ),
+                reason,
             });
         }
         exports[i] = ExportSlot {
@@ -226,6 +234,9 @@ fn map_region(
         e
     };
     let part = |off: u64, size: u64, prot: libc::c_int, shared: bool| -> Result<(), XcallError> {
+        if size == 0 {
+            return Ok(());
+        }
         let (flags, fd, file_off) = if shared {
             (libc::MAP_SHARED | libc::MAP_FIXED, fd, off as libc::off_t)
         } else {

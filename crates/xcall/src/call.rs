@@ -302,21 +302,54 @@ fn run_word(
         *seen = word;
     }
     let max_args = svc.exports[index].max_args as usize;
-    let mut padded = MaybeUninit::<[u8; MAX_ARGS as usize]>::uninit();
-    let ctx = if args_len as usize == max_args {
-        args as *mut u8
+    if args_len as usize == max_args {
+        run_entry(svc, hook, entry, args as *mut u8, slot_index, out, out_len)
     } else {
-        // Shorter than declared: the callee may read all `max_args` bytes, so give it a
-        // zero-padded copy instead of the bytes beyond the caller's buffer.
-        let p = padded.as_mut_ptr() as *mut u8;
-        // SAFETY: `max_args <= MAX_ARGS` (checked when the export was declared and read from
-        // the plan), `args` is readable for `args_len < max_args` bytes.
-        unsafe {
-            std::ptr::write_bytes(p, 0, max_args);
-            std::ptr::copy_nonoverlapping(args as *const u8, p, args_len as usize);
-        }
-        p
-    };
+        run_padded(
+            svc, hook, entry, index, slot_index, args, args_len, out, out_len,
+        )
+    }
+}
+
+/// Arguments shorter than declared: the callee may read all `max_args` bytes, so it gets a
+/// zero-padded copy instead of the bytes beyond the caller's buffer. Out of line, so that the
+/// common exact-size call does not reserve the buffer.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn run_padded(
+    svc: &'static ServiceMap,
+    hook: &rdx_region::layout::HookSlot,
+    entry: EntryFn,
+    index: usize,
+    slot_index: u32,
+    args: u64,
+    args_len: u64,
+    out: u64,
+    out_len: u64,
+) -> u64 {
+    let max_args = svc.exports[index].max_args as usize;
+    let mut padded = MaybeUninit::<[u8; MAX_ARGS as usize]>::uninit();
+    let p = padded.as_mut_ptr() as *mut u8;
+    // SAFETY: `max_args <= MAX_ARGS` (checked at attach time), `args` is readable for
+    // `args_len < max_args` bytes (checked by the caller of `run_word`).
+    unsafe {
+        std::ptr::write_bytes(p, 0, max_args);
+        std::ptr::copy_nonoverlapping(args as *const u8, p, args_len as usize);
+    }
+    run_entry(svc, hook, entry, p, slot_index, out, out_len)
+}
+
+#[inline(always)]
+fn run_entry(
+    svc: &'static ServiceMap,
+    hook: &rdx_region::layout::HookSlot,
+    entry: EntryFn,
+    ctx: *mut u8,
+    slot_index: u32,
+    out: u64,
+    out_len: u64,
+) -> u64 {
     let cur = Current {
         svc,
         out: out as *mut u8,

@@ -22,6 +22,12 @@ pub enum DeployError {
     UnsupportedHelper { pc: usize, id: i64 },
     #[error("instruction {pc}: callx is not available to cross-sandbox callees")]
     IndirectCall { pc: usize },
+    #[error("export {entry:?}: the EIM spec gives its context {eim} bytes, the sandbox declares {declared} bytes of arguments")]
+    ContextTooLarge {
+        entry: String,
+        eim: u64,
+        declared: u64,
+    },
     #[error("compiling {entry:?}: {reason}")]
     Compile { entry: String, reason: String },
 }
@@ -52,6 +58,21 @@ pub fn deploy_export(
     ext: &Extension,
     class: Option<&str>,
 ) -> Result<Published, DeployError> {
+    // The callee is verified against the EIM hook's context size, and at run time reads the
+    // caller's buffer of the size the sandbox declared for the export (the hook's context
+    // size in the region): the first must not exceed the second.
+    let declared = cf.view().hook(entry)?.ctx_size;
+    let eim_size = cf
+        .eim()
+        .and_then(|e| e.hooks.iter().find(|h| h.name == entry))
+        .map(|h| h.context.size as u64);
+    if let Some(size) = eim_size.filter(|s| *s > declared) {
+        return Err(DeployError::ContextTooLarge {
+            entry: entry.into(),
+            eim: size,
+            declared,
+        });
+    }
     let checked = cf.validate_code(ext, entry, class)?;
     check_callee_helpers(&ext.insns)?;
     let arch = match cf.arch() {

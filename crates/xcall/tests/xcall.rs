@@ -203,6 +203,30 @@ fn bad_input_gets_typed_errors() {
         Err(DeployError::UnsupportedHelper { id: 6, .. })
     ));
     assert!(deploy_export(&mut cf, "slow", &printk, None).is_err());
+    // An export whose EIM context is larger than the arguments the sandbox declares: the
+    // callee would read past the caller's buffer, so it is refused before verification.
+    let wide = Service::builder(&storage.plan, "wide")
+        .slot(12)
+        .export("lookup", 4)
+        .runtime(Runtime::builder().eim_spec(common::storage_eim()))
+        .build()
+        .unwrap();
+    let mut wcf = create_codeflow(&wide.address(), ExtSpec::default()).unwrap();
+    assert!(matches!(
+        deploy_export(
+            &mut wcf,
+            "lookup",
+            &extension("xcall/storage", "lookup"),
+            None
+        ),
+        Err(DeployError::ContextTooLarge {
+            eim: 8,
+            declared: 4,
+            ..
+        })
+    ));
+    let _ = wide.runtime().unlink();
+    drop(wide);
     // A caller whose capability names another service cannot call this one...
     let other = Service::builder(&storage.plan, "cache-other")
         .slot(9)
