@@ -56,7 +56,9 @@ pub fn plan(params: &RegionParams) -> Result<([Section; SECTION_COUNT], u64), La
         params.helper_capacity as u64 * 8,
         params.max_hooks as u64 * size_of::<HookSlot>() as u64,
         params.thread_slots as u64 * size_of::<ThreadSlot>() as u64,
-        params.thread_slots as u64 * params.max_hooks as u64 * size_of::<HookCounters>() as u64,
+        params.thread_slots as u64
+            * counter_row_cells(params.max_hooks)
+            * size_of::<HookCounters>() as u64,
         params.alloc_size,
         params.xstate_capacity as u64 * size_of::<XStateMeta>() as u64,
         params.scratch_size,
@@ -157,10 +159,11 @@ impl HeaderInfo {
         self.section(SectionId::Threads).offset + index as u64 * size_of::<ThreadSlot>() as u64
     }
 
-    /// Region offset of the counters of (`thread`, `hook`).
+    /// Region offset of the counters of (`thread`, `hook`). Each thread's row is padded to
+    /// whole cache lines ([`counter_row_cells`]), so two threads never write one line.
     pub fn counters_offset(&self, thread: u32, hook: u32) -> u64 {
         self.section(SectionId::Counters).offset
-            + (thread as u64 * self.max_hooks as u64 + hook as u64)
+            + (thread as u64 * counter_row_cells(self.max_hooks) + hook as u64)
                 * size_of::<HookCounters>() as u64
     }
 
@@ -312,7 +315,9 @@ pub fn check_header(
         ),
         (
             SectionId::Counters,
-            info.thread_slots as u64 * info.max_hooks as u64 * size_of::<HookCounters>() as u64,
+            info.thread_slots as u64
+                * counter_row_cells(info.max_hooks)
+                * size_of::<HookCounters>() as u64,
         ),
         (
             SectionId::XMeta,
@@ -388,6 +393,13 @@ pub fn encode_header(
         arch,
     )?;
     Ok((b, info))
+}
+
+/// Cells in one thread's row of the counters section: `max_hooks` rounded up to whole
+/// 64-byte cache lines (two [`HookCounters`] per line).
+pub const fn counter_row_cells(max_hooks: u32) -> u64 {
+    let per_line = (64 / size_of::<HookCounters>()) as u64;
+    (max_hooks as u64).div_ceil(per_line) * per_line
 }
 
 #[cfg(test)]
@@ -486,6 +498,28 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn counter_rows_never_share_a_cache_line() {
+        for max_hooks in [1u32, 2, 3, 7, 64] {
+            let params = RegionParams {
+                max_hooks,
+                thread_slots: 3,
+                ..RegionParams::default()
+            };
+            let (_, info) = encode_header(&params, Arch::X86_64, 0, 0, 0, 0, 0, 0).expect("header");
+            let counters = info.section(SectionId::Counters);
+            for t in 0..3 {
+                let row = info.counters_offset(t, 0);
+                assert_eq!(row % 64, 0, "row {t} of {max_hooks} hooks");
+                let last = info.counters_offset(t, max_hooks - 1) + 32;
+                assert!(last <= counters.end());
+                if t > 0 {
+                    assert!(info.counters_offset(t - 1, max_hooks - 1) + 32 <= row);
+                }
+            }
+        }
     }
 
     #[test]

@@ -98,7 +98,8 @@ pub enum SectionId {
     Hooks = 3,
     /// [`ThreadSlot`] × `thread_slots`.
     Threads = 4,
-    /// [`HookCounters`] × `thread_slots` × `max_hooks` (thread-major).
+    /// [`HookCounters`] × `thread_slots` × `max_hooks` rounded up to even (thread-major; see
+    /// `geometry::counter_row_cells`).
     Counters = 5,
     /// Opaque bytes owned by the control plane's allocators (code arena and scratchpad), so
     /// that another control plane can recover them.
