@@ -29,6 +29,8 @@ pub struct FlowCache {
     slots: Vec<Slot>,
     mask: usize,
     stats: FlowCacheStats,
+    /// Generation of the classifier the entries came from ([`Classifier::generation`]).
+    generation: u64,
 }
 
 #[inline(always)]
@@ -69,6 +71,7 @@ impl FlowCache {
             ],
             mask: n - 1,
             stats: FlowCacheStats::default(),
+            generation: 0,
         }
     }
 
@@ -84,9 +87,21 @@ impl FlowCache {
         self.stats
     }
 
+    /// Flushes if `full` is not the rule set the entries came from: a classifier reporting a
+    /// [`Classifier::generation`] never gets a stale answer, even across updates.
+    #[inline(always)]
+    fn follow(&mut self, full: &impl Classifier) {
+        let generation = full.generation();
+        if generation != self.generation {
+            self.flush();
+            self.generation = generation;
+        }
+    }
+
     /// Classifies through the cache, falling back to `full` and remembering its answer.
     #[inline]
     pub fn classify(&mut self, full: &impl Classifier, key: &PacketKey) -> Option<u32> {
+        self.follow(full);
         let slot = &mut self.slots[hash(key) as usize & self.mask];
         if slot.valid && slot.key == *key {
             self.stats.hits += 1;
@@ -100,5 +115,51 @@ impl FlowCache {
             valid: true,
         };
         hit
+    }
+
+    /// [`FlowCache::classify`] for each of `keys` into the same position of `out`: hits are
+    /// answered at once, misses are collected and classified together with
+    /// [`Classifier::classify_batch`] so their table lookups overlap.
+    pub fn classify_batch(
+        &mut self,
+        full: &impl Classifier,
+        keys: &[PacketKey],
+        out: &mut [Option<u32>],
+    ) {
+        const CHUNK: usize = 16;
+        self.follow(full);
+        for (keys, out) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
+            let mut missed = [PacketKey::default(); CHUNK];
+            let mut at = [0usize; CHUNK];
+            let mut slot_of = [0usize; CHUNK];
+            let mut misses = 0;
+            for (j, (key, out)) in keys.iter().zip(out.iter_mut()).enumerate() {
+                let i = hash(key) as usize & self.mask;
+                let slot = &self.slots[i];
+                if slot.valid && slot.key == *key {
+                    self.stats.hits += 1;
+                    *out = (slot.rule != u32::MAX).then_some(slot.rule);
+                } else {
+                    missed[misses] = *key;
+                    at[misses] = j;
+                    slot_of[misses] = i;
+                    misses += 1;
+                }
+            }
+            if misses == 0 {
+                continue;
+            }
+            self.stats.misses += misses as u64;
+            let mut found = [None; CHUNK];
+            full.classify_batch(&missed[..misses], &mut found[..misses]);
+            for m in 0..misses {
+                out[at[m]] = found[m];
+                self.slots[slot_of[m]] = Slot {
+                    key: missed[m],
+                    rule: found[m].unwrap_or(u32::MAX),
+                    valid: true,
+                };
+            }
+        }
     }
 }

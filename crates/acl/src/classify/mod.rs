@@ -26,6 +26,22 @@ use crate::rule::PacketKey;
 pub trait Classifier {
     /// Priority (= index) of the first rule matching `key`, if any.
     fn classify(&self, key: &PacketKey) -> Option<u32>;
+
+    /// [`Classifier::classify`] for each of `keys` into the same position of `out` (pairs
+    /// beyond the shorter slice are left alone). Classifiers that can overlap the memory
+    /// accesses of several lookups override it.
+    fn classify_batch(&self, keys: &[PacketKey], out: &mut [Option<u32>]) {
+        for (key, out) in keys.iter().zip(out) {
+            *out = self.classify(key);
+        }
+    }
+
+    /// A value that changes whenever this classifier's answers may change (a rule-set
+    /// generation), unique across tables; 0 for classifiers that do not track one, whose
+    /// callers must flush caches themselves.
+    fn generation(&self) -> u64 {
+        0
+    }
 }
 
 #[cfg(test)]

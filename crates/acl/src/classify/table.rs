@@ -2,6 +2,21 @@
 //! sized entry, so a lookup usually costs one memory access and several tuples' probes can be
 //! issued before any of them is needed (see `TupleSpace::classify`).
 
+/// Starts loading the cache line holding `at` into all cache levels; a hint that never faults,
+/// whatever the address.
+#[inline(always)]
+pub(super) fn prefetch_line(at: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch does not access memory architecturally and cannot fault, even for an
+    // unmapped address.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(at.cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}
+
 #[derive(Clone, Debug)]
 struct Slot<V> {
     /// The key's hash (never 0); 0 marks a never-used slot.
@@ -47,6 +62,13 @@ impl<V> HashTable<V> {
     #[inline(always)]
     pub(super) fn touch(&self, h: u64) -> u64 {
         self.slots[self.home(h)].tag
+    }
+
+    /// Asks the memory system for the home slot without waiting for it (batch lookups issue
+    /// these for many packets before reading any of them).
+    #[inline(always)]
+    pub(super) fn prefetch(&self, h: u64) {
+        prefetch_line((&self.slots[self.home(h)] as *const Slot<V>).cast::<u8>());
     }
 
     #[inline]

@@ -180,6 +180,105 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn batches_agree_with_linear_scan(
+        rules in proptest::collection::vec(small_rule(), 0..60),
+        packets in proptest::collection::vec(small_packet(), 1..24),
+        order in proptest::collection::vec(0usize..1000, 1..120),
+        slots in 1usize..64,
+    ) {
+        let rules = numbered(rules);
+        let oracle = LinearScan::new(&rules);
+        let tss = TupleSpace::new(rules.clone());
+        // Repeats, so the flow cache both hits and misses inside one batch.
+        let keys: Vec<PacketKey> = order.iter().map(|i| packets[i % packets.len()]).collect();
+        let want: Vec<Option<u32>> = keys.iter().map(|k| oracle.classify(k)).collect();
+        let mut got = vec![Some(u32::MAX); keys.len()];
+        tss.classify_batch(&keys, &mut got);
+        prop_assert_eq!(&got, &want);
+        let mut cache = FlowCache::new(slots);
+        for _ in 0..2 {
+            let mut got = vec![Some(u32::MAX); keys.len()];
+            cache.classify_batch(&tss, &keys, &mut got);
+            prop_assert_eq!(&got, &want);
+        }
+    }
+
+    /// The flow cache is never flushed by hand here: it must notice every rule-set change by
+    /// itself, through the table's generation.
+    #[test]
+    fn flow_cache_follows_rule_set_updates(
+        rules in proptest::collection::vec(small_rule(), 1..50),
+        rounds in proptest::collection::vec(
+            proptest::collection::vec((0usize..50, small_rule()), 1..8), 1..4),
+        packets in proptest::collection::vec(small_packet(), 1..30),
+        slots in 1usize..64,
+        batched in any::<bool>(),
+    ) {
+        let mut rules = numbered(rules);
+        let mut tss = TupleSpace::new(rules.clone());
+        let mut cache = FlowCache::new(slots);
+        let check = |cache: &mut FlowCache, tss: &TupleSpace, rules: &[Rule]| {
+            let oracle = LinearScan::new(rules);
+            let want: Vec<Option<u32>> = packets.iter().map(|k| oracle.classify(k)).collect();
+            let got: Vec<Option<u32>> = if batched {
+                let mut got = vec![None; packets.len()];
+                cache.classify_batch(tss, &packets, &mut got);
+                got
+            } else {
+                packets.iter().map(|k| cache.classify(tss, k)).collect()
+            };
+            (got, want)
+        };
+        let (got, want) = check(&mut cache, &tss, &rules);
+        prop_assert_eq!(got, want);
+        for round in rounds {
+            let mut updates = Vec::new();
+            for (at, mut r) in round {
+                let p = at % rules.len();
+                r.priority = p as u32;
+                r.policy = p as u32;
+                rules[p] = r;
+                updates.push(r);
+            }
+            let before = tss.generation();
+            tss.replace_rules(&updates);
+            prop_assert_ne!(tss.generation(), before);
+            let (got, want) = check(&mut cache, &tss, &rules);
+            prop_assert_eq!(got, want);
+        }
+    }
+}
+
+/// Many rules under one key that all pass the pre-filter overflow a batched lookup's candidate
+/// list; the packet must then be classified alone, still exactly.
+#[test]
+fn batch_candidate_overflow_falls_back_exactly() {
+    let mut rules: Vec<Rule> = (0..40)
+        .map(|_| {
+            let mut r = Rule::any(Action::Deny, 0, 0);
+            (r.dport_lo, r.dport_hi) = (1, 1);
+            r.absent_ok &= !(1 << Field::Dport.index());
+            r
+        })
+        .collect();
+    rules.push(Rule::any(Action::Allow, 0, 0));
+    let rules = numbered(rules);
+    let tss = TupleSpace::new(rules.clone());
+    let mut k = PacketKey::default();
+    k.set(Field::Dport, 4791);
+    let keys = vec![k; 20];
+    let mut got = vec![None; keys.len()];
+    tss.classify_batch(&keys, &mut got);
+    assert_eq!(got, vec![Some(40); 20]);
+    k.set(Field::Dport, 1);
+    tss.classify_batch(&[k], &mut got[..1]);
+    assert_eq!(got[0], Some(0));
+}
+
 #[test]
 fn synthetic_rules_agree_and_the_hot_tier_hits_on_skewed_traffic() {
     let rules = synth::rules(1500, 7);

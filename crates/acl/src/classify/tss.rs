@@ -1,6 +1,8 @@
 use rustc_hash::FxHashMap;
 
-use super::table::HashTable;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::table::{prefetch_line, HashTable};
 
 use super::Classifier;
 use crate::field::Field;
@@ -88,11 +90,16 @@ impl QuickFilter {
     }
 }
 
-/// Rule priorities under one key hash, ascending. Most buckets hold one rule, stored inline
-/// so a probe costs no extra pointer chase; larger ones carry a [`QuickFilter`] per rule.
+/// Rule priorities under one key hash, ascending, each with its [`QuickFilter`]. Most buckets
+/// hold one rule, stored inline with its filter (in the slot's own cache line), so a probe
+/// costs no extra pointer chase and a non-matching candidate is usually rejected without
+/// touching its 224-byte rule.
 #[derive(Clone, Debug)]
 enum Bucket {
-    One(u32),
+    One {
+        prio: u32,
+        filter: QuickFilter,
+    },
     Many {
         prios: Vec<u32>,
         filters: Vec<QuickFilter>,
@@ -103,14 +110,28 @@ impl Bucket {
     #[inline(always)]
     fn as_slice(&self) -> &[u32] {
         match self {
-            Bucket::One(p) => std::slice::from_ref(p),
+            Bucket::One { prio, .. } => std::slice::from_ref(prio),
             Bucket::Many { prios, .. } => prios,
         }
     }
 
+    /// Priorities and their pre-filters.
+    #[inline(always)]
+    fn entries(&self) -> (&[u32], &[QuickFilter]) {
+        match self {
+            Bucket::One { prio, filter } => {
+                (std::slice::from_ref(prio), std::slice::from_ref(filter))
+            }
+            Bucket::Many { prios, filters } => (prios, filters),
+        }
+    }
+
     fn from_prios(prios: Vec<u32>, rules: &[Rule]) -> Bucket {
-        if prios.len() == 1 {
-            return Bucket::One(prios[0]);
+        if let [prio] = prios[..] {
+            return Bucket::One {
+                prio,
+                filter: QuickFilter::of(&rules[prio as usize]),
+            };
         }
         let filters = prios
             .iter()
@@ -248,6 +269,16 @@ pub struct TupleSpace {
     /// Tuple indices by ascending `min_priority`: the probe order. Tuples themselves never
     /// move, so an update re-sorts this short list instead of renumbering every rule.
     order: Vec<u32>,
+    /// Changes whenever the answers may change (see [`Classifier::generation`]).
+    generation: u64,
+}
+
+/// Source of rule-set generations: unique across every table in the process, so a flow cache
+/// moved between tables can never mistake one for another.
+static GENERATIONS: AtomicU64 = AtomicU64::new(1);
+
+fn next_generation() -> u64 {
+    GENERATIONS.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Shape of a built table.
@@ -267,6 +298,7 @@ impl TupleSpace {
             order: Vec::new(),
             rules,
             tuples: Vec::new(),
+            generation: next_generation(),
         };
         let mut by_sig: FxHashMap<Signature, usize> = FxHashMap::default();
         for p in 0..ts.rules.len() {
@@ -308,7 +340,9 @@ impl TupleSpace {
         match tuple.table.get_mut(h) {
             Some(bucket) => bucket.insert(p, &self.rules),
             None => {
-                tuple.table.insert(h, Bucket::One(p));
+                tuple
+                    .table
+                    .insert(h, Bucket::from_prios(vec![p], &self.rules));
             }
         }
         tuple.min_priority = tuple.min_priority.min(p);
@@ -347,6 +381,7 @@ impl TupleSpace {
     /// # Panics
     /// Never for priorities inside the table; out-of-range priorities are ignored.
     pub fn replace_rules(&mut self, updates: &[Rule]) {
+        self.generation = next_generation();
         let mut reorder = false;
         for new in updates {
             let p = new.priority;
@@ -418,12 +453,12 @@ impl TupleSpace {
                 continue;
             };
             match bucket {
-                Bucket::One(p) => {
+                Bucket::One { prio, filter } => {
                     w.entries += 1;
-                    if *p < best {
+                    if *prio < best && filter.admits(key) {
                         w.full_checks += 1;
-                        if self.rules[*p as usize].matches(key) {
-                            best = *p;
+                        if self.rules[*prio as usize].matches(key) {
+                            best = *prio;
                         }
                     }
                 }
@@ -450,6 +485,88 @@ impl TupleSpace {
 
 /// Tuples whose home slots are touched ahead of the probe loop.
 const EARLY_TOUCH: usize = 32;
+/// Packets whose lookups are interleaved by [`Classifier::classify_batch`].
+const BATCH: usize = 16;
+/// Candidates a batched lookup keeps per packet; a packet with more (a large bucket whose
+/// rules all pass the pre-filter) is classified alone.
+const MAX_CANDIDATES: usize = 16;
+const RULE_SIZE: usize = std::mem::size_of::<Rule>();
+/// Marks a packet whose candidates overflowed.
+const OVERFLOW: usize = usize::MAX;
+
+impl TupleSpace {
+    /// One chunk of at most [`BATCH`] packets, in three passes so that each pass's memory
+    /// accesses are issued for every packet before any is waited for: hash every tuple and
+    /// prefetch its home slot; read the buckets, keep the candidates that pass the pre-filter
+    /// and prefetch their rules; check the candidates in priority order.
+    fn classify_chunk(&self, keys: &[PacketKey], out: &mut [Option<u32>]) {
+        let n = keys.len().min(out.len()).min(BATCH);
+        let mut hashes = [[0u64; EARLY_TOUCH]; BATCH];
+        for (key, hashes) in keys[..n].iter().zip(&mut hashes) {
+            for (i, &ti) in self.order.iter().take(EARLY_TOUCH).enumerate() {
+                let t = &self.tuples[ti as usize];
+                if key.present & t.required == t.required {
+                    hashes[i] = t.hash(key);
+                    t.table.prefetch(hashes[i]);
+                }
+            }
+        }
+        let mut candidates = [[0u32; MAX_CANDIDATES]; BATCH];
+        let mut counts = [0usize; BATCH];
+        for j in 0..n {
+            let key = &keys[j];
+            let mut count = 0;
+            let mut keep = |p: u32| {
+                if count == MAX_CANDIDATES {
+                    return false;
+                }
+                candidates[j][count] = p;
+                count += 1;
+                let rule = (&self.rules[p as usize] as *const Rule).cast::<u8>();
+                // A rule is 224 bytes, 8-byte aligned: four or five cache lines.
+                for offset in [0, 64, 128, 192, RULE_SIZE - 1] {
+                    prefetch_line(rule.wrapping_add(offset));
+                }
+                true
+            };
+            let mut overflow = false;
+            'tuples: for (i, &ti) in self.order.iter().enumerate() {
+                let t = &self.tuples[ti as usize];
+                if key.present & t.required != t.required {
+                    continue;
+                }
+                let h = if i < EARLY_TOUCH {
+                    hashes[j][i]
+                } else {
+                    t.hash(key)
+                };
+                let Some(bucket) = t.table.get(h) else {
+                    continue;
+                };
+                let (prios, filters) = bucket.entries();
+                for (&p, f) in prios.iter().zip(filters) {
+                    if f.admits(key) && !keep(p) {
+                        overflow = true;
+                        break 'tuples;
+                    }
+                }
+            }
+            counts[j] = if overflow { OVERFLOW } else { count };
+        }
+        for j in 0..n {
+            out[j] = if counts[j] == OVERFLOW {
+                self.classify(&keys[j])
+            } else {
+                let found = &mut candidates[j][..counts[j]];
+                found.sort_unstable();
+                found
+                    .iter()
+                    .copied()
+                    .find(|&p| self.rules[p as usize].matches(&keys[j]))
+            };
+        }
+    }
+}
 
 impl Classifier for TupleSpace {
     #[inline]
@@ -482,9 +599,10 @@ impl Classifier for TupleSpace {
                 continue;
             };
             match bucket {
-                Bucket::One(p) => {
-                    if *p < best && self.rules[*p as usize].matches(key) {
-                        best = *p;
+                Bucket::One { prio, filter } => {
+                    if *prio < best && filter.admits(key) && self.rules[*prio as usize].matches(key)
+                    {
+                        best = *prio;
                     }
                 }
                 Bucket::Many { prios, filters } => {
@@ -501,5 +619,15 @@ impl Classifier for TupleSpace {
             }
         }
         (best != u32::MAX).then_some(best)
+    }
+
+    fn classify_batch(&self, keys: &[PacketKey], out: &mut [Option<u32>]) {
+        for (keys, out) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+            self.classify_chunk(keys, out);
+        }
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation
     }
 }
