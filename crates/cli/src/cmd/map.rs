@@ -67,9 +67,10 @@ enum MapCommand {
     },
 }
 
-/// Lock token for map writers: nonzero and distinct from host threads' tokens.
+/// Lock token for map writers: marks the lock as a control plane's (pid and stamp), so another
+/// control plane can break it if this process dies mid-write.
 fn token() -> u64 {
-    (1 << 63) | std::process::id() as u64
+    xstate::control_plane_token(std::process::id())
 }
 
 /// Parses a key or value of `size` bytes.
