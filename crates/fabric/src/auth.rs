@@ -199,6 +199,17 @@ impl Grant {
     }
 }
 
+/// Parses a bootstrap reply as a control plane does (for fuzzing and tools); the error says
+/// why it is not a grant.
+pub fn decode_reply(bytes: &[u8]) -> Result<Grant, String> {
+    Grant::decode(bytes).map_err(|e| e.to_string())
+}
+
+/// Parses a bootstrap request as a node does; `None` if it is malformed or truncated.
+pub fn decode_request(bytes: &[u8]) -> Option<Vec<u8>> {
+    read_request(bytes).ok().flatten()
+}
+
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ReplyError {
     #[error("the node refused the token")]
