@@ -58,12 +58,6 @@ impl<V> HashTable<V> {
         (h >> 20) as usize & self.mask
     }
 
-    /// Reads the home slot's tag (an independent load the CPU can overlap with others).
-    #[inline(always)]
-    pub(super) fn touch(&self, h: u64) -> u64 {
-        self.slots[self.home(h)].tag
-    }
-
     /// Asks the memory system for the home slot without waiting for it (batch lookups issue
     /// these for many packets before reading any of them).
     #[inline(always)]

@@ -487,101 +487,26 @@ impl TupleSpace {
 const EARLY_TOUCH: usize = 32;
 /// Packets whose lookups are interleaved by [`Classifier::classify_batch`].
 const BATCH: usize = 16;
-/// Candidates a batched lookup keeps per packet; a packet with more (a large bucket whose
-/// rules all pass the pre-filter) is classified alone.
-const MAX_CANDIDATES: usize = 16;
 const RULE_SIZE: usize = std::mem::size_of::<Rule>();
-/// Marks a packet whose candidates overflowed.
-const OVERFLOW: usize = usize::MAX;
 
 impl TupleSpace {
-    /// One chunk of at most [`BATCH`] packets, in three passes so that each pass's memory
-    /// accesses are issued for every packet before any is waited for: hash every tuple and
-    /// prefetch its home slot; read the buckets, keep the candidates that pass the pre-filter
-    /// and prefetch their rules; check the candidates in priority order.
-    fn classify_chunk(&self, keys: &[PacketKey], out: &mut [Option<u32>]) {
-        let n = keys.len().min(out.len()).min(BATCH);
-        let mut hashes = [[0u64; EARLY_TOUCH]; BATCH];
-        for (key, hashes) in keys[..n].iter().zip(&mut hashes) {
-            for (i, &ti) in self.order.iter().take(EARLY_TOUCH).enumerate() {
-                let t = &self.tuples[ti as usize];
-                if key.present & t.required == t.required {
-                    hashes[i] = t.hash(key);
-                    t.table.prefetch(hashes[i]);
-                }
-            }
-        }
-        let mut candidates = [[0u32; MAX_CANDIDATES]; BATCH];
-        let mut counts = [0usize; BATCH];
-        for j in 0..n {
-            let key = &keys[j];
-            let mut count = 0;
-            let mut keep = |p: u32| {
-                if count == MAX_CANDIDATES {
-                    return false;
-                }
-                candidates[j][count] = p;
-                count += 1;
-                let rule = (&self.rules[p as usize] as *const Rule).cast::<u8>();
-                // A rule is 224 bytes, 8-byte aligned: four or five cache lines.
-                for offset in [0, 64, 128, 192, RULE_SIZE - 1] {
-                    prefetch_line(rule.wrapping_add(offset));
-                }
-                true
-            };
-            let mut overflow = false;
-            'tuples: for (i, &ti) in self.order.iter().enumerate() {
-                let t = &self.tuples[ti as usize];
-                if key.present & t.required != t.required {
-                    continue;
-                }
-                let h = if i < EARLY_TOUCH {
-                    hashes[j][i]
-                } else {
-                    t.hash(key)
-                };
-                let Some(bucket) = t.table.get(h) else {
-                    continue;
-                };
-                let (prios, filters) = bucket.entries();
-                for (&p, f) in prios.iter().zip(filters) {
-                    if f.admits(key) && !keep(p) {
-                        overflow = true;
-                        break 'tuples;
-                    }
-                }
-            }
-            counts[j] = if overflow { OVERFLOW } else { count };
-        }
-        for j in 0..n {
-            out[j] = if counts[j] == OVERFLOW {
-                self.classify(&keys[j])
-            } else {
-                let found = &mut candidates[j][..counts[j]];
-                found.sort_unstable();
-                found
-                    .iter()
-                    .copied()
-                    .find(|&p| self.rules[p as usize].matches(&keys[j]))
-            };
-        }
-    }
-}
-
-impl Classifier for TupleSpace {
-    #[inline]
-    fn classify(&self, key: &PacketKey) -> Option<u32> {
-        // Hash every tuple and touch its home slot first: the loads are independent, so the
-        // memory system serves them in parallel instead of one miss per tuple in sequence.
-        let mut hashes = [0u64; EARLY_TOUCH];
-        let mut touched = 0u64;
+    /// Hashes of the first [`EARLY_TOUCH`] tuples in probe order (0 for tuples the packet
+    /// cannot match), each home slot prefetched so that the misses overlap.
+    #[inline(always)]
+    fn hash_and_prefetch(&self, key: &PacketKey, hashes: &mut [u64; EARLY_TOUCH]) {
         for (i, &ti) in self.order.iter().take(EARLY_TOUCH).enumerate() {
             let t = &self.tuples[ti as usize];
-            hashes[i] = t.hash(key);
-            touched ^= t.table.touch(hashes[i]);
+            if key.present & t.required == t.required {
+                hashes[i] = t.hash(key);
+                t.table.prefetch(hashes[i]);
+            }
         }
-        std::hint::black_box(touched);
-        let mut best = u32::MAX;
+    }
+
+    /// The probe loop: the first rule matching `key` below `best` (a priority already known
+    /// to match, or `u32::MAX`), which it returns if nothing lower matches.
+    #[inline(always)]
+    fn probe(&self, key: &PacketKey, hashes: &[u64; EARLY_TOUCH], mut best: u32) -> Option<u32> {
         for (i, &ti) in self.order.iter().enumerate() {
             let t = &self.tuples[ti as usize];
             if t.min_priority >= best {
@@ -598,27 +523,89 @@ impl Classifier for TupleSpace {
             let Some(bucket) = t.table.get(h) else {
                 continue;
             };
-            match bucket {
-                Bucket::One { prio, filter } => {
-                    if *prio < best && filter.admits(key) && self.rules[*prio as usize].matches(key)
-                    {
-                        best = *prio;
-                    }
+            let (prios, filters) = bucket.entries();
+            for (&p, f) in prios.iter().zip(filters) {
+                if p >= best {
+                    break;
                 }
-                Bucket::Many { prios, filters } => {
-                    for (&p, f) in prios.iter().zip(filters) {
-                        if p >= best {
-                            break;
-                        }
-                        if f.admits(key) && self.rules[p as usize].matches(key) {
-                            best = p;
-                            break;
-                        }
-                    }
+                if f.admits(key) && self.rules[p as usize].matches(key) {
+                    best = p;
+                    break;
                 }
             }
         }
         (best != u32::MAX).then_some(best)
+    }
+
+    /// The lowest rule that passes its pre-filter in the first buckets probed: usually the
+    /// answer, found with bucket reads only (no rule is touched). `u32::MAX` if none.
+    #[inline(always)]
+    fn likely_match(&self, key: &PacketKey, hashes: &[u64; EARLY_TOUCH]) -> u32 {
+        let mut lowest = u32::MAX;
+        for (i, &ti) in self.order.iter().take(EARLY_TOUCH).enumerate() {
+            let t = &self.tuples[ti as usize];
+            if t.min_priority >= lowest {
+                break;
+            }
+            if key.present & t.required != t.required {
+                continue;
+            }
+            let Some(bucket) = t.table.get(hashes[i]) else {
+                continue;
+            };
+            let (prios, filters) = bucket.entries();
+            for (&p, f) in prios.iter().zip(filters) {
+                if p >= lowest {
+                    break;
+                }
+                if f.admits(key) {
+                    lowest = p;
+                    break;
+                }
+            }
+        }
+        lowest
+    }
+
+    /// One chunk of at most [`BATCH`] packets, in passes that each issue their memory accesses
+    /// for every packet before any is waited for: hash the tuples and prefetch their home
+    /// slots; read the buckets for each packet's likely first match and prefetch that rule;
+    /// check it; finally run the exact probe loop bounded by the verified match, which then
+    /// mostly reads lines already in cache.
+    fn classify_chunk(&self, keys: &[PacketKey], out: &mut [Option<u32>]) {
+        let n = keys.len().min(out.len()).min(BATCH);
+        let keys = &keys[..n];
+        let mut hashes = [[0u64; EARLY_TOUCH]; BATCH];
+        for (key, hashes) in keys.iter().zip(&mut hashes) {
+            self.hash_and_prefetch(key, hashes);
+        }
+        let mut likely = [u32::MAX; BATCH];
+        for ((key, hashes), likely) in keys.iter().zip(&hashes).zip(&mut likely) {
+            *likely = self.likely_match(key, hashes);
+            if let Some(rule) = self.rules.get(*likely as usize) {
+                let rule = (rule as *const Rule).cast::<u8>();
+                // A rule is 224 bytes, 8-byte aligned: four or five cache lines.
+                for offset in [0, 64, 128, 192, RULE_SIZE - 1] {
+                    prefetch_line(rule.wrapping_add(offset));
+                }
+            }
+        }
+        for (((key, hashes), likely), out) in keys.iter().zip(&hashes).zip(&likely).zip(out) {
+            let verified = match self.rules.get(*likely as usize) {
+                Some(rule) if rule.matches(key) => *likely,
+                _ => u32::MAX,
+            };
+            *out = self.probe(key, hashes, verified);
+        }
+    }
+}
+
+impl Classifier for TupleSpace {
+    #[inline]
+    fn classify(&self, key: &PacketKey) -> Option<u32> {
+        let mut hashes = [0u64; EARLY_TOUCH];
+        self.hash_and_prefetch(key, &mut hashes);
+        self.probe(key, &hashes, u32::MAX)
     }
 
     fn classify_batch(&self, keys: &[PacketKey], out: &mut [Option<u32>]) {
