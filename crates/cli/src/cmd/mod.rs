@@ -42,4 +42,5 @@ subcommands! {
     optimize => Optimize,
     watch => Watch,
     migrate => Migrate,
+    xcall => Xcall,
 }
