@@ -6,6 +6,7 @@
 mod common;
 
 use common::{example_bin, extension, Host};
+use rdx_control::node::hook_status;
 use rdx_control::{create_codeflow, ExtSpec};
 use rdx_transport::xstate::{self, ringbuf};
 use std::io::{BufRead, BufReader};
@@ -39,6 +40,15 @@ fn host_makes_no_system_call_while_programs_are_deployed() {
         .unwrap();
     // The first deploy creates the maps; take the lease before tracing starts.
     cf.deploy_prog("on_request", &b, &cb).unwrap();
+    // A host thread claims its per-thread slot (one gettid) on its first run of attached
+    // code; let the serving thread do that before tracing starts.
+    let hook = cf.view().hook("on_request").unwrap().index;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let runs = |cf: &rdx_control::CodeFlow| hook_status(cf.transport(), &cf.view().info, hook);
+    while runs(&cf).unwrap().runs == 0 {
+        assert!(Instant::now() < deadline, "no run of the first deploy");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 
     let tracer = Tracer::attach(host.pid);
 
