@@ -103,7 +103,12 @@ impl DeoptRunState {
 
     /// A fresh state on the heap (it is 4.5 KiB: one per thread, reused across runs).
     pub fn boxed(budget: u64) -> Box<DeoptRunState> {
-        Box::new(DeoptRunState {
+        Box::new(Self::new(budget))
+    }
+
+    /// A fresh state by value, for embedding in a larger per-thread structure.
+    pub fn new(budget: u64) -> DeoptRunState {
+        DeoptRunState {
             run: RunState::new(budget),
             pc: 0,
             depth: 0,
@@ -111,7 +116,7 @@ impl DeoptRunState {
             reserved: 0,
             frames: [DeoptFrame::default(); DEOPT_MAX_FRAMES],
             stack: [0; DEOPT_MAX_FRAMES * DEOPT_FRAME_BYTES],
-        })
+        }
     }
 
     /// Readies the state for the next run: status `Ok`, the given budget. The stack is left

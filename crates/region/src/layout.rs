@@ -385,7 +385,10 @@ pub struct HookCounters {
     pub timed_runs: AtomicU64,
     /// Total nanoseconds of the sampled runs.
     pub timed_ns: AtomicU64,
-    pub reserved: u64,
+    /// Runs of an elite (speculative) artifact that left their fast path at a failed guard
+    /// (`RunStatus::Deopt`). Zero in regions written before this counter existed, where
+    /// the cell was reserved and never written.
+    pub deopts: AtomicU64,
 }
 
 /// One run in this many (per thread and hook) is timed; the average run time is
@@ -514,6 +517,10 @@ pub mod offsets {
     pub const HOOK_HOLD_TIMEOUTS: u64 = offset_of!(HookSlot, hold_timeouts) as u64;
     pub const HOOK_REJECTED: u64 = offset_of!(HookSlot, rejected_word) as u64;
     pub const HOOK_DECLARED: u64 = offset_of!(HookSlot, declared) as u64;
+    pub const COUNTER_RUNS: u64 = offset_of!(HookCounters, runs) as u64;
+    pub const COUNTER_TIMED_RUNS: u64 = offset_of!(HookCounters, timed_runs) as u64;
+    pub const COUNTER_TIMED_NS: u64 = offset_of!(HookCounters, timed_ns) as u64;
+    pub const COUNTER_DEOPTS: u64 = offset_of!(HookCounters, deopts) as u64;
     pub const THREAD_OWNER: u64 = offset_of!(ThreadSlot, owner) as u64;
     pub const THREAD_EPOCH: u64 = offset_of!(ThreadSlot, epoch) as u64;
     pub const MAP_LOCK: u64 = offset_of!(MapHeader, lock) as u64;

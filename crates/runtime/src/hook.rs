@@ -2,7 +2,7 @@
 
 use crate::runtime::Inner;
 use crate::thread::{self, ThreadState};
-use rdx_region::abi::{EntryFn, RunState, RunStatus};
+use rdx_region::abi::{DeoptRunState, EntryFn, RunState, RunStatus};
 use rdx_region::layout::{
     active_entry_offset, active_version, HookCounters, HookSlot, SectionId, ACTIVE_HOLD,
     CODE_ENTRY_ALIGN, TIME_SAMPLE_PERIOD,
@@ -58,6 +58,8 @@ pub struct HookStats {
     pub hold_timeouts: u64,
     pub timed_runs: u64,
     pub timed_ns: u64,
+    /// Runs of elite code that stopped at a failed guard (also counted in `failures`).
+    pub deopts: u64,
     /// The active word now in the slot.
     pub active: u64,
 }
@@ -177,19 +179,23 @@ impl<'rt> Hook<'rt> {
         r
     }
 
-    /// A run from inside a run of the same runtime (a host function that runs a hook):
-    /// the outer run's budget and status are kept aside meanwhile.
+    /// A run from inside a run of the same runtime (a host function that runs a hook): it
+    /// gets a run state of its own, since the outer run's (its budget, status and, for elite
+    /// code, its eBPF stack frames) is live meanwhile.
     #[cold]
     #[inline(never)]
     fn run_nested(&self, ts: *mut ThreadState, ctx: *mut u8) -> u64 {
-        // SAFETY: this thread's live state; no reference to it lives across `run_with`.
-        let (budget, status) = unsafe { ((*ts).own_run.budget, (*ts).own_run.status) };
-        let r = self.run_with::<true>(ts, ctx);
-        // SAFETY: as above.
-        unsafe {
-            (*ts).own_run.budget = budget;
-            (*ts).own_run.status = status;
+        {
+            // SAFETY: this thread's live state; the reference ends before `run_with`.
+            let ts = unsafe { &mut *ts };
+            if ts.nested_runs.len() <= ts.nesting {
+                ts.nested_runs.push(DeoptRunState::boxed(0));
+            }
+            ts.nesting += 1;
         }
+        let r = self.run_with::<true>(ts, ctx);
+        // SAFETY: as above; the nested run has returned.
+        unsafe { (*ts).nesting -= 1 };
         r
     }
 
@@ -199,7 +205,7 @@ impl<'rt> Hook<'rt> {
     #[inline(always)]
     fn run_with<const NESTED: bool>(&self, ts: *mut ThreadState, ctx: *mut u8) -> u64 {
         // SAFETY: `ts` is this thread's live state; the reference ends with `begin`.
-        let run = match self.begin(unsafe { &mut *ts }) {
+        let run = match self.begin::<NESTED>(unsafe { &mut *ts }) {
             Ok(run) => run,
             Err(r) => return r,
         };
@@ -214,13 +220,13 @@ impl<'rt> Hook<'rt> {
             None => unsafe { (run.entry)(ctx, run.state) },
         };
         // SAFETY: as above; the entry call (and every helper it made) has returned.
-        self.finish::<NESTED>(unsafe { &mut *ts }, r0)
+        self.finish::<NESTED>(unsafe { &mut *ts }, run.state, r0)
     }
 
     /// Everything before the entry call: epoch, active word, hold, coherence, run state,
     /// counters. `Err` carries the hook's return value when nothing is to run.
     #[inline(always)]
-    fn begin(&self, ts: &mut ThreadState) -> Result<Prepared, u64> {
+    fn begin<const NESTED: bool>(&self, ts: &mut ThreadState) -> Result<Prepared, u64> {
         let mut inside = ts.enter();
         // Reload after announcing the epoch: this is the word whose code we may run.
         let mut word = self.slot.active.load(Ordering::Acquire);
@@ -240,9 +246,17 @@ impl<'rt> Hook<'rt> {
             *seen = (word, entry);
             entry
         };
-        let state = std::ptr::addr_of_mut!(ts.own_run);
-        ts.own_run.budget = self.slot.budget.load(Ordering::Relaxed);
-        ts.own_run.status = RunStatus::Ok as u32;
+        let state: *mut RunState = if NESTED {
+            ts.current_run().cast()
+        } else {
+            std::ptr::addr_of_mut!(ts.own_run.run)
+        };
+        // SAFETY: `state` is this thread's run state for this run (its own, or its nesting
+        // level's), which nothing else uses meanwhile.
+        unsafe {
+            (*state).budget = self.slot.budget.load(Ordering::Relaxed);
+            (*state).status = RunStatus::Ok as u32;
+        }
         let counters = ts.counters(self.index);
         let n = counters.runs.load(Ordering::Relaxed);
         counters.runs.store(n + 1, Ordering::Relaxed);
@@ -257,21 +271,48 @@ impl<'rt> Hook<'rt> {
 
     /// Everything after the entry call: tail-call result, run status, epoch.
     #[inline(always)]
-    fn finish<const NESTED: bool>(&self, ts: &mut ThreadState, mut r0: u64) -> u64 {
+    fn finish<const NESTED: bool>(
+        &self,
+        ts: &mut ThreadState,
+        state: *mut RunState,
+        mut r0: u64,
+    ) -> u64 {
         if ts.tail_result.is_some() {
             r0 = ts.tail_result.take().unwrap_or(r0);
         }
-        let status = ts.own_run.status;
+        let status = if NESTED {
+            // SAFETY: the run state `begin` prepared for this run; the entry call returned.
+            unsafe { (*state).status }
+        } else {
+            ts.own_run.run.status
+        };
         if !NESTED {
             // The outermost run: its epoch is `ts.epoch` (a nested run in between restored
             // nothing there), so no register has to carry it across the entry call.
             ts.leave_outermost();
         }
         if status != RunStatus::Ok as u32 {
-            self.slot.failures.fetch_add(1, Ordering::Relaxed);
-            return self.slot.default_ret.load(Ordering::Relaxed);
+            return self.stopped(ts, status);
         }
         r0
+    }
+
+    /// A run that did not end normally: counted as a failure, the hook's default returned.
+    /// A deoptimisation (an elite artifact's failed guard) is counted in this thread's
+    /// `deopts` cell as well. The runtime does not continue such a run in the generic tier
+    /// yet (`docs/deopt.md`, "In the runtime"), so the control plane does not publish elite
+    /// builds to hosts.
+    #[cold]
+    #[inline(never)]
+    fn stopped(&self, ts: &ThreadState, status: u32) -> u64 {
+        if status == RunStatus::Deopt as u32 {
+            let c = ts.counters(self.index);
+            // Only this thread writes its cell: a plain load and store.
+            c.deopts
+                .store(c.deopts.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        }
+        self.slot.failures.fetch_add(1, Ordering::Relaxed);
+        self.slot.default_ret.load(Ordering::Relaxed)
     }
 
     /// An empty (0) or invalid active word: the hook's default, counting an error for an
@@ -335,6 +376,7 @@ impl<'rt> Hook<'rt> {
             s.runs += c.runs.load(Ordering::Relaxed);
             s.timed_runs += c.timed_runs.load(Ordering::Relaxed);
             s.timed_ns += c.timed_ns.load(Ordering::Relaxed);
+            s.deopts += c.deopts.load(Ordering::Relaxed);
         }
         s
     }
@@ -343,7 +385,8 @@ impl<'rt> Hook<'rt> {
 /// What [`Hook::begin`] prepared for the entry call.
 struct Prepared {
     entry: EntryFn,
-    /// This thread's run state (`ThreadState::own_run`).
+    /// This thread's run state for this run (`ThreadState::own_run` or a nested level's), a
+    /// [`DeoptRunState`] seen as its leading [`RunState`].
     state: *mut RunState,
     /// This run is timed (one in [`TIME_SAMPLE_PERIOD`]) into these counters.
     timed: Option<*const HookCounters>,

@@ -3,33 +3,38 @@
 //! during a run.
 
 use crate::runtime::Inner;
-use rdx_region::abi::{EntryFn, RunState};
+use rdx_region::abi::{DeoptRunState, EntryFn, RunState};
 use rdx_region::layout::{HookCounters, ThreadSlot};
 use rdx_transport::xstate::MapRef;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// `repr(C)`: the fields the hook path touches come first, followed by the run state whose
+/// leading budget and status words it writes (two cache lines from the aligned start); the fields only
+/// helpers and slow paths use come after the run state's 4.5 KiB.
+#[repr(C, align(64))]
 pub(crate) struct ThreadState {
     pub runtime_id: u64,
-    pub inner: Arc<Inner>,
-    pub slot_index: u32,
-    pub slot: *const ThreadSlot,
-    /// This thread's row of [`HookCounters`] in the region (`max_hooks` cells).
-    pub counters: *const HookCounters,
     /// The value this thread last stored in its slot's epoch word (only this thread writes
     /// it, so the hook path never reads the shared word back). Odd while inside extension
     /// code; a nested run (a host function running another hook) finds it odd already.
     pub epoch: u64,
+    pub slot: *const ThreadSlot,
+    /// This thread's row of [`HookCounters`] in the region (`max_hooks` cells).
+    pub counters: *const HookCounters,
     /// Per hook: the active word this thread last ran after a coherence step, and the
     /// entry point it validated for it (so a run of the same word skips the checks).
     pub seen: Box<[(u64, EntryFn)]>,
-    /// The run state every run of this thread passes to native code (helpers reach it here
-    /// during a run, for tail calls). A nested run saves and restores the outer run's budget
-    /// and status around its own.
-    pub own_run: RunState,
     /// A tail call's result, taken by the hook when the entry returns.
     pub tail_result: Option<u64>,
+    /// The run state the outermost run of this thread passes to native code (helpers reach
+    /// it here during a run, for tail calls). A [`DeoptRunState`] because any published
+    /// entry may be an elite artifact, which keeps its eBPF stack there and, at a failed
+    /// guard, the exact eBPF state (`docs/deopt.md`).
+    pub own_run: DeoptRunState,
+    pub inner: Arc<Inner>,
+    pub slot_index: u32,
     pub tail_depth: u32,
     pub rng: u64,
     /// Map headers this thread decoded, direct-mapped by address (see
@@ -39,12 +44,29 @@ pub(crate) struct ThreadState {
     pub maps_generation: u64,
     /// The region header's `xstate_generation` word.
     pub xstate_generation: *const AtomicU64,
+    /// Run states of nested runs (a host function running a hook of this runtime from
+    /// inside a run), one per nesting level beyond the outermost, allocated on first use.
+    /// A nested run cannot share [`ThreadState::own_run`]: elite code keeps its eBPF stack
+    /// frames in its run state, and the outer run's frames are live meanwhile.
+    pub nested_runs: Vec<Box<DeoptRunState>>,
+    /// Nested runs in progress (0 outside a nested run).
+    pub nesting: usize,
 }
 
 /// Entries of a thread's decoded-map cache.
 pub(crate) const MAP_CACHE: usize = 16;
 
 impl ThreadState {
+    /// The run state of the run in progress: the innermost nested run's, or the outermost
+    /// run's.
+    #[inline]
+    pub fn current_run(&mut self) -> *mut DeoptRunState {
+        match self.nesting {
+            0 => std::ptr::addr_of_mut!(self.own_run),
+            n => &mut *self.nested_runs[n - 1] as *mut DeoptRunState,
+        }
+    }
+
     /// Whether this thread is running extension code now.
     #[inline]
     pub fn in_run(&self) -> bool {
@@ -185,7 +207,6 @@ fn claim(inner: &Arc<Inner>) -> Option<ThreadState> {
                 epoch,
                 seen: vec![(NEVER_SEEN, never_entered as EntryFn); inner.info.max_hooks as usize]
                     .into_boxed_slice(),
-                own_run: RunState::new(0),
                 tail_result: None,
                 tail_depth: 0,
                 rng: (tid << 32)
@@ -195,6 +216,9 @@ fn claim(inner: &Arc<Inner>) -> Option<ThreadState> {
                 maps: Box::new([None; MAP_CACHE]),
                 maps_generation: 0,
                 xstate_generation: inner.xstate_generation() as *const AtomicU64,
+                nested_runs: Vec::new(),
+                nesting: 0,
+                own_run: DeoptRunState::new(0),
             });
         }
     }

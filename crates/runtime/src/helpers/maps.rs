@@ -225,7 +225,7 @@ pub(crate) unsafe extern "C" fn tail_call(ctx: u64, map: u64, index: u64, _: u64
     let Some(entry) = entry_of(&ts.inner, word) else {
         return (-(libc::ENOENT as i64)) as u64;
     };
-    let run = std::ptr::addr_of_mut!(ts.own_run);
+    let run = ts.current_run().cast::<rdx_region::abi::RunState>();
     ts.tail_depth += 1;
     // SAFETY: `entry` is a checked code-arena entry published by the control plane in a
     // program array (same contract as a hook slot); `run` is the current run's state, alive
