@@ -20,6 +20,7 @@ use rdx_control::node::{hook_status, thread_epochs};
 use rdx_control::{create_codeflow, CodeFlow, Compiled, ExtSpec, Extension, Prepared};
 use rdx_region::layout::{offsets, ACTIVE_HOLD};
 use serde::Serialize;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -214,17 +215,37 @@ pub(crate) fn workers_for<'a>(addresses: impl Iterator<Item = &'a str>) -> usize
     }
 }
 
-/// Attaches to every node and checks every update there (hook present, class accepts the
-/// program, compiles) without writing anything.
-fn check(plan: &Plan, exts: &[Extension], holder: u32, ttl: Duration) -> Result<Vec<NodeWork>> {
+/// Attaches to every node (or reuses the session's attachment) and checks every update
+/// there (hook present, class accepts the program, compiles) without writing anything.
+fn check(
+    plan: &Plan,
+    exts: &[Extension],
+    holder: u32,
+    ttl: Duration,
+    attached: &mut HashMap<String, CodeFlow>,
+) -> Result<Vec<NodeWork>> {
     let spec = ExtSpec {
         holder: Some(holder),
         lease_ttl: ttl,
         ..ExtSpec::default()
     };
     let workers = workers_for(plan.nodes.iter().map(|n| n.address.as_str()));
-    let results = per_node(plan.nodes.clone(), workers, |n| -> Result<NodeWork> {
-        let cf = create_codeflow(&n.address, spec.clone()).map_err(node_err(&n.name))?;
+    let nodes: Vec<_> = plan
+        .nodes
+        .iter()
+        .map(|n| (n.clone(), attached.remove(&n.address)))
+        .collect();
+    let results = per_node(nodes, workers, |(n, reused)| -> Result<NodeWork> {
+        // A host that restarted since the last broadcast is a new region: attach afresh.
+        let reused = reused.filter(|cf| {
+            cf.transport()
+                .read_u64(offsets::HEADER_INCARNATION)
+                .is_ok_and(|now| now == cf.view().incarnation)
+        });
+        let cf = match reused {
+            Some(cf) => cf,
+            None => create_codeflow(&n.address, spec.clone()).map_err(node_err(&n.name))?,
+        };
         for f in plan.flows.iter().filter(|f| f.exit.node == n.name) {
             if cf.view().hook(&f.exit.hook).is_err() {
                 return Err(FleetError::HookMissing {
@@ -266,6 +287,13 @@ fn check(plan: &Plan, exts: &[Extension], holder: u32, ttl: Duration) -> Result<
         })
     });
     results.into_iter().collect()
+}
+
+/// Returns the nodes of a completed broadcast to the session, leases still held.
+fn keep(attached: &mut HashMap<String, CodeFlow>, work: Vec<NodeWork>) {
+    for w in work {
+        attached.insert(w.cf.address().to_string(), w.cf);
+    }
 }
 
 pub(crate) fn crash_if(opts: &Options, here: CrashPoint) {
@@ -410,13 +438,72 @@ fn drain_flows(plan: &Plan, work: &[NodeWork]) -> Result<()> {
 }
 
 /// `broadcast(group, updates)`: one transactional update of every hook of the plan on
-/// every node. Either every hook ends on its new version, or none does.
+/// every node. Either every hook ends on its new version, or none does. Attaches to every
+/// node and gives every lease back at the end (a one-shot control plane such as
+/// `rdx broadcast`); a control plane that broadcasts repeatedly keeps a [`Session`].
 pub fn broadcast(plan: &Plan, opts: &Options) -> Result<Report> {
+    Session::new().broadcast(plan, opts)
+}
+
+/// A control plane's standing attachment to the nodes it broadcasts to: one [`CodeFlow`]
+/// per node address, kept between broadcasts with its lease, allocator table and map
+/// names, so that a broadcast does not map, read and recover every node's region again.
+///
+/// While a session holds a node's lease (until its TTL runs out unused, or
+/// [`Session::release`], or drop), other control planes wait for that node, exactly as
+/// with a [`CodeFlow`] kept open for repeated deploys. Every broadcast of a session uses
+/// its one lease holder id, which the intent log records for recovery.
+#[derive(Debug)]
+pub struct Session {
+    holder: u32,
+    attached: HashMap<String, CodeFlow>,
+}
+
+impl Default for Session {
+    fn default() -> Self {
+        Session::new()
+    }
+}
+
+impl Session {
+    pub fn new() -> Session {
+        Session {
+            holder: rdx_control::lease::new_holder_id(),
+            attached: HashMap::new(),
+        }
+    }
+
+    /// The lease holder id of every broadcast of this session.
+    pub fn holder(&self) -> u32 {
+        self.holder
+    }
+
+    /// Gives every node's lease back and detaches.
+    pub fn release(&mut self) -> Result<()> {
+        for (address, mut cf) in self.attached.drain() {
+            cf.release().map_err(node_err(&address))?;
+        }
+        Ok(())
+    }
+
+    /// [`broadcast`], reusing the nodes attached by earlier broadcasts of this session.
+    /// Nodes whose broadcast failed are detached (their leases given back).
+    pub fn broadcast(&mut self, plan: &Plan, opts: &Options) -> Result<Report> {
+        let report = run(plan, opts, self.holder, &mut self.attached)?;
+        Ok(report)
+    }
+}
+
+fn run(
+    plan: &Plan,
+    opts: &Options,
+    holder: u32,
+    attached: &mut HashMap<String, CodeFlow>,
+) -> Result<Report> {
     let release_order = plan.validate()?;
     let exts = load_extensions(plan)?;
-    let holder = rdx_control::lease::new_holder_id();
     let t_check = Instant::now();
-    let mut work = check(plan, &exts, holder, opts.lease_ttl)?;
+    let mut work = check(plan, &exts, holder, opts.lease_ttl, attached)?;
     let mut timings = Timings {
         check_us: us(t_check),
         ..Timings::default()
@@ -446,11 +533,13 @@ pub fn broadcast(plan: &Plan, opts: &Options) -> Result<Report> {
         out
     };
     if opts.dry_run {
+        let updates = describe(&work, false);
+        keep(attached, work);
         return Ok(Report {
             id,
             dry_run: true,
             release_order,
-            updates: describe(&work, false),
+            updates,
             timings,
             intent_log: None,
         });
@@ -638,6 +727,7 @@ pub fn broadcast(plan: &Plan, opts: &Options) -> Result<Report> {
     let path = log.finish()?;
     timings.commit_us = us(t_commit);
     timings.log_us = log_us;
+    keep(attached, work);
     Ok(Report {
         id,
         dry_run: false,

@@ -17,6 +17,8 @@ pub mod migrate;
 pub mod plan;
 pub mod watch;
 
-pub use broadcast::{broadcast, recover, CrashPoint, HookUpdate, Options, Recovery, Report};
+pub use broadcast::{
+    broadcast, recover, CrashPoint, HookUpdate, Options, Recovery, Report, Session,
+};
 pub use error::{FleetError, Result};
 pub use plan::Plan;

@@ -256,3 +256,53 @@ fn killed_control_plane_is_recovered_at_every_phase() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+#[test]
+fn a_session_stays_attached_between_broadcasts_and_holds_the_leases() {
+    let mut hosts: Vec<Host> = (0..2)
+        .map(|i| Host::start(&format!("sess{i}"), &["on_request"]))
+        .collect();
+    let dir = state_dir("sess");
+    let mut session = rdx_fleet::Session::new();
+    for v in [1, 2, 1] {
+        let refs: Vec<&Host> = hosts.iter().collect();
+        let r = session
+            .broadcast(&plan_for(&refs, v, None), &Options::new(&dir))
+            .unwrap();
+        assert!(r.updates.iter().all(|u| u.program == format!("stamp_v{v}")));
+        for h in &mut hosts {
+            assert_eq!(h.request("on_request"), (v as u64, v as u64));
+        }
+    }
+    // Between broadcasts the session keeps every node's lease: another control plane is
+    // refused before anything is written.
+    let refs: Vec<&Host> = hosts.iter().collect();
+    match broadcast(&plan_for(&refs, 2, None), &Options::new(&dir)) {
+        Err(FleetError::Aborted(e)) => assert!(
+            matches!(
+                *e,
+                FleetError::Node {
+                    source: rdx_control::ControlError::LeaseHeld { .. },
+                    ..
+                }
+            ),
+            "{e}"
+        ),
+        other => panic!("expected the session's lease to refuse, got {other:?}"),
+    }
+    for h in &mut hosts {
+        assert_eq!(
+            h.request("on_request"),
+            (1, 1),
+            "the refused broadcast wrote nothing"
+        );
+    }
+    session.release().unwrap();
+    let refs: Vec<&Host> = hosts.iter().collect();
+    broadcast(&plan_for(&refs, 2, None), &Options::new(&dir)).unwrap();
+    for h in &mut hosts {
+        assert_eq!(h.request("on_request"), (2, 2));
+    }
+    assert!(rdx_fleet::intent::pending(&dir).unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
