@@ -22,6 +22,7 @@ use rdx_region::layout::{offsets, ACTIVE_HOLD};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Where a test may stop the control plane dead (SIGKILL) to exercise recovery.
@@ -223,6 +224,7 @@ fn check(
     holder: u32,
     ttl: Duration,
     attached: &mut HashMap<String, CodeFlow>,
+    compiled_cache: &mut CompileCache,
 ) -> Result<Vec<NodeWork>> {
     let spec = ExtSpec {
         holder: Some(holder),
@@ -235,6 +237,7 @@ fn check(
         .iter()
         .map(|n| (n.clone(), attached.remove(&n.address)))
         .collect();
+    let compiled = std::sync::Mutex::new(std::mem::take(&mut *compiled_cache));
     let results = per_node(nodes, workers, |(n, reused)| -> Result<NodeWork> {
         // A host that restarted since the last broadcast is a new region: attach afresh.
         let reused = reused.filter(|cf| {
@@ -265,19 +268,37 @@ fn check(
                     hook: u.hook.clone(),
                 });
             }
-            let rejected = |e: rdx_control::ControlError| FleetError::Rejected {
+            let rejected = |reason: String| FleetError::Rejected {
                 node: n.name.clone(),
                 hook: u.hook.clone(),
                 program: exts[i].name.clone(),
-                reason: e.to_string(),
+                reason,
             };
-            let checked = cf
-                .validate_code(&exts[i], &u.hook, u.class.as_deref())
-                .map_err(rejected)?;
-            let compiled = cf
-                .jit_compile_code(&exts[i], &checked, None)
-                .map_err(rejected)?;
-            items.push((i, compiled));
+            let class = cf
+                .resolve_class(&u.hook, u.class.as_deref())
+                .map_err(|e| rejected(e.to_string()))?;
+            // Verification and compilation depend only on the bytecode, the node's EIM
+            // spec (hook context, class limits), the class and the architecture: nodes
+            // that agree on all of them share one verdict and one artifact.
+            let key = CompileKey {
+                program: exts[i].hash_hex(),
+                arch: cf.arch().name(),
+                eim: cf.view().eim_text.clone().unwrap_or_default(),
+                hook: u.hook.clone(),
+                class: class.clone(),
+            };
+            let cell = {
+                let mut map = compiled.lock().unwrap_or_else(|e| e.into_inner());
+                map.entry(key).or_default().clone()
+            };
+            let result = cell.get_or_init(|| {
+                let checked = cf
+                    .validate_code(&exts[i], &u.hook, Some(&class))
+                    .map_err(|e| e.to_string())?;
+                cf.jit_compile_code(&exts[i], &checked, None)
+                    .map_err(|e| e.to_string())
+            });
+            items.push((i, result.clone().map_err(rejected)?));
         }
         Ok(NodeWork {
             name: n.name,
@@ -286,8 +307,30 @@ fn check(
             prepared: Vec::new(),
         })
     });
+    let mut kept = compiled.into_inner().unwrap_or_else(|e| e.into_inner());
+    if kept.len() > COMPILE_CACHE_ENTRIES {
+        kept.clear();
+    }
+    *compiled_cache = kept;
     results.into_iter().collect()
 }
+
+/// What a verdict and an artifact depend on (see [`check`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct CompileKey {
+    program: String,
+    arch: &'static str,
+    eim: String,
+    hook: String,
+    class: String,
+}
+
+/// One verdict and artifact per key, computed by the first node that needs it (the others
+/// wait for it rather than verify and compile the same program again).
+type CompileCache = HashMap<CompileKey, Arc<OnceLock<std::result::Result<Compiled, String>>>>;
+
+/// A session forgets its artifacts past this many (programs, classes and specs seen).
+const COMPILE_CACHE_ENTRIES: usize = 64;
 
 /// Returns the nodes of a completed broadcast to the session, leases still held.
 fn keep(attached: &mut HashMap<String, CodeFlow>, work: Vec<NodeWork>) {
@@ -457,6 +500,7 @@ pub fn broadcast(plan: &Plan, opts: &Options) -> Result<Report> {
 pub struct Session {
     holder: u32,
     attached: HashMap<String, CodeFlow>,
+    compiled: CompileCache,
 }
 
 impl Default for Session {
@@ -470,6 +514,7 @@ impl Session {
         Session {
             holder: rdx_control::lease::new_holder_id(),
             attached: HashMap::new(),
+            compiled: HashMap::new(),
         }
     }
 
@@ -489,7 +534,13 @@ impl Session {
     /// [`broadcast`], reusing the nodes attached by earlier broadcasts of this session.
     /// Nodes whose broadcast failed are detached (their leases given back).
     pub fn broadcast(&mut self, plan: &Plan, opts: &Options) -> Result<Report> {
-        let report = run(plan, opts, self.holder, &mut self.attached)?;
+        let report = run(
+            plan,
+            opts,
+            self.holder,
+            &mut self.attached,
+            &mut self.compiled,
+        )?;
         Ok(report)
     }
 }
@@ -499,11 +550,12 @@ fn run(
     opts: &Options,
     holder: u32,
     attached: &mut HashMap<String, CodeFlow>,
+    compiled: &mut CompileCache,
 ) -> Result<Report> {
     let release_order = plan.validate()?;
     let exts = load_extensions(plan)?;
     let t_check = Instant::now();
-    let mut work = check(plan, &exts, holder, opts.lease_ttl, attached)?;
+    let mut work = check(plan, &exts, holder, opts.lease_ttl, attached, compiled)?;
     let mut timings = Timings {
         check_us: us(t_check),
         ..Timings::default()
