@@ -386,6 +386,13 @@ impl CodeFlow {
         Ok(())
     }
 
+    /// Whether this handle holds the node's lease (in its own books) with the allocator
+    /// table loaded: unless the lease is about to expire, its next write needs no lease
+    /// round trip and no table read.
+    pub fn is_warm(&self) -> bool {
+        self.lease.is_held() && self.alloc.is_some()
+    }
+
     /// Gives the lease back.
     pub fn release(&mut self) -> Result<()> {
         self.alloc = None;
