@@ -163,6 +163,14 @@ impl Record {
     }
 }
 
+/// What the alloc section holds for this incarnation of the host.
+enum Stored {
+    Table(AllocTable),
+    /// Nothing yet (or a previous incarnation's): an empty table of the section's shape,
+    /// to be formatted.
+    Blank(AllocTable),
+}
+
 /// The allocator: the alloc section's table, mirrored in memory.
 #[derive(Debug)]
 pub struct AllocTable {
@@ -182,8 +190,8 @@ impl AllocTable {
     /// only under the lease.
     pub fn load(t: &dyn Transport, info: &HeaderInfo, incarnation: u64) -> Result<AllocTable> {
         match Self::read(t, info, incarnation)? {
-            (Some(table), _) => Ok(table),
-            (None, mut blank) => {
+            Stored::Table(table) => Ok(table),
+            Stored::Blank(mut blank) => {
                 blank.format(t, incarnation)?;
                 Ok(blank)
             }
@@ -197,14 +205,13 @@ impl AllocTable {
         info: &HeaderInfo,
         incarnation: u64,
     ) -> Result<Option<AllocTable>> {
-        Ok(Self::read(t, info, incarnation)?.0)
+        Ok(match Self::read(t, info, incarnation)? {
+            Stored::Table(table) => Some(table),
+            Stored::Blank(_) => None,
+        })
     }
 
-    fn read(
-        t: &dyn Transport,
-        info: &HeaderInfo,
-        incarnation: u64,
-    ) -> Result<(Option<AllocTable>, AllocTable)> {
+    fn read(t: &dyn Transport, info: &HeaderInfo, incarnation: u64) -> Result<Stored> {
         let sec = info.section(SectionId::Alloc);
         let capacity = ((sec.size.saturating_sub(ALLOC_HEADER_LEN)) / RECORD_LEN) as u32;
         if capacity == 0 {
@@ -237,7 +244,7 @@ impl AllocTable {
                     "bad magic {magic:#018x} in the alloc section"
                 )));
             }
-            return Ok((None, table));
+            return Ok(Stored::Blank(table));
         }
         if version != ALLOC_VERSION {
             return Err(ControlError::AllocCorrupt(format!(
@@ -261,22 +268,7 @@ impl AllocTable {
             }
             table.set_slot(i, rec);
         }
-        let blank = AllocTable {
-            records: vec![None; capacity as usize],
-            ..table.clone_shape()
-        };
-        Ok((Some(table), blank))
-    }
-
-    fn clone_shape(&self) -> AllocTable {
-        AllocTable {
-            section: self.section,
-            capacity: self.capacity,
-            records: Vec::new(),
-            extents: BTreeMap::new(),
-            code: self.code,
-            scratch: self.scratch,
-        }
+        Ok(Stored::Table(table))
     }
 
     fn format(&mut self, t: &dyn Transport, incarnation: u64) -> Result<()> {
