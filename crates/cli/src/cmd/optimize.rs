@@ -2,11 +2,11 @@
 //! --out`): cold branches become guards with deoptimisation exits and the code behind them
 //! is dropped. `--revert` publishes the plain build again with one transaction.
 //!
-//! Publishing an elite build needs a node whose runtime resumes deoptimised runs (it must
-//! call elite code with a `DeoptRunState` and finish runs that stop with `RunStatus::Deopt`
-//! in the interpreter). No runtime advertises that yet, so this command reports what the
-//! elite build would be and refuses to publish it rather than hand a node code whose run
-//! state it would overrun.
+//! Publishing an elite build needs a node whose runtime resumes deoptimised runs. The
+//! runtime calls every entry with a `DeoptRunState` (so elite code runs safely) and counts
+//! runs that stop with `RunStatus::Deopt`, but it does not finish them in the interpreter
+//! yet: such a request would get the hook's default instead of the generic build's result.
+//! So this command reports what the elite build would be and refuses to publish it.
 
 use std::path::PathBuf;
 
@@ -143,7 +143,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     bail!(
-        "not published: node {node}'s runtime does not resume deoptimised runs, and elite code \
-         needs a DeoptRunState as its run state (docs/deopt.md); its current version is unchanged"
+        "not published: node {node}'s runtime does not resume deoptimised runs (a request \
+         that fails a guard would get the hook's default, docs/deopt.md); its current version \
+         is unchanged"
     )
 }
