@@ -618,7 +618,23 @@ impl CodeFlow {
     fn live_maps(&mut self) -> Result<&mut BTreeMap<String, (u32, MapSpec)>> {
         if self.map_names.is_none() {
             let mut names = BTreeMap::new();
-            for m in xstate::list(self.t.as_ref(), &self.view.info)? {
+            // One read of the meta table, then only the live entries opened (rather than
+            // a read per possible map id).
+            let info = &self.view.info;
+            let entry = std::mem::size_of::<XStateMeta>();
+            let mut meta = vec![0u8; info.xstate_capacity as usize * entry];
+            self.t.read(info.xmeta_offset(0), &mut meta)?;
+            let live = (0..info.xstate_capacity).filter(|&id| {
+                let o = id as usize * entry;
+                u32::from_le_bytes(meta[o..o + 4].try_into().expect("4")) == XMETA_LIVE
+            });
+            for id in live {
+                let m = match xstate::open(self.t.as_ref(), info, id) {
+                    Ok(m) => m,
+                    // Freed between the two reads: not live.
+                    Err(xstate::MapError::NotFound) => continue,
+                    Err(e) => return Err(e.into()),
+                };
                 names.insert(
                     m.name.clone(),
                     (
