@@ -648,6 +648,20 @@ impl Translator<'_, '_> {
         }
     }
 
+    /// Takes the budget back from `RunState.budget` after a call that may have charged it:
+    /// a local callee, or a helper that runs code on the caller's budget (a cross-sandbox
+    /// call). A helper that lowered it to zero stops the run at the next charge (the next
+    /// back-edge or function entry). No-op for unmetered code.
+    fn reload_budget(&mut self) {
+        if let Some(var) = self.budget {
+            let left = self
+                .b
+                .ins()
+                .load(I64, run_mem(), self.run_state, RUN_BUDGET);
+            self.b.def_var(var, left);
+        }
+    }
+
     /// This frame's index in the [`DeoptRunState`] stack: `(top - r10) / 512`.
     fn frame_depth(&mut self) -> Value {
         let top = self.b.ins().iadd_imm_s(self.run_state, DEOPT_STACK_TOP);
@@ -1100,6 +1114,7 @@ impl Translator<'_, '_> {
                     what: format!("helper id {id}"),
                 })?;
                 let args = self.args();
+                self.store_budget();
                 let call = match self.opts.helper_calls {
                     HelperCalls::Direct => {
                         let f = match self.helper_funcs.get(&id) {
@@ -1140,6 +1155,7 @@ impl Translator<'_, '_> {
                 };
                 let r0 = self.b.inst_results(call)[0];
                 self.set(Reg(0), r0);
+                self.reload_budget();
             }
             CallTarget::Local(_) => {
                 let start = self.insns[pc].call_target(pc).unwrap() as usize;
@@ -1168,14 +1184,8 @@ impl Translator<'_, '_> {
                 let call = self.b.ins().call(f, &args);
                 let r0 = self.b.inst_results(call)[0];
                 self.set(Reg(0), r0);
-                if let Some(var) = self.budget {
-                    // The callee charged the shared budget in memory: reload it.
-                    let left = self
-                        .b
-                        .ins()
-                        .load(I64, run_mem(), self.run_state, RUN_BUDGET);
-                    self.b.def_var(var, left);
-                }
+                // The callee charged the shared budget in memory.
+                self.reload_budget();
                 if self.may_stop {
                     // A callee that stopped the run set the status: unwind at once.
                     let status = self
@@ -1230,9 +1240,11 @@ impl Translator<'_, '_> {
                 let slot = self.b.ins().iadd(table, offset);
                 let f = self.b.ins().load(I64, run_mem().with_readonly(), slot, 0);
                 let args = self.args();
+                self.store_budget();
                 let call = self.b.ins().call_indirect(self.helper_sig, f, &args);
                 let r0 = self.b.inst_results(call)[0];
                 self.set(Reg(0), r0);
+                self.reload_budget();
             }
         }
         Ok(())

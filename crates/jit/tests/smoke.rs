@@ -214,3 +214,102 @@ fn helpers_maps_and_local_calls() {
         assert_eq!(run.status, 0);
     }
 }
+
+thread_local! {
+    /// The run state of the run in progress, for [`charge_helper`].
+    static RUN: std::cell::Cell<*mut RunState> = const { std::cell::Cell::new(std::ptr::null_mut()) };
+}
+
+/// A helper that spends the caller's budget, as a cross-sandbox call does: returns the
+/// budget it finds in the run state and charges `cost` to it (to zero if it does not cover it).
+unsafe extern "C" fn charge_helper(cost: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    let run = RUN.with(|r| r.get());
+    // SAFETY: set by `run_charging` to a run state that outlives the call.
+    let run = unsafe { &mut *run };
+    let seen = run.budget;
+    run.budget = seen.saturating_sub(cost);
+    seen
+}
+
+/// `r6 = charge(cost)`, then a loop of 9 back-edges (2 slots each), `r0 = r6`.
+fn charging_program(cost: i32, call: Insn) -> Vec<Insn> {
+    vec![
+        mov64(1, cost),
+        call,
+        mov64(6, 0),
+        alu(Width::W64, AluOp::Add, 6, Operand::Reg(Reg(0))),
+        mov64(1, 10),
+        alu(Width::W64, AluOp::Sub, 1, Operand::Imm(1)),
+        Insn::Jmp {
+            width: Width::W64,
+            cond: JmpCond::Ne,
+            dst: Reg(1),
+            src: Operand::Imm(0),
+            off: -2,
+        },
+        mov64(0, 0),
+        alu(Width::W64, AluOp::Add, 0, Operand::Reg(Reg(6))),
+        Insn::Exit,
+    ]
+}
+
+fn run_charging(prog: &[Insn], opts: &CompileOptions, budget: u64) -> (u64, RunState) {
+    let table = [charge_helper as *const () as u64; 16];
+    let mut syms = HashMap::new();
+    syms.insert(Symbol::Helper(8), charge_helper as *const () as u64);
+    syms.insert(
+        Symbol::Var(rdx_jit::artifact::HELPER_TABLE_SYMBOL.into()),
+        table.as_ptr() as u64,
+    );
+    let (artifact, _) = Compiler::new(opts.arch)
+        .unwrap()
+        .compile(prog, opts)
+        .unwrap();
+    let code = ExecutableCode::load_bytes(&artifact.to_bytes(), &syms).unwrap();
+    let mut run = RunState::new(budget);
+    RUN.with(|r| r.set(&mut run));
+    // SAFETY: the program touches only its stack; the helper only the run state.
+    let r0 = unsafe { code.call(std::ptr::null_mut(), &mut run) };
+    RUN.with(|r| r.set(std::ptr::null_mut()));
+    (r0, run)
+}
+
+#[test]
+fn helpers_see_and_charge_the_live_budget() {
+    let len = 10u64;
+    let calls = [
+        (
+            rdx_jit::HelperCalls::Direct,
+            Insn::Call(CallTarget::Helper(8)),
+        ),
+        (
+            rdx_jit::HelperCalls::Table { table_len: 16 },
+            Insn::Call(CallTarget::Helper(8)),
+        ),
+    ];
+    for (helper_calls, call) in calls {
+        let mut opts = CompileOptions::new(host());
+        opts.helper_calls = helper_calls;
+        opts.needs_budget = true;
+        // Metered: the helper sees the budget left after the entry's charge, and what it
+        // charges is gone when the code continues.
+        let (r0, run) = run_charging(&charging_program(100, call), &opts, 1000);
+        assert_eq!(run.status, RunStatus::Ok as u32, "{helper_calls:?}");
+        assert_eq!(r0, 1000 - len, "{helper_calls:?}");
+        assert_eq!(run.budget, 1000 - len - 100 - 9 * 2, "{helper_calls:?}");
+        // A helper that spends everything stops the run at the next back-edge.
+        let (_, run) = run_charging(&charging_program(5000, call), &opts, 1000);
+        assert_eq!(
+            run.status,
+            RunStatus::BudgetExhausted as u32,
+            "{helper_calls:?}"
+        );
+        assert_eq!(run.budget, 0);
+        // Unmetered code never reads or writes the budget: the helper sees the initial
+        // value and spending it does not stop the run.
+        opts.needs_budget = false;
+        let (r0, run) = run_charging(&charging_program(5000, call), &opts, 1000);
+        assert_eq!(run.status, RunStatus::Ok as u32, "{helper_calls:?}");
+        assert_eq!((r0, run.budget), (1000, 0), "{helper_calls:?}");
+    }
+}
