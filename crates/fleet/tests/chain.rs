@@ -14,6 +14,13 @@ use rdx_fleet::{broadcast, Options, Plan};
 use std::path::{Path, PathBuf};
 
 const HOPS: usize = 4;
+/// Requests kept in flight by the traffic generator.
+const IN_FLIGHT: u64 = 64;
+/// Responses awaited before and after an update. Up to `IN_FLIGHT` of those counted after
+/// it can still be old ones that left the last hook before the flip but reached the
+/// harness after the update returned, so each version is only guaranteed
+/// `WINDOW - IN_FLIGHT` responses.
+const WINDOW: u64 = 300;
 
 fn plan(chain: &Chain, version: u32, flow: bool) -> Plan {
     let mut text = String::from("nodes:\n");
@@ -54,10 +61,10 @@ fn broadcast_leaves_no_mixed_request_where_a_rolling_update_does_not_promise_it(
     broadcast(&plan(&chain, 1, false), &Options::new(&dir)).unwrap();
     let v2 = plan(&chain, 2, true);
 
-    let traffic = chain.traffic(64);
-    traffic.wait_for(300);
+    let traffic = chain.traffic(IN_FLIGHT);
+    traffic.wait_for(WINDOW);
     let report = broadcast(&v2, &Options::new(&dir)).unwrap();
-    traffic.wait_for(300);
+    traffic.wait_for(WINDOW);
     let responses = traffic.stop();
     let t = tally(&responses, HOPS);
     println!(
@@ -67,8 +74,12 @@ fn broadcast_leaves_no_mixed_request_where_a_rolling_update_does_not_promise_it(
     );
     assert_eq!(t.mixed, 0, "mixed-version requests under a broadcast");
     assert!(
-        t.by_stamps.get(&1111).is_some_and(|&n| n >= 300)
-            && t.by_stamps.get(&2222).is_some_and(|&n| n >= 300),
+        t.by_stamps
+            .get(&1111)
+            .is_some_and(|&n| n as u64 >= WINDOW - IN_FLIGHT)
+            && t.by_stamps
+                .get(&2222)
+                .is_some_and(|&n| n as u64 >= WINDOW - IN_FLIGHT),
         "traffic ran before and after the update: {:?}",
         t.by_stamps
     );
@@ -90,18 +101,21 @@ fn broadcast_leaves_no_mixed_request_where_a_rolling_update_does_not_promise_it(
             cf.jit_compile_code(&ext, &c, None).unwrap()
         })
         .collect();
-    let traffic = chain.traffic(64);
-    traffic.wait_for(300);
+    let traffic = chain.traffic(IN_FLIGHT);
+    traffic.wait_for(WINDOW);
     for (cf, c) in cfs.iter_mut().zip(&compiled) {
         cf.deploy_prog("on_request", &ext, c).unwrap();
     }
-    traffic.wait_for(300);
+    traffic.wait_for(WINDOW);
     let t = tally(&traffic.stop(), HOPS);
     println!(
         "rolling update under traffic: {} requests, {} mixed; stamps {:?}",
         t.requests, t.mixed, t.by_stamps
     );
-    assert!(t.by_stamps.get(&1111).is_some_and(|&n| n >= 300));
+    assert!(t
+        .by_stamps
+        .get(&1111)
+        .is_some_and(|&n| n as u64 >= WINDOW - IN_FLIGHT));
     for cf in &mut cfs {
         cf.release().unwrap();
     }

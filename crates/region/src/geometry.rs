@@ -141,6 +141,7 @@ pub struct HeaderInfo {
     pub eim_len: u64,
     pub scratch_reserved: u64,
     pub trace_map_id: u32,
+    pub host_flags: u32,
     pub sections: [Section; SECTION_COUNT],
 }
 
@@ -274,6 +275,7 @@ pub fn check_header(
         eim_len: u64_at(bytes, 72),
         scratch_reserved: u64_at(bytes, 80),
         trace_map_id: u32_at(bytes, 88),
+        host_flags: u32_at(bytes, 92),
         sections,
     };
     let mut prev_end = need;
@@ -350,6 +352,7 @@ pub fn encode_header(
     eim_len: u64,
     scratch_reserved: u64,
     trace_map_id: u32,
+    host_flags: u32,
 ) -> Result<([u8; 264], HeaderInfo), LayoutError> {
     let (sections, region_size) = plan(params)?;
     if eim_len > sections[SectionId::Eim as usize].size {
@@ -377,6 +380,7 @@ pub fn encode_header(
     put64(&mut b, 72, eim_len);
     put64(&mut b, 80, scratch_reserved);
     put32(&mut b, 88, trace_map_id);
+    put32(&mut b, 92, host_flags);
     for (i, s) in sections.iter().enumerate() {
         put64(&mut b, 96 + i * 16, s.offset);
         put64(&mut b, 104 + i * 16, s.size);
@@ -416,6 +420,7 @@ mod tests {
             0,
             0,
             0,
+            HOST_FLAG_MEMBARRIER_EXPEDITED,
         )
         .unwrap();
         let mut full = vec![0u8; size_of::<RegionHeader>()];
@@ -508,7 +513,8 @@ mod tests {
                 thread_slots: 3,
                 ..RegionParams::default()
             };
-            let (_, info) = encode_header(&params, Arch::X86_64, 0, 0, 0, 0, 0, 0).expect("header");
+            let (_, info) =
+                encode_header(&params, Arch::X86_64, 0, 0, 0, 0, 0, 0, 0).expect("header");
             let counters = info.section(SectionId::Counters);
             for t in 0..3 {
                 let row = info.counters_offset(t, 0);

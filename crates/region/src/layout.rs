@@ -17,6 +17,13 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RDXREGN1");
 /// Bumped on every incompatible change to anything in this module.
 pub const LAYOUT_VERSION: u32 = 2;
 
+/// [`RegionHeader::host_flags`] bit: the host process registered for
+/// `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)`, so a control plane on the same machine can
+/// make every running thread of the host pass a full barrier with an IPI (microseconds)
+/// instead of the RCU-based `MEMBARRIER_CMD_GLOBAL` (milliseconds). Hosts that do not set it
+/// (older runtimes, kernels without the command) get the global barrier.
+pub const HOST_FLAG_MEMBARRIER_EXPEDITED: u32 = 1;
+
 /// Granularity of data sections.
 pub const DATA_ALIGN: u64 = 4096;
 
@@ -216,7 +223,8 @@ pub struct RegionHeader {
     pub scratch_reserved: u64,
     /// XState map id of the trace ring buffer that `trace_printk` writes to.
     pub trace_map_id: u32,
-    pub reserved0: u32,
+    /// `HOST_FLAG_*` bits: facts about the host process that control planes rely on.
+    pub host_flags: u32,
     /// Section table, indexed by [`SectionId`].
     pub sections: [Section; SECTION_COUNT],
     /// FNV-1a 64 of bytes `0..HEADER_IMMUTABLE_LEN`.

@@ -164,6 +164,7 @@ impl RuntimeBuilder {
             self.eim.len() as u64,
             trace_layout.footprint(),
             0,
+            register_membarrier_expedited(),
         )?;
         // SAFETY: the data part of the mapping is read+write and lives as long as `map`,
         // which the Inner owning this LocalRegion keeps.
@@ -541,5 +542,28 @@ impl Runtime {
             path: self.path().into(),
             source,
         })
+    }
+}
+
+/// Registers this process for `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)` so that a control
+/// plane's reclamation barrier interrupts only the CPUs running registered processes instead
+/// of waiting for an RCU grace period. Returns the header flag to publish, or 0 when the
+/// kernel refuses (the control plane then uses the slower global barrier, still correct).
+fn register_membarrier_expedited() -> u32 {
+    const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_long = 1 << 4;
+    // SAFETY: a plain system call with no pointers; it only changes this process's
+    // membarrier registration.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED,
+            0,
+            0,
+        )
+    };
+    if rc == 0 {
+        rdx_region::layout::HOST_FLAG_MEMBARRIER_EXPEDITED
+    } else {
+        0
     }
 }

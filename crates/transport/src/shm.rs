@@ -3,7 +3,7 @@
 use crate::local::LocalRegion;
 use crate::{Transport, TransportError};
 use rdx_region::geometry::{check_header, HeaderInfo};
-use rdx_region::layout::{Arch, RegionHeader};
+use rdx_region::layout::{Arch, RegionHeader, HOST_FLAG_MEMBARRIER_EXPEDITED};
 use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -160,16 +160,31 @@ impl Transport for ShmTransport {
         self.region.equals(offset, bytes)
     }
 
-    /// `membarrier(MEMBARRIER_CMD_GLOBAL)`: every thread of every process on this machine
-    /// passes a full barrier before it returns (milliseconds; used only for reclamation).
     fn shares_pid_namespace(&self) -> bool {
         true
     }
 
+    /// Every running thread of the host passes a full barrier before this returns. A host
+    /// that registered for the expedited command (header flag) gets an IPI to the CPUs
+    /// running it (microseconds); otherwise `MEMBARRIER_CMD_GLOBAL` waits for an RCU grace
+    /// period on the whole machine (milliseconds).
     fn remote_barrier(&self) -> Result<(), TransportError> {
         const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
+        const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_long = 1 << 1;
+        // Read from the region, not the header seen at open: a host restarted on the same
+        // file may run a runtime that did not register.
+        let mut flags = [0u8; 4];
+        self.region.read(
+            std::mem::offset_of!(RegionHeader, host_flags) as u64,
+            &mut flags,
+        )?;
+        let cmd = if u32::from_le_bytes(flags) & HOST_FLAG_MEMBARRIER_EXPEDITED != 0 {
+            MEMBARRIER_CMD_GLOBAL_EXPEDITED
+        } else {
+            MEMBARRIER_CMD_GLOBAL
+        };
         // SAFETY: a plain system call with no pointers.
-        let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
+        let rc = unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) };
         if rc != 0 {
             return Err(TransportError::Io {
                 what: "membarrier for",

@@ -23,7 +23,7 @@ fn region() -> Region {
         thread_slots: 4,
         ..RegionParams::default()
     };
-    let (head, info) = encode_header(&params, Arch::X86_64, 0, 0, 0, 0, 0, 0).unwrap();
+    let (head, info) = encode_header(&params, Arch::X86_64, 0, 0, 0, 0, 0, 0, 0).unwrap();
     let mut mem = vec![0u64; info.region_size as usize / 8];
     // SAFETY: `mem` lives as long as the returned Region and is 8-aligned.
     let t = unsafe { LocalRegion::from_raw(mem.as_mut_ptr() as *mut u8, info.region_size) };
