@@ -38,6 +38,7 @@ mod thread;
 pub use helpers::{helper_ids, HELPERS};
 pub use hook::{Hook, HookSpec, HookStats};
 pub use runtime::{Runtime, RuntimeBuilder};
+pub use thread::current_run_state;
 
 pub use rdx_region as region;
 pub use rdx_transport::xstate::MapError;

@@ -244,3 +244,24 @@ pub(crate) fn set_current(p: *mut ThreadState) {
 pub(crate) fn current_ptr() -> *mut ThreadState {
     CURRENT.with(|c| c.get())
 }
+
+/// The [`RunState`] of the extension run in progress on this thread, or `None` outside a run.
+///
+/// For host functions and helpers that spend the running extension's instruction budget
+/// (a cross-sandbox call runs the callee on the caller's budget): they read what is left in
+/// `budget` and lower it by what they spent. Generated code that is metered stores its live
+/// budget there before every helper call and reloads it after, so the value is exact during
+/// the call; unmetered code never reads it (lowering it then only affects later helpers of the
+/// same run). A nested run (a host function running a hook) has its own run state, which is
+/// the one returned while it runs.
+///
+/// The pointer is valid until the host function returns; it must not be kept beyond that,
+/// used from another thread, or used to change `status` or anything after the `RunState`
+/// (an elite run's deoptimisation state lives there).
+pub fn current_run_state() -> Option<*mut RunState> {
+    let ts = current()?;
+    if !ts.in_run() {
+        return None;
+    }
+    Some(ts.current_run().cast())
+}

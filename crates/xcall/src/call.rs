@@ -11,11 +11,32 @@
 //!    even if a control plane publishes another one meanwhile; a held word (a collective
 //!    update's bubble) is waited on, bounded by the region's hold timeout, like a hook;
 //! 5. run it: context = the caller's argument buffer (read-only, declared size), output =
-//!    the caller's buffer through `xcall_reply`, with the entry's class budget;
-//! 6. make the epoch even, and turn a stopped run into an error return.
+//!    the caller's buffer through `xcall_reply`, with a budget of the entry's class budget or
+//!    the caller's remaining budget, whichever is smaller (see "Budget" below);
+//! 6. charge the caller's budget with what the callee spent, make the epoch even, and turn a
+//!    stopped run into an error return.
 //!
 //! Nothing unwinds: generated code returns normally when its budget runs out, with the
 //! status in its [`RunState`].
+//!
+//! # Budget
+//!
+//! The caller's instruction budget covers the call. When `call` runs inside an extension run
+//! ([`rdx_runtime::current_run_state`]; metered code stores its live budget there before every
+//! helper call and reloads it after):
+//! - the callee starts with `min(entry class budget, caller's remaining budget)`;
+//! - afterwards the caller's budget is lowered by what the callee spent (its start budget
+//!   minus what it has left; all of it when the callee ran out);
+//! - a callee that runs out returns [`errno::BUDGET`] to the caller's extension. If it ran
+//!   out of the caller's budget, the caller's budget is then 0: the caller continues from
+//!   the call with the error in `r0` and, if metered, stops with `BudgetExhausted` at its
+//!   next charge (the next loop back-edge or function entry), so straight-line code up to
+//!   there still runs (verifier-bounded code without loops runs to its exit);
+//! - a call made with no budget left returns [`errno::BUDGET`] without running the callee.
+//!
+//! A callee the verifier bounded is compiled unmetered and does not count what it executes:
+//! it is charged nothing (its length bounds what it can do). Host code calling [`call`]
+//! outside any run gives the callee its class budget.
 
 use crate::attach::{self, ServiceMap};
 use crate::{errno, Target, MAX_ARGS, MAX_EXPORTS, MAX_SLOTS};
@@ -356,12 +377,35 @@ fn run_entry(
         out_len: out_len as usize,
         thread_slot: slot_index,
     };
+    // The caller's budget covers the call: the callee gets what its class allows, at most
+    // what the caller's run has left, and the caller's run is charged what the callee spent.
+    let caller = rdx_runtime::current_run_state();
+    let own = hook.budget.load(Ordering::Relaxed);
+    let granted = match caller {
+        Some(state) => {
+            // SAFETY: the run state of the extension run in progress on this thread, which
+            // is blocked in this helper; nothing else touches it until we return.
+            let left = unsafe { (*state).budget };
+            if left == 0 {
+                // Spent by earlier calls of this run: nothing left to run the callee with.
+                return errno::BUDGET;
+            }
+            own.min(left)
+        }
+        None => own,
+    };
     let previous = CURRENT.with(|c| c.replace(&cur));
-    let mut run = RunState::new(hook.budget.load(Ordering::Relaxed));
+    let mut run = RunState::new(granted);
     // SAFETY: see `entry` above; the epoch we hold keeps the code and the maps it links to
     // from being reclaimed until we leave; `ctx` is readable for the declared size.
     let r0 = unsafe { entry(ctx, &mut run) };
     CURRENT.with(|c| c.set(previous));
+    if let Some(state) = caller {
+        // An exhausted callee left 0: the caller pays all it was granted.
+        let spent = granted.saturating_sub(run.budget);
+        // SAFETY: as above.
+        unsafe { (*state).budget = (*state).budget.saturating_sub(spent) };
+    }
     if run.status != RunStatus::Ok as u32 {
         hook.failures.fetch_add(1, Ordering::Relaxed);
         return if run.status == RunStatus::BudgetExhausted as u32 {

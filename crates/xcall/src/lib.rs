@@ -29,9 +29,10 @@
 //!   declared size and the output as writable memory ([`eim::call_function`]);
 //! - the callee's context *is* the caller's argument buffer, read-only, of the declared size;
 //!   results go only into the caller's output buffer, through `xcall_reply`;
-//! - the callee runs with its own class's instruction budget; running out of it, or failing,
-//!   returns a negative errno to the caller's extension ([`errno`]) and both sandboxes keep
-//!   serving.
+//! - the caller's instruction budget covers the call: the callee runs with its own class's
+//!   budget or the caller's remaining budget, whichever is smaller, and the caller is charged
+//!   what the callee spent (see [`call`], "Budget"); running out, or failing, returns a
+//!   negative errno to the caller's extension ([`errno`]) and both sandboxes keep serving.
 //!
 //! ```no_run
 //! use rdx_xcall::{plan::{Plan, PlanSpec}, service::Service, Target};
@@ -123,7 +124,8 @@ pub mod errno {
     pub const NOT_DEPLOYED: u64 = neg(libc::ESRCH);
     /// The arguments are larger than the entry declares.
     pub const ARGS_TOO_LARGE: u64 = neg(libc::E2BIG);
-    /// The callee spent its instruction budget.
+    /// The callee spent its instruction budget (its class's, or what the caller had left), or
+    /// the caller had no budget left to call with.
     pub const BUDGET: u64 = neg(libc::ETIME);
     /// The callee stopped abnormally, or its published word was invalid.
     pub const CALLEE_FAILED: u64 = neg(libc::EFAULT);
