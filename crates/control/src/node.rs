@@ -94,6 +94,8 @@ pub struct HookStatus {
     pub failures: u64,
     pub errors: u64,
     pub hold_timeouts: u64,
+    /// Runs of elite code that left at a failed guard (summed over threads).
+    pub deopts: u64,
     pub avg_ns: Option<u64>,
 }
 
@@ -290,10 +292,11 @@ pub fn hook_status(t: &dyn Transport, info: &HeaderInfo, index: u32) -> Result<H
             info.counters_offset(thread, index),
             &mut c[..stride as usize],
         )?;
-        let f = |i: usize| u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().expect("8"));
-        s.runs = s.runs.wrapping_add(f(0));
-        timed_runs = timed_runs.wrapping_add(f(1));
-        timed_ns = timed_ns.wrapping_add(f(2));
+        let f = |o: u64| u64::from_le_bytes(c[o as usize..o as usize + 8].try_into().expect("8"));
+        s.runs = s.runs.wrapping_add(f(offsets::COUNTER_RUNS));
+        timed_runs = timed_runs.wrapping_add(f(offsets::COUNTER_TIMED_RUNS));
+        timed_ns = timed_ns.wrapping_add(f(offsets::COUNTER_TIMED_NS));
+        s.deopts = s.deopts.wrapping_add(f(offsets::COUNTER_DEOPTS));
     }
     s.avg_ns = (timed_runs > 0).then(|| timed_ns / timed_runs);
     Ok(s)
