@@ -27,9 +27,60 @@ fn main() -> ExitCode {
     match cli.command.run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // `{:#}` prints the whole context chain on one line: "cannot load x.o: section ...".
-            eprintln!("rdx: {e:#}");
+            eprintln!("rdx: {}", one_line(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The whole context chain on one line ("cannot load x.o: section ..."). Library errors often
+/// both show their source in their message and return it as `source()`, so a cause whose text
+/// the line already holds is not repeated.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    /// Shaped like the libraries' errors: the source in the message and as `source()`.
+    #[derive(Debug)]
+    struct Outer(std::io::Error);
+
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "transport: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+        let e = anyhow::Error::new(Outer(io)).context("node show n2");
+        assert_eq!(one_line(&e), "node show n2: transport: Connection refused");
+    }
+
+    #[test]
+    fn distinct_causes_are_all_shown() {
+        let e = anyhow::anyhow!("section .text truncated").context("cannot load x.o");
+        assert_eq!(one_line(&e), "cannot load x.o: section .text truncated");
     }
 }
