@@ -234,10 +234,11 @@ fn main() {
     };
 
     println!(
-        "\n{:<11} {:>6} {:>10} {:>11} {:>11} {:>10} {:>9} {:>9} {:>9}",
+        "\n{:<11} {:>6} {:>10} {:>10} {:>11} {:>11} {:>10} {:>9} {:>9} {:>9}",
         "kernel",
         "insns",
         "rdx JIT",
+        "JIT-call",
         "interp",
         "kernel JIT",
         "C -O2",
@@ -246,26 +247,45 @@ fn main() {
         "JIT/C"
     );
     println!(
-        "{:<11} {:>6} {:>10} {:>11} {:>11} {:>10} {:>9} {:>9} {:>9}",
-        "", "", "ns/run", "ns/run", "ns/run", "ns/run", "JIT", "JIT", ""
+        "{:<11} {:>6} {:>10} {:>10} {:>11} {:>11} {:>10} {:>9} {:>9} {:>9}",
+        "", "", "ns/run", "ns/run", "ns/run", "ns/run", "ns/run", "JIT", "JIT", ""
     );
     let mut compile_total = Duration::ZERO;
     let mut compile_insns = 0usize;
     for name in KERNELS {
         let prog = object.program(name).expect("program in bench object");
-        let opts = CompileOptions::new(host);
-
-        // rdx JIT.
-        let jit_maps = MapSet::new(&object.maps).unwrap();
-        let mut syms: HashMap<Symbol, u64> = HashMap::new();
-        for (i, m) in jit_maps.iter().enumerate() {
-            syms.insert(Symbol::Map(i as u32), m.address());
-        }
-        for id in 1..=8 {
-            if let Some(f) = native_helper(id) {
-                syms.insert(Symbol::Helper(id as u32), f as *const () as u64);
+        // rdx JIT, array lookups inlined (the bench's default) and, as the baseline, calling
+        // the lookup helper.
+        let mut opts = CompileOptions::new(host);
+        opts.inline_array_lookups(&object.maps);
+        let call_opts = CompileOptions::new(host);
+        let symbols_for = |maps: &MapSet| {
+            let mut syms: HashMap<Symbol, u64> = HashMap::new();
+            for (i, m) in maps.iter().enumerate() {
+                syms.insert(Symbol::Map(i as u32), m.address());
+                if let Some(v) = m.value_address(0) {
+                    syms.insert(Symbol::MapValue(i as u32), v);
+                }
             }
-        }
+            for id in 1..=8 {
+                if let Some(f) = native_helper(id) {
+                    syms.insert(Symbol::Helper(id as u32), f as *const () as u64);
+                }
+            }
+            syms
+        };
+        let jit_maps = MapSet::new(&object.maps).unwrap();
+        let syms = symbols_for(&jit_maps);
+        let call_maps = MapSet::new(&object.maps).unwrap();
+        let call_syms = symbols_for(&call_maps);
+        let (call_artifact, _) = compiler.compile(&prog.insns, &call_opts).expect("compile");
+        let call_code = ExecutableCode::load(&call_artifact, &call_syms).expect("load");
+        let mut call_ctx = packet.xdp_md();
+        let mut call_run_state = RunState::new(0);
+        // SAFETY: as for the inlined build below.
+        let mut call_run =
+            || unsafe { call_code.call(call_ctx.as_mut_ptr().cast(), &mut call_run_state) };
+        let call_first = call_run() as u32;
         let t = CpuClock::now();
         let (artifact, stats) = compiler.compile(&prog.insns, &opts).expect("compile");
         compile_total += t.elapsed();
@@ -305,16 +325,17 @@ fn main() {
                 .retval
         });
 
-        let mut agree = jit_first == interp_first;
+        let mut agree = jit_first == interp_first && call_first == jit_first;
         agree &= c_first.is_none_or(|c| c == jit_first);
         agree &= kernel_first.is_none_or(|k| k == jit_first);
         if !agree {
             println!(
-                "{name}: RESULTS DIFFER: jit {jit_first:#x} interp {interp_first:#x} C {c_first:x?} kernel {kernel_first:x?}"
+                "{name}: RESULTS DIFFER: jit {jit_first:#x} jit-call {call_first:#x} interp {interp_first:#x} C {c_first:x?} kernel {kernel_first:x?}"
             );
         }
 
         let jit = time_per_run(&mut jit_run);
+        let jit_call = time_per_run(&mut call_run);
         let interp = time_per_run(|| {
             let mut xdp = XdpMd::new(frame.clone());
             // SAFETY: verified by the kernel and already run in checked mode.
@@ -338,10 +359,11 @@ fn main() {
             a.map_or("-".to_string(), |a| format!("{:.2}x", ns(a) / ns(b)))
         };
         println!(
-            "{:<11} {:>6} {:>10.1} {:>11.1} {:>11} {:>10} {:>9} {:>9} {:>9}",
+            "{:<11} {:>6} {:>10.1} {:>10.1} {:>11.1} {:>11} {:>10} {:>9} {:>9} {:>9}",
             name,
             prog.insns.len(),
             ns(jit),
+            ns(jit_call),
             ns(interp),
             fmt(kern),
             fmt(c),
@@ -350,6 +372,7 @@ fn main() {
             c.map_or("-".to_string(), |c| format!("{:.2}x", ns(jit) / ns(c))),
         );
     }
+    println!("(rdx JIT inlines array lookups; JIT-call is the same JIT calling the lookup helper)");
     println!("(interp/JIT and kernel/JIT above 1 mean rdx's JIT is faster; JIT/C is rdx's JIT time over gcc -O2's)");
     println!("(the interpreter's time includes building its xdp_md context model for each run)");
 

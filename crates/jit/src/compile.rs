@@ -89,6 +89,24 @@ pub fn branch_sites(insns: &[Insn]) -> Vec<usize> {
         .collect()
 }
 
+/// Geometry of an array map whose `bpf_map_lookup_elem` calls are inlined (see
+/// [`CompileOptions::inline_arrays`]): what the object's map definition declares, so the
+/// artifact stays target-independent. The values' base address is the relocation
+/// `mapvalue:<index>`; value `i` lives at `base + i * round_up(value_size, 8)`, the layout of
+/// rdx's arrays (XState and the in-process map set alike).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct InlineArray {
+    pub max_entries: u32,
+    pub value_size: u32,
+}
+
+impl InlineArray {
+    /// Bytes between consecutive values.
+    pub fn value_stride(&self) -> u64 {
+        (self.value_size as u64).div_ceil(8) * 8
+    }
+}
+
 /// Everything besides the bytecode that decides the generated code. Part of the artifact's
 /// options hash.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -108,6 +126,11 @@ pub struct CompileOptions {
     pub speculation: Option<Speculation>,
     /// Instrument every conditional jump with a counter (see [`BranchCounters`]).
     pub branch_counters: Option<BranchCounters>,
+    /// Array maps (by index in the object's map table) whose lookups are compiled inline: a
+    /// bounds check and an address computation instead of a helper call, returning exactly
+    /// what the helper returns. Only for plain arrays (one copy per element), linked against
+    /// maps created from the same definitions. Empty by default.
+    pub inline_arrays: BTreeMap<u32, InlineArray>,
 }
 
 impl CompileOptions {
@@ -121,6 +144,28 @@ impl CompileOptions {
             verify_ir: cfg!(debug_assertions),
             speculation: None,
             branch_counters: None,
+            inline_arrays: BTreeMap::new(),
+        }
+    }
+
+    /// Inlines lookups in every plain array of `maps` (an object's map table): type
+    /// `BPF_MAP_TYPE_ARRAY`, 4-byte keys. Per-CPU arrays keep the helper (their element
+    /// depends on the running thread).
+    pub fn inline_array_lookups(&mut self, maps: &[rdx_bpf::program::MapDef]) {
+        for (i, m) in maps.iter().enumerate() {
+            if m.map_type == rdx_bpf::program::MapType::Array
+                && m.key_size == 4
+                && m.value_size > 0
+                && m.max_entries > 0
+            {
+                self.inline_arrays.insert(
+                    i as u32,
+                    InlineArray {
+                        max_entries: m.max_entries,
+                        value_size: m.value_size,
+                    },
+                );
+            }
         }
     }
 
@@ -138,6 +183,12 @@ impl CompileOptions {
         }
         if let Some(c) = &self.branch_counters {
             text.push_str(&format!(";counters={}", c.symbol));
+        }
+        if !self.inline_arrays.is_empty() {
+            text.push_str(";arrays=");
+            for (i, a) in &self.inline_arrays {
+                text.push_str(&format!("{i}:{}x{},", a.max_entries, a.value_size));
+            }
         }
         sha256(&[text.as_bytes()])
     }

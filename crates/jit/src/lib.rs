@@ -33,7 +33,7 @@ mod translate;
 pub use artifact::{Artifact, ArtifactError, Symbol};
 pub use compile::{
     branch_sites, compile, BranchCounters, CompileError, CompileOptions, CompileStats, Compiler,
-    EntryAbi, Expect, HelperCalls, Speculation,
+    EntryAbi, Expect, HelperCalls, InlineArray, Speculation,
 };
 pub use exec::{ExecError, ExecutableCode};
 pub use link::{LinkError, LinkTarget, LinkedCode, SymbolResolver};

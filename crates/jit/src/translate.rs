@@ -28,7 +28,17 @@ use rdx_bpf::isa::{
 use rdx_region::abi::{DeoptRunState, RunStatus, DEOPT_FRAME_BYTES, DEOPT_MAX_FRAMES};
 
 use crate::artifact::{Symbol, HELPER_TABLE_SYMBOL};
-use crate::compile::{callee_index, CompileError, CompileOptions, EntryAbi, Expect, HelperCalls};
+use crate::compile::{
+    callee_index, CompileError, CompileOptions, EntryAbi, Expect, HelperCalls, InlineArray,
+};
+
+/// Helper id of `bpf_map_lookup_elem`.
+const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
+
+/// Bit `r` of a register set.
+fn bit(r: Reg) -> u16 {
+    1 << r.index()
+}
 
 /// External-name namespace of our own eBPF functions (index = function number).
 pub(crate) const NS_FUNC: u32 = 0;
@@ -1106,8 +1116,55 @@ impl Translator<'_, '_> {
         (1..=5).map(|i| self.reg(Reg(i))).collect()
     }
 
+    /// The inlinable array `r1` designates at the call in slot `pc`: the last write to `r1`
+    /// in the same straight-line run of slots (no jump lands between it and the call) is an
+    /// `lddw` of a map listed in [`CompileOptions::inline_arrays`].
+    fn inline_array_at(&self, pc: usize) -> Option<(u32, InlineArray)> {
+        let mut j = pc;
+        loop {
+            if self.blocks[j - self.plan.start].is_some() || j == self.plan.start {
+                return None;
+            }
+            j -= 1;
+            match &self.insns[j] {
+                Insn::LoadImm64Hi => continue,
+                Insn::LoadImm64 {
+                    dst: Reg(1),
+                    kind: ImmKind::MapIdx,
+                    imm_lo,
+                    ..
+                } => {
+                    let index = *imm_lo as u32;
+                    return self.opts.inline_arrays.get(&index).map(|a| (index, *a));
+                }
+                insn => {
+                    if matches!(insn, Insn::Call(_)) || uses_defs(insn).1 & bit(Reg(1)) != 0 {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
     fn call(&mut self, pc: usize, target: CallTarget) -> Result<(), CompileError> {
         match target {
+            CallTarget::Helper(BPF_FUNC_MAP_LOOKUP_ELEM) if self.inline_array_at(pc).is_some() => {
+                let (index, array) = self.inline_array_at(pc).expect("checked by the guard");
+                // The helper's contract, inline: the 4-byte key (the verifier proved `r2`
+                // readable for it), NULL when it is out of range, else the value's address.
+                let key_ptr = self.reg(Reg(2));
+                let key = self.b.ins().uload32(mem(), key_ptr, 0);
+                let in_range =
+                    self.b
+                        .ins()
+                        .icmp_imm_u(IntCC::UnsignedLessThan, key, array.max_entries as i64);
+                let base = self.symbol_value(Symbol::MapValue(index), 0);
+                let offset = self.b.ins().imul_imm_u(key, array.value_stride() as i64);
+                let addr = self.b.ins().iadd(base, offset);
+                let null = self.b.ins().iconst(I64, 0);
+                let r0 = self.b.ins().select(in_range, addr, null);
+                self.set(Reg(0), r0);
+            }
             CallTarget::Helper(id) => {
                 let id = u32::try_from(id).map_err(|_| CompileError::Unsupported {
                     pc,

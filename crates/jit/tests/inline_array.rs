@@ -1,0 +1,172 @@
+//! Inlined `bpf_map_lookup_elem` on array maps: the inline code returns exactly what the
+//! lookup helper returns (the value's address, or NULL out of range), and only calls through
+//! a known array map in `r1` are inlined.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rdx_bpf::isa::{AluOp, CallTarget, ImmKind, Insn, Operand, Reg, Width};
+use rdx_jit::{Arch, CompileOptions, Compiler, EntryAbi, ExecutableCode, InlineArray, Symbol};
+use rdx_region::abi::RunState;
+
+const MAX_ENTRIES: u32 = 5;
+/// Rounded up to a 16-byte stride, as rdx lays out array values.
+const VALUE_SIZE: u32 = 12;
+const STRIDE: u64 = 16;
+
+static VALUES_BASE: AtomicU64 = AtomicU64::new(0);
+static HELPER_CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// The lookup helper's contract for the test's one array.
+unsafe extern "C" fn lookup_helper(_map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
+    HELPER_CALLS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: the programs pass a pointer to 4 readable bytes.
+    let k = unsafe { (key as *const u32).read_unaligned() };
+    if k < MAX_ENTRIES {
+        VALUES_BASE.load(Ordering::Relaxed) + k as u64 * STRIDE
+    } else {
+        0
+    }
+}
+
+fn mov64_reg(dst: u8, src: u8) -> Insn {
+    Insn::Alu {
+        width: Width::W64,
+        op: AluOp::Mov,
+        dst: Reg(dst),
+        src: Operand::Reg(Reg(src)),
+    }
+}
+
+fn lddw_map(dst: u8, index: i32) -> [Insn; 2] {
+    [
+        Insn::LoadImm64 {
+            dst: Reg(dst),
+            kind: ImmKind::MapIdx,
+            imm_lo: index,
+            imm_hi: 0,
+        },
+        Insn::LoadImm64Hi,
+    ]
+}
+
+/// `return bpf_map_lookup_elem(map, ctx)`: the key is the first 4 bytes of the context.
+fn lookup_program(map_then_clobber: bool) -> Vec<Insn> {
+    let mut p = vec![mov64_reg(2, 1)];
+    p.extend(lddw_map(1, 0));
+    if map_then_clobber {
+        // r1 no longer holds the map reference the compiler saw: the helper must be called.
+        p.extend(lddw_map(3, 0));
+        p.push(mov64_reg(1, 3));
+    }
+    p.push(Insn::Call(CallTarget::Helper(1)));
+    p.push(Insn::Exit);
+    p
+}
+
+fn options(inline: bool) -> CompileOptions {
+    let mut opts = CompileOptions::new(Arch::host().expect("supported host"));
+    opts.entry_abi = EntryAbi::WithLength;
+    if inline {
+        opts.inline_arrays.insert(
+            0,
+            InlineArray {
+                max_entries: MAX_ENTRIES,
+                value_size: VALUE_SIZE,
+            },
+        );
+    }
+    opts
+}
+
+fn run(code: &ExecutableCode, key: u32) -> u64 {
+    let mut ctx = [0u8; 8];
+    ctx[..4].copy_from_slice(&key.to_le_bytes());
+    let mut run = RunState::new(0);
+    // SAFETY: the program reads 4 bytes of `ctx` and calls only `lookup_helper`.
+    unsafe { code.call_with_len(ctx.as_mut_ptr(), &mut run, ctx.len() as u64) }
+}
+
+#[test]
+fn inline_lookup_returns_what_the_helper_returns() {
+    let values = vec![0u8; (MAX_ENTRIES as u64 * STRIDE) as usize];
+    VALUES_BASE.store(values.as_ptr() as u64, Ordering::Relaxed);
+    let map_object = [0u64; 4];
+    let mut syms = HashMap::new();
+    syms.insert(Symbol::Helper(1), lookup_helper as *const () as u64);
+    syms.insert(Symbol::Map(0), map_object.as_ptr() as u64);
+    syms.insert(Symbol::MapValue(0), values.as_ptr() as u64);
+
+    let compiler = Compiler::new(options(false).arch).unwrap();
+    let prog = lookup_program(false);
+    let (inline_artifact, _) = compiler.compile(&prog, &options(true)).unwrap();
+    let (call_artifact, _) = compiler.compile(&prog, &options(false)).unwrap();
+    assert!(!inline_artifact.symbols.contains(&Symbol::Helper(1)));
+    assert!(inline_artifact.symbols.contains(&Symbol::MapValue(0)));
+    assert!(call_artifact.symbols.contains(&Symbol::Helper(1)));
+    assert_ne!(
+        inline_artifact.meta.options_hash,
+        call_artifact.meta.options_hash
+    );
+
+    let inline = ExecutableCode::load_bytes(&inline_artifact.to_bytes(), &syms).unwrap();
+    let call = ExecutableCode::load_bytes(&call_artifact.to_bytes(), &syms).unwrap();
+    for key in [0, 1, 4, 5, 6, 0x7fff_ffff, 0x8000_0000, u32::MAX] {
+        let expected = run(&call, key);
+        let before = HELPER_CALLS.load(Ordering::Relaxed);
+        assert_eq!(run(&inline, key), expected, "key {key}");
+        assert_eq!(
+            HELPER_CALLS.load(Ordering::Relaxed),
+            before,
+            "inlined, key {key}"
+        );
+        let want = if key < MAX_ENTRIES {
+            values.as_ptr() as u64 + key as u64 * STRIDE
+        } else {
+            0
+        };
+        assert_eq!(expected, want, "key {key}");
+    }
+}
+
+#[test]
+fn unknown_map_argument_keeps_the_helper_call() {
+    let compiler = Compiler::new(options(true).arch).unwrap();
+    let (artifact, _) = compiler
+        .compile(&lookup_program(true), &options(true))
+        .unwrap();
+    assert!(artifact.symbols.contains(&Symbol::Helper(1)));
+    // A map that is not listed as an inlinable array keeps the call too.
+    let mut opts = options(false);
+    opts.inline_arrays.insert(
+        1,
+        InlineArray {
+            max_entries: 1,
+            value_size: 8,
+        },
+    );
+    let (artifact, _) = compiler.compile(&lookup_program(false), &opts).unwrap();
+    assert!(artifact.symbols.contains(&Symbol::Helper(1)));
+}
+
+#[test]
+fn only_plain_arrays_are_inlined_from_an_object() {
+    let object = rdx_bpf::loader::load(&rdx_testdata::object("jit/bench")).unwrap();
+    let mut opts = options(false);
+    opts.inline_array_lookups(&object.maps);
+    for (i, m) in object.maps.iter().enumerate() {
+        let listed = opts.inline_arrays.get(&(i as u32));
+        if m.map_type == rdx_bpf::program::MapType::Array {
+            assert_eq!(
+                listed,
+                Some(&InlineArray {
+                    max_entries: m.max_entries,
+                    value_size: m.value_size
+                })
+            );
+        } else {
+            assert_eq!(listed, None, "map {} ({:?})", m.name, m.map_type);
+        }
+    }
+    assert!(!opts.inline_arrays.is_empty());
+}
