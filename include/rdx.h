@@ -6,6 +6,12 @@
  * exposes the region (rdx_register) and calls rdx_run_hook at its hook points. Extension code
  * arrives from a control plane through the region; the host never loads anything.
  *
+ * Serving across hosts: when the library is built with the rdx-runtime `fabric` cargo
+ * feature (cargo build -p rdx-runtime --features fabric; link the host with -lfabric),
+ * rdx_register also serves the region over libfabric if RDX_FABRIC_LISTEN is set (see
+ * docs/fabric.md for RDX_FABRIC_TOKEN_FILE and the other variables) until rdx_teardown.
+ * Built without it, rdx_register fails with -ENOTSUP while RDX_FABRIC_LISTEN is set.
+ *
  * Every function is thread-safe. Functions returning int return 0 on success or a negative
  * errno; rdx_last_error() then describes the failure for the calling thread.
  */
@@ -51,8 +57,13 @@ typedef struct rdx_hook_stats {
 int rdx_init(const rdx_options *opts, rdx_runtime **out);
 /* The region file path (owned by the runtime). */
 const char *rdx_region_path(const rdx_runtime *rt);
-/* ctx_register: exposes the region to control planes (file mode; 0 = 0600). */
+/* ctx_register: exposes the region to control planes (file mode; 0 = 0600). With the
+ * `fabric` feature and RDX_FABRIC_LISTEN set, also serves it over the fabric (a failure to
+ * serve is an error with rdx_last_error() saying why); calling it again keeps that server. */
 int rdx_register(const rdx_runtime *rt, uint32_t mode);
+/* The fabric bootstrap address ("IP:PORT") the region is served on, or NULL when it is not
+ * served over the fabric. Owned by the runtime. */
+const char *rdx_fabric_address(const rdx_runtime *rt);
 /* Declares a hook whose context is context_size bytes; default_return is returned while
  * nothing is attached. */
 int rdx_declare_hook(const rdx_runtime *rt, const char *name, uint64_t context_size,
@@ -65,9 +76,9 @@ int rdx_register_function(const rdx_runtime *rt, const char *name, uint32_t id, 
 int rdx_register_variable(const rdx_runtime *rt, const char *name, void *addr, uint64_t size);
 int rdx_hook_get_stats(const rdx_hook *hook, rdx_hook_stats *out);
 void rdx_hook_free(rdx_hook *hook);
-/* ctx_teardown: hooks stop running extensions; waits up to wait_ms for threads inside them;
- * removes the region file if `unlink`; frees `rt`. Returns 0, 1 if the wait timed out, or a
- * negative errno. Hook handles stay valid and return their defaults. */
+/* ctx_teardown: stops serving over the fabric; hooks stop running extensions; waits up to
+ * wait_ms for threads inside them; removes the region file if `unlink`; frees `rt`.
+ * Returns 0, 1 if the wait timed out, or a negative errno. Hook handles stay valid and return their defaults. */
 int rdx_teardown(rdx_runtime *rt, uint32_t wait_ms, int unlink);
 /* The calling thread's last error message. */
 const char *rdx_last_error(void);

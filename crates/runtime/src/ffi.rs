@@ -1,16 +1,33 @@
 //! The C ABI (`include/rdx.h`). Every function is thread-safe; errors are negative errno
 //! values, with a message for the calling thread in [`rdx_last_error`].
+//!
+//! With the `fabric` feature, [`rdx_register`] also serves the region across hosts when the
+//! environment asks for it (`RDX_FABRIC_LISTEN`, see `rdx_fabric::serve_from_env`); the
+//! server lives in the handle until [`rdx_teardown`].
 
 use crate::{HookSpec, Runtime, RuntimeError};
 use rdx_region::abi::HelperFn;
 use std::cell::RefCell;
 use std::ffi::{c_char, CStr, CString};
+use std::sync::Mutex;
 use std::time::Duration;
+
+/// The variable by which a host opts in to being served over the fabric.
+const ENV_FABRIC_LISTEN: &str = "RDX_FABRIC_LISTEN";
 
 /// Opaque runtime handle.
 pub struct RdxRuntime {
     rt: Runtime,
     path: CString,
+    fabric: Mutex<Option<Served>>,
+}
+
+/// The region's fabric server and its bootstrap address as C text. Never replaced once set,
+/// so the address string stays valid until teardown.
+struct Served {
+    #[cfg(feature = "fabric")]
+    _server: rdx_fabric::FabricServer,
+    address: CString,
 }
 
 /// Opaque hook handle: owns a reference to its runtime.
@@ -123,7 +140,13 @@ pub unsafe extern "C" fn rdx_init(opts: *const RdxOptions, out: *mut *mut RdxRun
         Ok(rt) => {
             let path = CString::new(rt.path().as_os_str().as_encoded_bytes()).unwrap_or_default();
             // SAFETY: `out` is valid for a write.
-            unsafe { *out = Box::into_raw(Box::new(RdxRuntime { rt, path })) };
+            unsafe {
+                *out = Box::into_raw(Box::new(RdxRuntime {
+                    rt,
+                    path,
+                    fabric: Mutex::new(None),
+                }))
+            };
             0
         }
         Err(e) => fail(e),
@@ -140,7 +163,8 @@ pub unsafe extern "C" fn rdx_region_path(rt: *const RdxRuntime) -> *const c_char
     unsafe { &*rt }.path.as_ptr()
 }
 
-/// `ctx_register` with file mode `mode` (0 = 0600).
+/// `ctx_register` with file mode `mode` (0 = 0600); then, if `RDX_FABRIC_LISTEN` is set,
+/// serves the region over the fabric until teardown (a second call keeps the first server).
 ///
 /// # Safety
 /// `rt` is a live handle.
@@ -148,13 +172,86 @@ pub unsafe extern "C" fn rdx_region_path(rt: *const RdxRuntime) -> *const c_char
 pub unsafe extern "C" fn rdx_register(rt: *const RdxRuntime, mode: u32) -> i32 {
     // SAFETY: by the caller's contract.
     let rt = unsafe { &*rt };
-    match rt
+    if let Err(e) = rt
         .rt
         .register_with_mode(if mode == 0 { 0o600 } else { mode })
     {
-        Ok(()) => 0,
-        Err(e) => fail(e),
+        return fail(e);
     }
+    let mut fabric = rt.fabric.lock().unwrap_or_else(|e| e.into_inner());
+    if fabric.is_some() {
+        return 0;
+    }
+    match serve_fabric(&rt.rt) {
+        Ok(served) => {
+            *fabric = served;
+            0
+        }
+        Err((code, message)) => {
+            set_error(&message);
+            -code
+        }
+    }
+}
+
+#[cfg(feature = "fabric")]
+fn serve_fabric(rt: &Runtime) -> Result<Option<Served>, (i32, String)> {
+    match rdx_fabric::serve_from_env(rt.path()) {
+        Ok(None) => Ok(None),
+        Ok(Some(server)) => Ok(Some(Served {
+            address: CString::new(server.bootstrap_addr().to_string()).unwrap_or_default(),
+            _server: server,
+        })),
+        Err(e) => {
+            let code = match &e {
+                rdx_fabric::FabricError::BadEnvironment { .. }
+                | rdx_fabric::FabricError::BadToken(_) => libc::EINVAL,
+                rdx_fabric::FabricError::Io { source, .. } => {
+                    source.raw_os_error().unwrap_or(libc::EIO)
+                }
+                _ => libc::EIO,
+            };
+            Err((
+                code,
+                format!(
+                    "serving region {} over the fabric ({ENV_FABRIC_LISTEN} is set): {e}",
+                    rt.path().display()
+                ),
+            ))
+        }
+    }
+}
+
+/// Without the feature, a host asked to serve over the fabric fails loudly rather than
+/// running unreachable.
+#[cfg(not(feature = "fabric"))]
+fn serve_fabric(_rt: &Runtime) -> Result<Option<Served>, (i32, String)> {
+    match std::env::var_os(ENV_FABRIC_LISTEN) {
+        None => Ok(None),
+        Some(_) => Err((
+            libc::ENOTSUP,
+            format!(
+                "{ENV_FABRIC_LISTEN} is set but this rdx runtime library was built without \
+                 the `fabric` feature (cargo build -p rdx-runtime --features fabric)"
+            ),
+        )),
+    }
+}
+
+/// The fabric bootstrap address (`IP:PORT`) the region is served on, or null when it is not
+/// served over the fabric. Owned by the runtime handle.
+///
+/// # Safety
+/// `rt` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn rdx_fabric_address(rt: *const RdxRuntime) -> *const c_char {
+    // SAFETY: by the caller's contract.
+    let rt = unsafe { &*rt };
+    let fabric = rt.fabric.lock().unwrap_or_else(|e| e.into_inner());
+    // The string's buffer stays put until teardown: the server is never replaced.
+    fabric
+        .as_ref()
+        .map_or(std::ptr::null(), |served| served.address.as_ptr())
 }
 
 /// Declares a hook and writes its handle to `*out`.
@@ -304,6 +401,8 @@ pub unsafe extern "C" fn rdx_hook_free(hook: *mut RdxHook) {
 pub unsafe extern "C" fn rdx_teardown(rt: *mut RdxRuntime, wait_ms: u32, unlink: i32) -> i32 {
     // SAFETY: by the caller's contract.
     let rt = unsafe { Box::from_raw(rt) };
+    // Stop serving first: no control plane reaches the region while it is being torn down.
+    drop(rt.fabric.lock().unwrap_or_else(|e| e.into_inner()).take());
     let r = match rt.rt.teardown(Duration::from_millis(wait_ms as u64)) {
         Ok(true) => 0,
         Ok(false) => 1,

@@ -38,7 +38,9 @@ fn build_c_host() -> PathBuf {
         .arg(&exe)
         .arg(root.join("examples/c-host/main.c"))
         .arg(&lib)
-        .args(["-lpthread", "-ldl", "-lm"])
+        // libfabric: the library may have been built with the `fabric` feature (it is when
+        // the whole workspace is tested, for rdx-fabric's tests); unused otherwise.
+        .args(["-lfabric", "-lpthread", "-ldl", "-lm"])
         .status()
         .expect("run the C compiler");
     assert!(status.success(), "c-host failed to compile");
