@@ -596,6 +596,9 @@ impl CodeFlow {
         opts.needs_budget = checked.facts.needs_budget;
         opts.eim_class = format!("{}/{}", checked.hook, checked.class);
         opts.verify_ir = false;
+        // Array lookups are inlined against the definitions' geometry: `maps_for` links
+        // only maps of exactly that shape (a live map of another shape is an error).
+        opts.inline_array_lookups(&ext.maps);
         let compiler =
             Compiler::new(opts.arch).map_err(|e| ControlError::Compile(e.to_string()))?;
         let (artifact, _) = compiler
