@@ -170,3 +170,19 @@ fn only_plain_arrays_are_inlined_from_an_object() {
     }
     assert!(!opts.inline_arrays.is_empty());
 }
+
+#[test]
+fn clang_array_lookups_are_inlined() {
+    // `plus_one` looks up the array `hits` (inlined) and the hash `seen` (a helper call).
+    let object = rdx_bpf::loader::load(&rdx_testdata::object("control/plus_one")).unwrap();
+    let prog = object.program("plus_one").unwrap();
+    let hits = object.maps.iter().position(|m| m.name == "hits").unwrap() as u32;
+    let mut opts = options(false);
+    opts.entry_abi = EntryAbi::Standard;
+    opts.inline_array_lookups(&object.maps);
+    assert!(opts.inline_arrays.contains_key(&hits));
+    let compiler = Compiler::new(opts.arch).unwrap();
+    let (artifact, _) = compiler.compile(&prog.insns, &opts).unwrap();
+    assert!(artifact.symbols.contains(&Symbol::MapValue(hits)));
+    assert!(artifact.symbols.contains(&Symbol::Helper(1)));
+}
