@@ -6,6 +6,7 @@
 //! add one. Errors are reported as `rdx: <what failed>: <why>` with a non-zero exit status.
 
 mod cmd;
+mod fabric_scheme;
 mod object_file;
 
 use std::process::ExitCode;
@@ -22,7 +23,7 @@ struct Cli {
 
 fn main() -> ExitCode {
     // Node addresses `fabric://HOST:PORT?token-file=...` (docs/fabric.md).
-    rdx_fabric::register_scheme();
+    fabric_scheme::register();
     let cli = Cli::parse();
     match cli.command.run() {
         Ok(()) => ExitCode::SUCCESS,

@@ -9,8 +9,9 @@
 //!   with the endpoint address and key ([`auth`]).
 //! - [`Provider`]: provider choice by flag, by libfabric's `FI_PROVIDER`, or by preference.
 //! - [`FabricAddress`]: the `fabric://HOST:PORT?token-file=...` node addresses of the control
-//!   plane's registry; with the `control` feature, [`register_scheme`] makes every
-//!   `rdx-control` connection (and so every `rdx` command and broadcast) accept them.
+//!   plane's registry. The `rdx` binary registers them as a scheme of `rdx-control`'s
+//!   connections; this crate does not depend on the control plane, so a host that serves
+//!   its region over the fabric never links the verifier or the compiler.
 //! - [`serve_from_env`]: the data plane's opt-in (`RDX_FABRIC_LISTEN`, ...) right after the
 //!   runtime registered its region.
 //!
@@ -33,34 +34,6 @@ pub use client::{ConnectOptions, FabricTransport};
 pub use host::{serve_from_env, ENV_LISTEN, ENV_PROVIDER, ENV_TOKEN_FILE};
 pub use provider::{Provider, PREFERENCE};
 pub use serve::{serve, BootstrapStats, FabricServer, ProgressThread, ServeConfig};
-
-/// Makes `fabric://` addresses work wherever the control plane connects to a node
-/// (`rdx_control::node::connect`, hence `create_codeflow`, every `rdx` command, broadcast and
-/// recovery). Call once at startup; calling again is harmless.
-#[cfg(feature = "control")]
-pub fn register_scheme() {
-    rdx_control::node::register_scheme(address::SCHEME, connect_for_control);
-}
-
-#[cfg(feature = "control")]
-fn connect_for_control(address: &str) -> rdx_control::Result<Box<dyn rdx_transport::Transport>> {
-    use rdx_control::ControlError;
-    let parsed = FabricAddress::parse(address).map_err(|e| match e {
-        FabricError::BadAddress { address, reason } => ControlError::BadAddress { address, reason },
-        other => ControlError::BadAddress {
-            address: address::redact(address),
-            reason: other.to_string(),
-        },
-    })?;
-    let transport = parsed.connect().map_err(|e| {
-        ControlError::Transport(rdx_transport::TransportError::Io {
-            what: "connecting over the fabric to",
-            path: format!("fabric://{}", parsed.bootstrap),
-            source: std::io::Error::other(e.to_string()),
-        })
-    })?;
-    Ok(Box::new(transport))
-}
 
 /// Why connecting or serving failed.
 #[derive(Debug, thiserror::Error)]
