@@ -68,9 +68,10 @@ fn refuse(reason: String) -> FleetError {
     FleetError::PlanInvalid(format!("migration: {reason}"))
 }
 
-/// Lock token for map writes by this control plane (distinct from host threads' tokens).
+/// Lock token for map writes by this control plane: a control-plane token (pid and stamp), so
+/// another control plane can break the lock if this process dies mid-copy.
 fn token() -> u64 {
-    (1 << 63) | std::process::id() as u64
+    xstate::control_plane_token(std::process::id())
 }
 
 /// The source's maps for its active version of `hook`, checked against `ext`'s declarations
