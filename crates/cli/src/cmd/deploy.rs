@@ -13,23 +13,31 @@ use serde::Serialize;
 
 use super::node::{attach, StateArgs};
 
+/// Which program goes to which node and hook: the arguments `deploy`, `profile` and
+/// `optimize` share.
+#[derive(clap::Args)]
+pub struct ProgramTarget {
+    /// Object file (`clang -O2 -g -target bpf -c prog.c -o prog.o`).
+    pub object: PathBuf,
+    /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`).
+    #[arg(long)]
+    pub node: String,
+    /// Hook to attach to.
+    #[arg(long)]
+    pub hook: String,
+    /// Program in the object (required if it has several).
+    #[arg(long = "prog", value_name = "NAME")]
+    pub program: Option<String>,
+    /// Extension class bound to the hook (default: the only class the node declares for it).
+    #[arg(long)]
+    pub class: Option<String>,
+}
+
 /// Deploy an eBPF program into a running node's hook.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Object file (`clang -O2 -g -target bpf -c prog.c -o prog.o`).
-    object: PathBuf,
-    /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`).
-    #[arg(long)]
-    node: String,
-    /// Hook to attach to.
-    #[arg(long)]
-    hook: String,
-    /// Program in the object (required if it has several).
-    #[arg(long = "prog", value_name = "NAME")]
-    program: Option<String>,
-    /// Extension class bound to the hook (default: the only class the node declares for it).
-    #[arg(long)]
-    class: Option<String>,
+    #[command(flatten)]
+    target: ProgramTarget,
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -57,13 +65,13 @@ struct Report {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let bytes = std::fs::read(&args.object)
-        .with_context(|| format!("cannot read {}", args.object.display()))?;
+    let bytes = std::fs::read(&args.target.object)
+        .with_context(|| format!("cannot read {}", args.target.object.display()))?;
     let object = rdx_bpf::loader::load(&bytes)
-        .with_context(|| format!("cannot load {}", args.object.display()))?;
-    let ext = Extension::from_object(&object, args.program.as_deref())?;
+        .with_context(|| format!("cannot load {}", args.target.object.display()))?;
+    let ext = Extension::from_object(&object, args.target.program.as_deref())?;
     let registry = args.state.registry()?;
-    let (node, mut cf) = attach(&registry, &args.node)?;
+    let (node, mut cf) = attach(&registry, &args.target.node)?;
     let progress = |msg: String| {
         if !args.json {
             eprint!("{msg}");
@@ -76,11 +84,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "verifying {} ({} insns) for {node}/{} ... ",
         ext.name,
         ext.insns.len(),
-        args.hook
+        args.target.hook
     ));
     let t = Instant::now();
     let checked = cf
-        .validate_code(&ext, &args.hook, args.class.as_deref())
+        .validate_code(&ext, &args.target.hook, args.target.class.as_deref())
         .inspect_err(|_| progress("rejected\n".into()))?;
     let verify_us = us(t);
     progress(format!("ok, class {} ({verify_us:.0} us)\n", checked.class));
@@ -97,7 +105,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     progress("linking and writing ... ".into());
     let t = Instant::now();
-    let prepared = cf.prepare_prog(&args.hook, &ext, &compiled)?;
+    let prepared = cf.prepare_prog(&args.target.hook, &ext, &compiled)?;
     let write_us = us(t);
     progress(format!(
         "{} bytes at {:#x} ({write_us:.0} us)\n",
@@ -111,12 +119,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     registry.record(&HistoryEntry {
         id: 0,
         node: node.clone(),
-        hook: args.hook.clone(),
+        hook: args.target.hook.clone(),
         action: "deploy".into(),
         version: published.version,
         previous_version: published.previous_version,
         program: ext.name.clone(),
-        object: args.object.display().to_string(),
+        object: args.target.object.display().to_string(),
         class: checked.class.clone(),
         artifact: artifact.clone(),
         at_ms: rdx_control::lease::now_ms(),
@@ -125,7 +133,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.json {
         let r = Report {
             node,
-            hook: args.hook,
+            hook: args.target.hook,
             program: ext.name,
             class: checked.class,
             version: published.version,
@@ -146,7 +154,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!(
             "deployed {} to {node}/{}: version {} (was {}), published in {publish_us:.1} us",
             ext.name,
-            args.hook,
+            args.target.hook,
             published.version,
             if published.previous_version == 0 {
                 "empty".to_string()

@@ -16,23 +16,15 @@ use rdx_control::Extension;
 use rdx_jit::{CompileOptions, Compiler};
 use serde::Serialize;
 
+use super::deploy::ProgramTarget;
 use super::node::{attach, StateArgs};
 use super::profile::SavedProfile;
 
 /// Compile a profile-specialised (elite) build of a program, or revert to the plain build.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Object file with the program.
-    object: PathBuf,
-    #[arg(long)]
-    node: String,
-    #[arg(long)]
-    hook: String,
-    /// Program in the object (required if it has several).
-    #[arg(long = "prog", value_name = "NAME")]
-    program: Option<String>,
-    #[arg(long)]
-    class: Option<String>,
+    #[command(flatten)]
+    target: ProgramTarget,
     /// Profile written by `rdx profile --out` (required unless --revert).
     #[arg(long, value_name = "FILE")]
     profile: Option<PathBuf>,
@@ -56,28 +48,28 @@ struct Report {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let bytes = std::fs::read(&args.object)
-        .with_context(|| format!("cannot read {}", args.object.display()))?;
+    let bytes = std::fs::read(&args.target.object)
+        .with_context(|| format!("cannot read {}", args.target.object.display()))?;
     let object = rdx_bpf::loader::load(&bytes)
-        .with_context(|| format!("cannot load {}", args.object.display()))?;
-    let ext = Extension::from_object(&object, args.program.as_deref())?;
+        .with_context(|| format!("cannot load {}", args.target.object.display()))?;
+    let ext = Extension::from_object(&object, args.target.program.as_deref())?;
     let registry = args.state.registry()?;
-    let (node, mut cf) = attach(&registry, &args.node)?;
-    let checked = cf.validate_code(&ext, &args.hook, args.class.as_deref())?;
+    let (node, mut cf) = attach(&registry, &args.target.node)?;
+    let checked = cf.validate_code(&ext, &args.target.hook, args.target.class.as_deref())?;
 
     if args.revert {
         let compiled = cf.jit_compile_code(&ext, &checked, Some(&registry))?;
-        let prepared = cf.prepare_prog(&args.hook, &ext, &compiled)?;
+        let prepared = cf.prepare_prog(&args.target.hook, &ext, &compiled)?;
         let published = cf.tx(vec![prepared])?.remove(0);
         registry.record(&HistoryEntry {
             id: 0,
             node: node.clone(),
-            hook: args.hook.clone(),
+            hook: args.target.hook.clone(),
             action: "deploy".into(),
             version: published.version,
             previous_version: published.previous_version,
             program: ext.name.clone(),
-            object: args.object.display().to_string(),
+            object: args.target.object.display().to_string(),
             class: checked.class.clone(),
             artifact: rdx_control::codeflow::hex(&compiled.artifact_hash),
             at_ms: rdx_control::lease::now_ms(),
@@ -85,7 +77,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         })?;
         println!(
             "reverted {node}/{} to the plain build of {}: version {} (was {})",
-            args.hook, ext.name, published.version, published.previous_version
+            args.target.hook, ext.name, published.version, published.previous_version
         );
         return Ok(());
     }

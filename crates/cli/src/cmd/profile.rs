@@ -16,23 +16,14 @@ use rdx_deopt::profile::{BranchProfile, Policy};
 use rdx_jit::{branch_sites, BranchCounters, CompileOptions, Compiler, Symbol};
 use serde::{Deserialize, Serialize};
 
+use super::deploy::ProgramTarget;
 use super::node::{attach, StateArgs};
 
 /// Profile a program's branches on a live node (deploys an instrumented build).
 #[derive(clap::Args)]
 pub struct Args {
-    /// Object file with the program to profile.
-    object: PathBuf,
-    #[arg(long)]
-    node: String,
-    #[arg(long)]
-    hook: String,
-    /// Program in the object (required if it has several).
-    #[arg(long = "prog", value_name = "NAME")]
-    program: Option<String>,
-    /// Extension class bound to the hook (default: the only class declared for it).
-    #[arg(long)]
-    class: Option<String>,
+    #[command(flatten)]
+    target: ProgramTarget,
     /// How long to let traffic run through the instrumented build.
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
@@ -241,21 +232,21 @@ pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::R
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let bytes = std::fs::read(&args.object)
-        .with_context(|| format!("cannot read {}", args.object.display()))?;
+    let bytes = std::fs::read(&args.target.object)
+        .with_context(|| format!("cannot read {}", args.target.object.display()))?;
     let object = rdx_bpf::loader::load(&bytes)
-        .with_context(|| format!("cannot load {}", args.object.display()))?;
-    let ext = Extension::from_object(&object, args.program.as_deref())?;
+        .with_context(|| format!("cannot load {}", args.target.object.display()))?;
+    let ext = Extension::from_object(&object, args.target.program.as_deref())?;
     if !(args.seconds.is_finite() && args.seconds >= 0.0) {
         bail!("--seconds must be a non-negative number");
     }
     let registry = args.state.registry()?;
-    let (node, mut cf) = attach(&registry, &args.node)?;
-    let object_label = args.object.display().to_string();
+    let (node, mut cf) = attach(&registry, &args.target.node)?;
+    let object_label = args.target.object.display().to_string();
     if !args.json {
         eprintln!(
             "deploying an instrumented build of {} to {node}/{} and profiling for {:.1} s",
-            ext.name, args.hook, args.seconds
+            ext.name, args.target.hook, args.seconds
         );
     }
     let scouted = scout(
@@ -264,8 +255,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &Scout {
             ext: &ext,
             node: &node,
-            hook: &args.hook,
-            class: args.class.as_deref(),
+            hook: &args.target.hook,
+            class: args.target.class.as_deref(),
             object: &object_label,
             window: Duration::from_secs_f64(args.seconds),
             keep: args.keep,
@@ -303,7 +294,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         program: ext.name.clone(),
         program_hash: ext.hash_hex(),
         node: node.clone(),
-        hook: args.hook.clone(),
+        hook: args.target.hook.clone(),
         seconds: elapsed,
         policy,
         profile,
@@ -317,7 +308,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         println!(
             "profile of {} on {node}/{} over {elapsed:.1} s:",
-            ext.name, args.hook
+            ext.name, args.target.hook
         );
         println!("{:>6} {:>12} {:>12}  bias", "slot", "taken", "fell through");
         for r in rows {
