@@ -158,30 +158,19 @@ fn main() {
         ),
     ] {
         println!("broadcast to {NODES} host processes (shm), {what}, median of {ROUNDS}:");
-        println!(
-            "  check (attach, verify, compile; before the total) {:9.1} us",
-            median(p.check.clone())
-        );
-        println!(
-            "  total (prepare..release)  {:9.1} us",
-            median(p.total.clone())
-        );
-        println!(
-            "  prepare                   {:9.1} us",
-            median(p.prep.clone())
-        );
-        println!(
-            "  hold bubble               {:9.1} us",
-            median(p.hold.clone())
-        );
-        println!(
-            "  flip (inside the bubble)  {:9.1} us",
-            median(p.flip.clone())
-        );
-        println!(
-            "  intent log writes         {:9.1} us",
-            median(p.log.clone())
-        );
+        for (row, samples) in [
+            (
+                "check (attach, verify, compile; before the total)",
+                &p.check,
+            ),
+            ("total (prepare..release) ", &p.total),
+            ("prepare                  ", &p.prep),
+            ("hold bubble              ", &p.hold),
+            ("flip (inside the bubble) ", &p.flip),
+            ("intent log writes        ", &p.log),
+        ] {
+            println!("  {row} {:9.1} us", median(samples.clone()));
+        }
     }
     println!(
         "ratio: one-shot / session total (page-cache log) = {:.1}x",
