@@ -1,5 +1,7 @@
 //! The hook fast path.
 
+mod stopped;
+
 use crate::runtime::Inner;
 use crate::thread::{self, ThreadState};
 use rdx_region::abi::{DeoptRunState, EntryFn, RunState, RunStatus};
@@ -219,8 +221,7 @@ impl<'rt> Hook<'rt> {
             // runs. `run.state` is this thread's run state, used by nothing else meanwhile.
             None => unsafe { (run.entry)(ctx, run.state) },
         };
-        // SAFETY: as above; the entry call (and every helper it made) has returned.
-        self.finish::<NESTED>(unsafe { &mut *ts }, run.state, r0)
+        self.finish::<NESTED>(ts, &run, r0)
     }
 
     /// Everything before the entry call: epoch, active word, hold, coherence, run state,
@@ -271,48 +272,32 @@ impl<'rt> Hook<'rt> {
 
     /// Everything after the entry call: tail-call result, run status, epoch.
     #[inline(always)]
-    fn finish<const NESTED: bool>(
-        &self,
-        ts: &mut ThreadState,
-        state: *mut RunState,
-        mut r0: u64,
-    ) -> u64 {
-        if ts.tail_result.is_some() {
-            r0 = ts.tail_result.take().unwrap_or(r0);
+    fn finish<const NESTED: bool>(&self, ts: *mut ThreadState, run: &Prepared, mut r0: u64) -> u64 {
+        // SAFETY: this thread's live state; the entry call (and every helper it made) has
+        // returned, and the reference ends before `stopped`.
+        let t = unsafe { &mut *ts };
+        if t.tail_result.is_some() {
+            r0 = t.tail_result.take().unwrap_or(r0);
         }
         let status = if NESTED {
             // SAFETY: the run state `begin` prepared for this run; the entry call returned.
-            unsafe { (*state).status }
+            unsafe { (*run.state).status }
         } else {
-            ts.own_run.run.status
+            t.own_run.run.status
         };
+        if status != RunStatus::Ok as u32 {
+            // Still inside the epoch: whatever `stopped` does with the version that ran
+            // (a deoptimised run continues in that version's generic tier), its code cannot
+            // be reclaimed meanwhile.
+            r0 = self.stopped(ts, run, status, r0);
+        }
         if !NESTED {
             // The outermost run: its epoch is `ts.epoch` (a nested run in between restored
             // nothing there), so no register has to carry it across the entry call.
-            ts.leave_outermost();
-        }
-        if status != RunStatus::Ok as u32 {
-            return self.stopped(ts, status);
+            // SAFETY: as above.
+            unsafe { (*ts).leave_outermost() };
         }
         r0
-    }
-
-    /// A run that did not end normally: counted as a failure, the hook's default returned.
-    /// A deoptimisation (an elite artifact's failed guard) is counted in this thread's
-    /// `deopts` cell as well. The runtime does not continue such a run in the generic tier
-    /// yet (`docs/deopt.md`, "In the runtime"), so the control plane does not publish elite
-    /// builds to hosts.
-    #[cold]
-    #[inline(never)]
-    fn stopped(&self, ts: &ThreadState, status: u32) -> u64 {
-        if status == RunStatus::Deopt as u32 {
-            let c = ts.counters(self.index);
-            // Only this thread writes its cell: a plain load and store.
-            c.deopts
-                .store(c.deopts.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        }
-        self.slot.failures.fetch_add(1, Ordering::Relaxed);
-        self.slot.default_ret.load(Ordering::Relaxed)
     }
 
     /// An empty (0) or invalid active word: the hook's default, counting an error for an
@@ -383,11 +368,11 @@ impl<'rt> Hook<'rt> {
 }
 
 /// What [`Hook::begin`] prepared for the entry call.
-struct Prepared {
-    entry: EntryFn,
+pub(crate) struct Prepared {
+    pub(crate) entry: EntryFn,
     /// This thread's run state for this run (`ThreadState::own_run` or a nested level's), a
     /// [`DeoptRunState`] seen as its leading [`RunState`].
-    state: *mut RunState,
+    pub(crate) state: *mut RunState,
     /// This run is timed (one in [`TIME_SAMPLE_PERIOD`]) into these counters.
     timed: Option<*const HookCounters>,
 }
