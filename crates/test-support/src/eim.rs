@@ -1,0 +1,151 @@
+//! EIM specs (the host's Extension Interface Model, YAML) for test hosts whose hooks take
+//! [`ValueOut`](crate::ValueOut): `value` readable, `out` readable and writable.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// The map helpers every test class allows.
+pub const MAP_HELPERS: [&str; 3] = ["map_lookup_elem", "map_update_elem", "map_delete_elem"];
+
+/// The helpers of the tests' usual `default` class: the map helpers and `ringbuf_output`.
+pub const MAP_AND_RINGBUF_HELPERS: [&str; 4] = [
+    "map_lookup_elem",
+    "map_update_elem",
+    "map_delete_elem",
+    "ringbuf_output",
+];
+
+#[derive(Clone, Debug)]
+struct Class {
+    name: String,
+    helpers: Vec<String>,
+    instructions: u64,
+    xstate_bytes: u64,
+}
+
+/// Hooks with the `value`/`out` context and the classes bound to each of them.
+///
+/// ```
+/// let spec = rdx_test_support::EimSpec::value_out(&["on_request"])
+///     .class("default", &["map_lookup_elem"], 100_000, 1 << 20)
+///     .yaml();
+/// assert!(spec.contains("helpers: [map_lookup_elem]"));
+/// ```
+#[derive(Clone, Debug)]
+pub struct EimSpec {
+    hooks: Vec<String>,
+    classes: Vec<Class>,
+}
+
+impl EimSpec {
+    pub fn value_out(hooks: &[&str]) -> EimSpec {
+        EimSpec {
+            hooks: hooks.iter().map(|h| h.to_string()).collect(),
+            classes: Vec::new(),
+        }
+    }
+
+    /// Binds a class to every hook: the helpers it may call, its instruction budget and the
+    /// bytes of extension state (maps) it may create.
+    pub fn class(
+        mut self,
+        name: &str,
+        helpers: &[&str],
+        instructions: u64,
+        xstate_bytes: u64,
+    ) -> EimSpec {
+        self.classes.push(Class {
+            name: name.into(),
+            helpers: helpers.iter().map(|h| h.to_string()).collect(),
+            instructions,
+            xstate_bytes,
+        });
+        self
+    }
+
+    pub fn yaml(&self) -> String {
+        let mut s = String::from("version: 1\nhooks:\n");
+        for h in &self.hooks {
+            let _ = write!(
+                s,
+                "  - name: {h}\n    context:\n      size: 16\n      fields:\n        \
+                 - {{name: value, offset: 0, size: 8, access: read}}\n        \
+                 - {{name: out, offset: 8, size: 8, access: read_write}}\n"
+            );
+        }
+        s += "classes:\n";
+        for h in &self.hooks {
+            for c in &self.classes {
+                let _ = write!(
+                    s,
+                    "  - name: {}\n    hook: {h}\n    context: {{read: [value, out], write: [out]}}\n    \
+                     helpers: [{}]\n    instructions: {}\n    xstate_bytes: {}\n",
+                    c.name,
+                    c.helpers.join(", "),
+                    c.instructions,
+                    c.xstate_bytes
+                );
+            }
+        }
+        s
+    }
+
+    /// Writes the spec to `path` (for commands that take an EIM file) and returns the path.
+    pub fn write(&self, path: impl AsRef<Path>) -> PathBuf {
+        let path = path.as_ref();
+        std::fs::write(path, self.yaml())
+            .unwrap_or_else(|e| panic!("writing the EIM spec {}: {e}", path.display()));
+        path.to_path_buf()
+    }
+}
+
+/// The tests' usual host: one hook, `on_request`, and a `default` class allowing `helpers`,
+/// 100 000 instructions and 1 MiB of extension state.
+pub fn on_request(helpers: &[&str]) -> String {
+    EimSpec::value_out(&["on_request"])
+        .class("default", helpers, 100_000, 1 << 20)
+        .yaml()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text the tests wrote out by hand before this crate existed.
+    const HAND_WRITTEN: &str = "\
+version: 1
+hooks:
+  - name: on_request
+    context:
+      size: 16
+      fields:
+        - {name: value, offset: 0, size: 8, access: read}
+        - {name: out, offset: 8, size: 8, access: read_write}
+classes:
+  - name: default
+    hook: on_request
+    context: {read: [value, out], write: [out]}
+    helpers: [map_lookup_elem, map_update_elem, map_delete_elem, ringbuf_output]
+    instructions: 100000
+    xstate_bytes: 1048576
+";
+
+    #[test]
+    fn the_usual_spec_is_the_hand_written_one() {
+        assert_eq!(on_request(&MAP_AND_RINGBUF_HELPERS), HAND_WRITTEN);
+    }
+
+    #[test]
+    fn every_class_is_bound_to_every_hook_and_the_spec_is_written() {
+        let spec = EimSpec::value_out(&["a", "b"])
+            .class("default", &MAP_HELPERS, 100, 64)
+            .class("tight", &[], 10, 0);
+        let yaml = spec.yaml();
+        assert_eq!(yaml.matches("  - name: default\n").count(), 2);
+        assert!(yaml.contains("  - name: tight\n    hook: b\n"), "{yaml}");
+        assert!(yaml.contains("helpers: []\n"), "{yaml}");
+        let dir = crate::ScratchDir::new("ts-eim");
+        let path = spec.write(dir.join("spec.yaml"));
+        assert_eq!(std::fs::read_to_string(path).unwrap(), yaml);
+    }
+}

@@ -1,0 +1,33 @@
+//! Fixtures shared by rdx's integration tests and benchmarks, so that each test says what it
+//! checks instead of how to start a host:
+//!
+//! - [`scratch`]: unique `/dev/shm` region names and temporary directories per test, removed
+//!   on drop (also when the test panics), so a run leaves nothing behind.
+//! - [`eim`]: EIM specs for hooks whose context is `struct { u64 value; u64 out; }`, as text
+//!   or written to a file.
+//! - [`host`]: an in-process host (the test process links the runtime) for that context.
+//! - [`process`]: host processes started and awaited until their region is registered,
+//!   driven by stdin/stdout lines with a timeout on every reply; killed and their region
+//!   file removed on drop. [`process::example_bin`] finds a built example.
+//! - [`rdx`]: the `rdx` binary run with arguments, with a panic message that shows its
+//!   stderr when it does not do what the test expects.
+//! - [`netns`]: network namespaces joined by veth pairs, deleted on drop.
+//!
+//! **For tests and benches only.** This crate is a `[dev-dependencies]` entry and must never
+//! be a normal dependency of a library or binary: it panics instead of returning errors, and
+//! a data-plane host must link nothing but the runtime (the agentless tests check that the
+//! host binaries carry no control-plane code).
+
+pub mod eim;
+pub mod host;
+pub mod netns;
+pub mod process;
+pub mod rdx;
+pub mod scratch;
+
+pub use eim::EimSpec;
+pub use host::{LocalHost, ValueOut};
+pub use netns::NetnsStar;
+pub use process::{example_bin, HostProcess, LineProcess};
+pub use rdx::Rdx;
+pub use scratch::{ScratchDir, ShmPath};
