@@ -11,15 +11,22 @@
 //!
 //! `cargo bench -p rdx-fleet --bench broadcast`
 
-#[path = "../tests/common/chain.rs"]
-mod chain;
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::{chain, extension, stamp_plan};
 
 use rdx_control::{create_codeflow, ExtSpec, Extension};
 use rdx_fleet::{broadcast, Options, Plan, Session};
-use std::io::{BufRead, BufReader, Write};
+use rdx_test_support::{HostProcess, ScratchDir, ShmPath};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Instant;
+
+/// A `fleet-host` with `on_request` (process and region removed on drop).
+fn host(tag: &str) -> HostProcess {
+    let region = ShmPath::new(&format!("fleet-bench-{tag}"));
+    HostProcess::start(env!("CARGO_BIN_EXE_fleet-host"), region, &["on_request"])
+}
 
 const NODES: usize = 16;
 const ROUNDS: usize = 10;
@@ -40,44 +47,21 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let pid = std::process::id();
-    let mut hosts: Vec<(Child, String)> = (0..NODES)
-        .map(|i| {
-            let path = format!("/dev/shm/rdx-fleet-bench-{pid}-{i}");
-            let mut c = Command::new(env!("CARGO_BIN_EXE_fleet-host"))
-                .args(["--path", &path, "on_request"])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("start fleet-host");
-            let mut l = String::new();
-            BufReader::new(c.stdout.as_mut().unwrap())
-                .read_line(&mut l)
-                .unwrap();
-            assert!(l.starts_with("ready"), "{l}");
-            (c, format!("shm:{path}"))
-        })
-        .collect();
-    let state = std::env::temp_dir().join(format!("rdx-fleet-bench-{pid}"));
+    let hosts: Vec<HostProcess> = (0..NODES).map(|i| host(&i.to_string())).collect();
+    let addresses: Vec<String> = hosts.iter().map(|h| h.address()).collect();
+    let state = ScratchDir::new("fleet-bench-state");
     let plan = |v: u32| {
-        let mut t = String::from("nodes:\n");
-        for (i, (_, a)) in hosts.iter().enumerate() {
-            t += &format!("  - {{name: n{i}, address: '{a}'}}\n");
-        }
-        t += &format!(
-            "updates:\n  - {{hook: on_request, object: '{}', class: default}}\n",
-            rdx_testdata::object_path(&format!("fleet/stamp_v{v}")).display()
-        );
-        Plan::from_yaml(&t, Path::new(".")).unwrap()
+        let text = stamp_plan("n", &addresses, v, "default", false);
+        Plan::from_yaml(&text, Path::new(".")).unwrap()
     };
-    let opts = Options::new(&state);
+    let opts = Options::new(state.path());
     broadcast(&plan(1), &opts).expect("warm-up broadcast");
     // The same broadcasts with every intent record fdatasync'ed (what a plan with a node on
     // another machine gets), then with records written to the page cache only (every node is
     // shared memory on this machine: the default). Alternating, so load drifts hit both.
     let machine = Options {
         durability: Some(rdx_fleet::intent::Durability::Machine),
-        ..Options::new(&state)
+        ..Options::new(state.path())
     };
     // Then the page-cache log from a control plane that stays attached between broadcasts
     // (a `Session`: leases, allocator tables and map names kept). It holds every node's
@@ -111,17 +95,10 @@ fn main() {
     session.release().expect("release the session's leases");
     // Rolling update: attach, validate and compile first (as broadcast's check does), then
     // deploy node after node; the window is first publish to last publish.
-    let exts: Vec<Extension> = [1, 2]
+    let exts: Vec<Extension> = ["stamp_v1", "stamp_v2"].map(extension).into();
+    let mut cfs: Vec<_> = addresses
         .iter()
-        .map(|v| {
-            let o =
-                rdx_bpf::loader::load(&rdx_testdata::object(&format!("fleet/stamp_v{v}"))).unwrap();
-            Extension::from_object(&o, None).unwrap()
-        })
-        .collect();
-    let mut cfs: Vec<_> = hosts
-        .iter()
-        .map(|(_, a)| create_codeflow(a, ExtSpec::default()).unwrap())
+        .map(|a| create_codeflow(a, ExtSpec::default()).unwrap())
         .collect();
     let mut window = vec![];
     for r in 0..ROUNDS {
@@ -186,14 +163,10 @@ fn main() {
         "ratio: rolling window / broadcast flip = {:.1}x",
         median(window) / median(flip).max(1e-3)
     );
-    for (c, _) in &mut hosts {
-        let _ = writeln!(c.stdin.as_mut().unwrap(), "quit");
-        let _ = c.wait();
-    }
-    chain_phase(&state, &exts);
+    drop(hosts);
+    chain_phase(state.path(), &exts);
     watch_phase();
-    migrate_phase(&state, &exts[0]);
-    let _ = std::fs::remove_dir_all(&state);
+    migrate_phase(state.path(), &exts[0]);
 }
 
 const WATCH_ROUNDS: usize = 5;
@@ -205,11 +178,7 @@ fn watch_phase() {
     use rdx_fleet::watch::{watch, Event, Target, Thresholds, WatchOptions};
     let mut c = chain::Chain::start("bench-watch", 1, 100);
     let address = c.address(0);
-    let load = |n: &str| {
-        let o = rdx_bpf::loader::load(&rdx_testdata::object(&format!("fleet/{n}"))).unwrap();
-        Extension::from_object(&o, None).unwrap()
-    };
-    let (good, faulty) = (load("stamp_v1"), load("stamp_fault"));
+    let (good, faulty) = (extension("stamp_v1"), extension("stamp_fault"));
     let mut cf = create_codeflow(&address, ExtSpec::default()).unwrap();
     cf.deploy("on_request", &good, Some("default"), None)
         .unwrap();
@@ -282,22 +251,8 @@ fn chain_phase(state: &Path, exts: &[Extension]) {
     let mut c = chain::Chain::start("bench", HOPS, 2000);
     let addresses: Vec<String> = (0..HOPS).map(|i| c.address(i)).collect();
     let plan = |v: u32, flow: bool| {
-        let mut t = String::from("nodes:\n");
-        for (i, a) in addresses.iter().enumerate() {
-            t += &format!("  - {{name: h{i}, address: '{a}'}}\n");
-        }
-        t += &format!(
-            "updates:\n  - {{hook: on_request, object: '{}', class: default}}\n",
-            rdx_testdata::object_path(&format!("fleet/stamp_v{v}")).display()
-        );
-        if flow {
-            t += &format!(
-                "flows:\n  - {{entry: {{node: h0, hook: on_request}}, \
-                 exit: {{node: h{}, hook: on_request}}}}\n",
-                HOPS - 1
-            );
-        }
-        Plan::from_yaml(&t, Path::new(".")).unwrap()
+        let text = stamp_plan("h", &addresses, v, "default", flow);
+        Plan::from_yaml(&text, Path::new(".")).unwrap()
     };
     let opts = Options::new(state);
     broadcast(&plan(1, false), &opts).expect("chain warm-up");
@@ -407,29 +362,15 @@ const MIGRATE_ROUNDS: usize = 6;
 fn migrate_phase(state: &Path, ext: &Extension) {
     use rdx_fleet::migrate::migrate;
     use rdx_fleet::plan::NodeSpec;
-    let pid = std::process::id();
-    let mut hosts: Vec<(Child, NodeSpec)> = ["s", "t"]
+    let hosts: Vec<(HostProcess, NodeSpec)> = ["s", "t"]
         .iter()
         .map(|name| {
-            let path = format!("/dev/shm/rdx-fleet-bench-mig-{pid}-{name}");
-            let mut c = Command::new(env!("CARGO_BIN_EXE_fleet-host"))
-                .args(["--path", &path, "on_request"])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("start fleet-host");
-            let mut l = String::new();
-            BufReader::new(c.stdout.as_mut().unwrap())
-                .read_line(&mut l)
-                .unwrap();
-            assert!(l.starts_with("ready"), "{l}");
-            (
-                c,
-                NodeSpec {
-                    name: name.to_string(),
-                    address: format!("shm:{path}"),
-                },
-            )
+            let h = host(&format!("mig-{name}"));
+            let node = NodeSpec {
+                name: name.to_string(),
+                address: h.address(),
+            };
+            (h, node)
         })
         .collect();
     let mut cf = create_codeflow(&hosts[0].1.address, ExtSpec::default()).unwrap();
@@ -450,8 +391,4 @@ fn migrate_phase(state: &Path, ext: &Extension) {
     println!("  total (prepare..release)  {:9.1} us", median(total));
     println!("  source frozen (bubble)    {:9.1} us", median(freeze));
     println!("  map copy, inside it       {:9.1} us", median(copy));
-    for (c, _) in &mut hosts {
-        let _ = writeln!(c.stdin.as_mut().unwrap(), "quit");
-        let _ = c.wait();
-    }
 }

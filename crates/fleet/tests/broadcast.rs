@@ -2,88 +2,36 @@
 //! nodes, refusals before anything is written, and recovery after the control plane is
 //! killed (SIGKILL) at every phase.
 
+mod common;
+
 use rdx_fleet::{broadcast, recover, FleetError, Options, Plan};
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use rdx_test_support::{HostProcess, ScratchDir, ShmPath};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
-struct Host {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    path: PathBuf,
+/// A `fleet-host` declaring `hooks`, removed (process and region) on drop.
+fn host(tag: &str, hooks: &[&str]) -> HostProcess {
+    let region = ShmPath::new(&format!("fleet-test-{tag}"));
+    HostProcess::start(env!("CARGO_BIN_EXE_fleet-host"), region, hooks)
 }
 
-impl Host {
-    fn start(tag: &str, hooks: &[&str]) -> Host {
-        let path = PathBuf::from(format!(
-            "/dev/shm/rdx-fleet-test-{tag}-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_file(&path);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fleet-host"))
-            .arg("--path")
-            .arg(&path)
-            .args(hooks)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start fleet-host");
-        let stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        assert!(line.starts_with("ready "), "host said {line:?}");
-        Host {
-            child,
-            stdin,
-            stdout,
-            path,
-        }
-    }
-
-    fn address(&self) -> String {
-        format!("shm:{}", self.path.display())
-    }
-
-    /// `(r0, out)` of one request.
-    fn request(&mut self, hook: &str) -> (u64, u64) {
-        writeln!(self.stdin, "run {hook} 0").unwrap();
-        self.stdin.flush().unwrap();
-        let mut l = String::new();
-        self.stdout.read_line(&mut l).unwrap();
-        let w: Vec<&str> = l.split_whitespace().collect();
-        assert_eq!(w.first(), Some(&"ret"), "host said {l:?}");
-        (w[1].parse().unwrap(), w[3].parse().unwrap())
-    }
+/// `(r0, out)` of one request.
+fn request(host: &mut HostProcess, hook: &str) -> (u64, u64) {
+    host.run(&format!("{hook} 0"))
 }
 
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "quit");
-        let _ = self.stdin.flush();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.path);
-    }
+fn state_dir(tag: &str) -> ScratchDir {
+    ScratchDir::new(&format!("fleet-state-{tag}"))
 }
 
-fn state_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("rdx-fleet-state-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+/// One update of `on_request` on every host to `stamp_v{version}`, in `class`.
+fn plan_text(hosts: &[&HostProcess], version: u32, class: Option<&str>) -> String {
+    let addresses: Vec<String> = hosts.iter().map(|h| h.address()).collect();
+    common::stamp_plan("n", &addresses, version, class.unwrap_or("default"), false)
 }
 
-fn plan_for(hosts: &[&Host], version: u32, class: Option<&str>) -> Plan {
-    let mut text = String::from("nodes:\n");
-    for (i, h) in hosts.iter().enumerate() {
-        text += &format!("  - {{name: n{i}, address: '{}'}}\n", h.address());
-    }
-    text += &format!(
-        "updates:\n  - {{hook: on_request, object: '{}', class: {}}}\n",
-        rdx_testdata::object_path(&format!("fleet/stamp_v{version}")).display(),
-        class.unwrap_or("default")
-    );
-    Plan::from_yaml(&text, Path::new(".")).unwrap()
+fn plan_for(hosts: &[&HostProcess], version: u32, class: Option<&str>) -> Plan {
+    Plan::from_yaml(&plan_text(hosts, version, class), Path::new(".")).unwrap()
 }
 
 fn active_word(address: &str) -> u64 {
@@ -96,68 +44,69 @@ fn active_word(address: &str) -> u64 {
 
 #[test]
 fn broadcast_updates_every_node_or_none() {
-    let mut hosts: Vec<Host> = (0..3)
-        .map(|i| Host::start(&format!("all{i}"), &["on_request"]))
+    let mut hosts: Vec<HostProcess> = (0..3)
+        .map(|i| host(&format!("all{i}"), &["on_request"]))
         .collect();
     let dir = state_dir("all");
-    let refs: Vec<&Host> = hosts.iter().collect();
-    let r1 = broadcast(&plan_for(&refs, 1, None), &Options::new(&dir)).unwrap();
+    let refs: Vec<&HostProcess> = hosts.iter().collect();
+    let r1 = broadcast(&plan_for(&refs, 1, None), &Options::new(dir.path())).unwrap();
     assert_eq!(r1.updates.len(), 3);
     assert!(r1.updates.iter().all(|u| u.version == 1));
     for h in &mut hosts {
-        assert_eq!(h.request("on_request"), (1, 1));
+        assert_eq!(request(h, "on_request"), (1, 1));
     }
-    let refs: Vec<&Host> = hosts.iter().collect();
+    let refs: Vec<&HostProcess> = hosts.iter().collect();
     let dry = Options {
         dry_run: true,
-        ..Options::new(&dir)
+        ..Options::new(dir.path())
     };
     let d = broadcast(&plan_for(&refs, 2, None), &dry).unwrap();
     assert!(d.dry_run && d.intent_log.is_none());
     for h in &mut hosts {
-        assert_eq!(h.request("on_request"), (1, 1), "a dry run writes nothing");
+        assert_eq!(request(h, "on_request"), (1, 1), "a dry run writes nothing");
     }
-    let refs: Vec<&Host> = hosts.iter().collect();
-    let r2 = broadcast(&plan_for(&refs, 2, None), &Options::new(&dir)).unwrap();
+    let refs: Vec<&HostProcess> = hosts.iter().collect();
+    let r2 = broadcast(&plan_for(&refs, 2, None), &Options::new(dir.path())).unwrap();
     assert!(r2
         .updates
         .iter()
         .all(|u| (u.previous_version, u.version) == (1, 2)));
     assert!(r2.timings.hold_us > 0.0 && r2.timings.hold_us < r2.timings.commit_us);
     for h in &mut hosts {
-        assert_eq!(h.request("on_request"), (2, 2));
+        assert_eq!(request(h, "on_request"), (2, 2));
     }
-    assert!(rdx_fleet::intent::pending(&dir).unwrap().is_empty());
-    let _ = std::fs::remove_dir_all(&dir);
+    assert!(rdx_fleet::intent::pending(dir.path()).unwrap().is_empty());
 }
 
 #[test]
 fn a_hook_missing_on_one_node_or_a_rejecting_class_writes_nothing() {
-    let mut a = Host::start("miss-a", &["on_request"]);
-    let b = Host::start("miss-b", &["on_other"]);
+    let mut a = host("miss-a", &["on_request"]);
+    let b = host("miss-b", &["on_other"]);
     let dir = state_dir("miss");
-    broadcast(&plan_for(&[&a], 1, None), &Options::new(&dir)).unwrap();
+    broadcast(&plan_for(&[&a], 1, None), &Options::new(dir.path())).unwrap();
     let before = active_word(&a.address());
-    match broadcast(&plan_for(&[&a, &b], 2, None), &Options::new(&dir)) {
+    match broadcast(&plan_for(&[&a, &b], 2, None), &Options::new(dir.path())) {
         Err(FleetError::HookMissing { node, hook }) => {
             assert_eq!((node.as_str(), hook.as_str()), ("n1", "on_request"))
         }
         other => panic!("{other:?}"),
     }
     assert_eq!(active_word(&a.address()), before);
-    assert_eq!(a.request("on_request"), (1, 1));
+    assert_eq!(request(&mut a, "on_request"), (1, 1));
     // The `tight` class allows no helpers; stamp_v2 looks up a map.
-    match broadcast(&plan_for(&[&a], 2, Some("tight")), &Options::new(&dir)) {
+    match broadcast(
+        &plan_for(&[&a], 2, Some("tight")),
+        &Options::new(dir.path()),
+    ) {
         Err(FleetError::Rejected { node, reason, .. }) => {
             assert_eq!(node, "n0");
             assert!(!reason.is_empty());
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(a.request("on_request"), (1, 1));
+    assert_eq!(request(&mut a, "on_request"), (1, 1));
     let cf = rdx_control::create_codeflow(&a.address(), Default::default()).unwrap();
     assert_eq!(cf.versions_readonly("on_request").unwrap().len(), 1);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Child side of the crash test: runs a broadcast that SIGKILLs itself at a phase.
@@ -183,27 +132,20 @@ fn killed_control_plane_is_recovered_at_every_phase() {
         ("first-flip", true),
         ("first-release", true),
     ] {
-        let mut hosts: Vec<Host> = (0..3)
-            .map(|i| Host::start(&format!("crash-{phase}-{i}"), &["on_request"]))
+        let mut hosts: Vec<HostProcess> = (0..3)
+            .map(|i| host(&format!("crash-{phase}-{i}"), &["on_request"]))
             .collect();
         let dir = state_dir(&format!("crash-{phase}"));
-        let refs: Vec<&Host> = hosts.iter().collect();
-        broadcast(&plan_for(&refs, 1, None), &Options::new(&dir)).unwrap();
+        let refs: Vec<&HostProcess> = hosts.iter().collect();
+        broadcast(&plan_for(&refs, 1, None), &Options::new(dir.path())).unwrap();
         let plan_path = dir.join("plan.yaml");
-        let mut text = String::from("nodes:\n");
-        for (i, h) in hosts.iter().enumerate() {
-            text += &format!("  - {{name: n{i}, address: '{}'}}\n", h.address());
-        }
-        text += &format!(
-            "updates:\n  - {{hook: on_request, object: '{}', class: default}}\n",
-            rdx_testdata::object_path("fleet/stamp_v2").display()
-        );
+        let text = plan_text(&hosts.iter().collect::<Vec<_>>(), 2, None);
         std::fs::write(&plan_path, text).unwrap();
         let status = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "crash_child", "--include-ignored", "--nocapture"])
             .env("FLEET_PLAN", &plan_path)
             .env("FLEET_CRASH", phase)
-            .env("FLEET_STATE", &dir)
+            .env("FLEET_STATE", dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -218,7 +160,7 @@ fn killed_control_plane_is_recovered_at_every_phase() {
                 "{phase}: a hook is held after the crash: {words:x?}"
             );
         }
-        let rec = recover(&dir, false).unwrap();
+        let rec = recover(dir.path(), false).unwrap();
         assert_eq!(rec.len(), 1, "{phase}");
         assert_eq!(
             rec[0].outcome,
@@ -235,7 +177,7 @@ fn killed_control_plane_is_recovered_at_every_phase() {
             assert_eq!(w & ACTIVE_HOLD, 0, "{phase}: still held");
             assert_eq!(active_version(w), want, "{phase}");
             assert_eq!(
-                h.request("on_request"),
+                request(h, "on_request"),
                 (want as u64, want as u64),
                 "{phase}"
             );
@@ -252,32 +194,31 @@ fn killed_control_plane_is_recovered_at_every_phase() {
                 "{phase}: prepared-but-unpublished code freed, published code kept"
             );
         }
-        assert!(recover(&dir, false).unwrap().is_empty(), "{phase}");
-        let _ = std::fs::remove_dir_all(&dir);
+        assert!(recover(dir.path(), false).unwrap().is_empty(), "{phase}");
     }
 }
 
 #[test]
 fn a_session_stays_attached_between_broadcasts_and_holds_the_leases() {
-    let mut hosts: Vec<Host> = (0..2)
-        .map(|i| Host::start(&format!("sess{i}"), &["on_request"]))
+    let mut hosts: Vec<HostProcess> = (0..2)
+        .map(|i| host(&format!("sess{i}"), &["on_request"]))
         .collect();
     let dir = state_dir("sess");
     let mut session = rdx_fleet::Session::new();
     for v in [1, 2, 1] {
-        let refs: Vec<&Host> = hosts.iter().collect();
+        let refs: Vec<&HostProcess> = hosts.iter().collect();
         let r = session
-            .broadcast(&plan_for(&refs, v, None), &Options::new(&dir))
+            .broadcast(&plan_for(&refs, v, None), &Options::new(dir.path()))
             .unwrap();
         assert!(r.updates.iter().all(|u| u.program == format!("stamp_v{v}")));
         for h in &mut hosts {
-            assert_eq!(h.request("on_request"), (v as u64, v as u64));
+            assert_eq!(request(h, "on_request"), (v as u64, v as u64));
         }
     }
     // Between broadcasts the session keeps every node's lease: another control plane is
     // refused before anything is written.
-    let refs: Vec<&Host> = hosts.iter().collect();
-    match broadcast(&plan_for(&refs, 2, None), &Options::new(&dir)) {
+    let refs: Vec<&HostProcess> = hosts.iter().collect();
+    match broadcast(&plan_for(&refs, 2, None), &Options::new(dir.path())) {
         Err(FleetError::Aborted(e)) => assert!(
             matches!(
                 *e,
@@ -292,17 +233,16 @@ fn a_session_stays_attached_between_broadcasts_and_holds_the_leases() {
     }
     for h in &mut hosts {
         assert_eq!(
-            h.request("on_request"),
+            request(h, "on_request"),
             (1, 1),
             "the refused broadcast wrote nothing"
         );
     }
     session.release().unwrap();
-    let refs: Vec<&Host> = hosts.iter().collect();
-    broadcast(&plan_for(&refs, 2, None), &Options::new(&dir)).unwrap();
+    let refs: Vec<&HostProcess> = hosts.iter().collect();
+    broadcast(&plan_for(&refs, 2, None), &Options::new(dir.path())).unwrap();
     for h in &mut hosts {
-        assert_eq!(h.request("on_request"), (2, 2));
+        assert_eq!(request(h, "on_request"), (2, 2));
     }
-    assert!(rdx_fleet::intent::pending(&dir).unwrap().is_empty());
-    let _ = std::fs::remove_dir_all(&dir);
+    assert!(rdx_fleet::intent::pending(dir.path()).unwrap().is_empty());
 }

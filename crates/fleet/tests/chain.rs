@@ -9,9 +9,11 @@
 mod common;
 
 use common::chain::{tally, Chain};
-use rdx_control::{create_codeflow, ExtSpec, Extension};
+use common::{extension, stamp_plan};
+use rdx_control::{create_codeflow, ExtSpec};
 use rdx_fleet::{broadcast, Options, Plan};
-use std::path::{Path, PathBuf};
+use rdx_test_support::ScratchDir;
+use std::path::Path;
 
 const HOPS: usize = 4;
 /// Requests kept in flight by the traffic generator.
@@ -23,33 +25,13 @@ const IN_FLIGHT: u64 = 64;
 const WINDOW: u64 = 300;
 
 fn plan(chain: &Chain, version: u32, flow: bool) -> Plan {
-    let mut text = String::from("nodes:\n");
-    for i in 0..HOPS {
-        text += &format!("  - {{name: h{i}, address: '{}'}}\n", chain.address(i));
-    }
-    text += &format!(
-        "updates:\n  - {{hook: on_request, object: '{}', class: default}}\n",
-        rdx_testdata::object_path(&format!("fleet/stamp_v{version}")).display()
-    );
-    if flow {
-        text += &format!(
-            "flows:\n  - {{entry: {{node: h0, hook: on_request}}, exit: {{node: h{}, hook: on_request}}}}\n",
-            HOPS - 1
-        );
-    }
+    let addresses: Vec<String> = (0..HOPS).map(|i| chain.address(i)).collect();
+    let text = stamp_plan("h", &addresses, version, "default", flow);
     Plan::from_yaml(&text, Path::new(".")).unwrap()
 }
 
-fn state_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("rdx-fleet-chain-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
-fn extension(version: u32) -> Extension {
-    let o =
-        rdx_bpf::loader::load(&rdx_testdata::object(&format!("fleet/stamp_v{version}"))).unwrap();
-    Extension::from_object(&o, None).unwrap()
+fn state_dir(tag: &str) -> ScratchDir {
+    ScratchDir::new(&format!("fleet-chain-{tag}"))
 }
 
 #[test]
@@ -58,12 +40,12 @@ fn broadcast_leaves_no_mixed_request_where_a_rolling_update_does_not_promise_it(
     // and a caller that gave up on the hold would run the old version at A.
     let mut chain = Chain::start("consistency", HOPS, 2000);
     let dir = state_dir("consistency");
-    broadcast(&plan(&chain, 1, false), &Options::new(&dir)).unwrap();
+    broadcast(&plan(&chain, 1, false), &Options::new(dir.path())).unwrap();
     let v2 = plan(&chain, 2, true);
 
     let traffic = chain.traffic(IN_FLIGHT);
     traffic.wait_for(WINDOW);
-    let report = broadcast(&v2, &Options::new(&dir)).unwrap();
+    let report = broadcast(&v2, &Options::new(dir.path())).unwrap();
     traffic.wait_for(WINDOW);
     let responses = traffic.stop();
     let t = tally(&responses, HOPS);
@@ -88,7 +70,7 @@ fn broadcast_leaves_no_mixed_request_where_a_rolling_update_does_not_promise_it(
     assert!(responses[first_new..].iter().all(|r| r.stamps == 2222));
 
     // Rolling update back to v1, node after node, compiled beforehand.
-    let ext = extension(1);
+    let ext = extension("stamp_v1");
     let mut cfs: Vec<_> = (0..HOPS)
         .map(|i| create_codeflow(&chain.address(i), ExtSpec::default()).unwrap())
         .collect();
@@ -119,7 +101,6 @@ fn broadcast_leaves_no_mixed_request_where_a_rolling_update_does_not_promise_it(
     for cf in &mut cfs {
         cf.release().unwrap();
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -133,7 +114,7 @@ fn a_flow_that_never_drains_aborts_the_broadcast_with_nothing_visible() {
         p.nodes.truncate(HOPS - 1);
         p
     };
-    broadcast(&first_three, &Options::new(&dir)).unwrap();
+    broadcast(&first_three, &Options::new(dir.path())).unwrap();
     let traffic = chain.traffic(8);
     traffic.wait_for(50);
     let before = traffic.stop();
@@ -143,8 +124,8 @@ fn a_flow_that_never_drains_aborts_the_broadcast_with_nothing_visible() {
     );
     let mut last = plan(&chain, 1, false);
     last.nodes.drain(..HOPS - 1);
-    broadcast(&last, &Options::new(&dir)).unwrap();
-    match broadcast(&plan(&chain, 2, true), &Options::new(&dir)) {
+    broadcast(&last, &Options::new(dir.path())).unwrap();
+    match broadcast(&plan(&chain, 2, true), &Options::new(dir.path())) {
         Err(rdx_fleet::FleetError::Aborted(e)) => assert!(
             matches!(*e, rdx_fleet::FleetError::DrainTimeout { .. }),
             "{e}"
@@ -158,5 +139,4 @@ fn a_flow_that_never_drains_aborts_the_broadcast_with_nothing_visible() {
         after.iter().all(|r| r.stamps == 1111),
         "nothing new visible"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

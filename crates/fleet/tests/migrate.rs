@@ -3,79 +3,40 @@
 //! that find the source empty go to the target, and the target's counter map ends with
 //! every update any request made (none lost).
 
+mod common;
+
 use rdx_control::{create_codeflow, ExtSpec, Extension};
 use rdx_fleet::migrate::migrate;
 use rdx_fleet::plan::NodeSpec;
 use rdx_fleet::Options;
+use rdx_test_support::{HostProcess, ScratchDir, ShmPath};
 use rdx_transport::xstate;
-use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-struct Host {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    path: String,
+/// A `fleet-host` with `on_request`, removed (process and region) on drop.
+fn host(tag: &str) -> HostProcess {
+    let region = ShmPath::new(&format!("fleet-migrate-{tag}"));
+    let args = ["--hold-timeout-ms", "2000", "on_request"];
+    HostProcess::start(env!("CARGO_BIN_EXE_fleet-host"), region, &args)
 }
 
-impl Host {
-    fn start(tag: &str) -> Host {
-        let path = format!("/dev/shm/rdx-fleet-migrate-{tag}-{}", std::process::id());
-        let _ = std::fs::remove_file(&path);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fleet-host"))
-            .args(["--path", &path, "--hold-timeout-ms", "2000", "on_request"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start fleet-host");
-        let stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        assert!(line.starts_with("ready "), "host said {line:?}");
-        Host {
-            child,
-            stdin,
-            stdout,
-            path,
-        }
-    }
-
-    fn node(&self, name: &str) -> NodeSpec {
-        NodeSpec {
-            name: name.into(),
-            address: format!("shm:{}", self.path),
-        }
-    }
-
-    /// `r0` of one request (0: the hook ran nothing).
-    fn request(&mut self) -> u64 {
-        writeln!(self.stdin, "run on_request 0").unwrap();
-        self.stdin.flush().unwrap();
-        let mut l = String::new();
-        self.stdout.read_line(&mut l).unwrap();
-        let w: Vec<&str> = l.split_whitespace().collect();
-        assert_eq!(w.first(), Some(&"ret"), "host said {l:?}");
-        w[1].parse().unwrap()
+fn node(host: &HostProcess, name: &str) -> NodeSpec {
+    NodeSpec {
+        name: name.into(),
+        address: host.address(),
     }
 }
 
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "quit");
-        let _ = self.stdin.flush();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.path);
-    }
+/// `r0` of one request (0: the hook ran nothing).
+fn request(host: &mut HostProcess) -> u64 {
+    host.run("on_request 0").0
 }
 
 fn stamp_v1() -> Extension {
-    let o = rdx_bpf::loader::load(&rdx_testdata::object("fleet/stamp_v1")).unwrap();
-    Extension::from_object(&o, None).unwrap()
+    common::extension("stamp_v1")
 }
 
 fn hits(node: &NodeSpec) -> u64 {
@@ -86,17 +47,15 @@ fn hits(node: &NodeSpec) -> u64 {
     u64::from_le_bytes(v)
 }
 
-fn state_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("rdx-fleet-migrate-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+fn state_dir(tag: &str) -> ScratchDir {
+    ScratchDir::new(&format!("fleet-migrate-state-{tag}"))
 }
 
 #[test]
 fn migration_under_traffic_loses_no_update() {
-    let source = Host::start("src");
-    let target = Host::start("dst");
-    let (s, t) = (source.node("s"), target.node("t"));
+    let source = host("src");
+    let target = host("dst");
+    let (s, t) = (node(&source, "s"), node(&target, "t"));
     let ext = stamp_v1();
     let mut cf = create_codeflow(&s.address, ExtSpec::default()).unwrap();
     let v = cf
@@ -119,7 +78,7 @@ fn migration_under_traffic_loses_no_update() {
             assert!(start.elapsed() < Duration::from_secs(30), "stuck");
             let mut r0 = 0;
             if !moved {
-                r0 = source.request();
+                r0 = request(&mut source);
                 if r0 == 0 {
                     moved = true;
                     bounced += 1;
@@ -128,7 +87,7 @@ fn migration_under_traffic_loses_no_update() {
                 }
             }
             if moved {
-                r0 = target.request();
+                r0 = request(&mut target);
             }
             assert_eq!(r0, 1, "every request is served by v1 somewhere");
             sv.fetch_add(1, Ordering::Relaxed);
@@ -147,7 +106,7 @@ fn migration_under_traffic_loses_no_update() {
         "on_request",
         &ext,
         Some("default"),
-        &Options::new(&dir),
+        &Options::new(dir.path()),
     )
     .unwrap();
     migrated.store(true, Ordering::Relaxed);
@@ -182,27 +141,25 @@ fn migration_under_traffic_loses_no_update() {
             node.name
         );
     }
-    assert!(rdx_fleet::intent::pending(&dir).unwrap().is_empty());
-    let _ = std::fs::remove_dir_all(&dir);
+    assert!(rdx_fleet::intent::pending(dir.path()).unwrap().is_empty());
 }
 
 #[test]
 fn a_migration_of_an_empty_hook_or_to_itself_is_refused() {
-    let source = Host::start("empty-src");
-    let target = Host::start("empty-dst");
+    let source = host("empty-src");
+    let target = host("empty-dst");
     let dir = state_dir("empty");
     let ext = stamp_v1();
-    let (s, t) = (source.node("s"), target.node("t"));
-    let e = migrate(&s, &t, "on_request", &ext, None, &Options::new(&dir)).unwrap_err();
+    let (s, t) = (node(&source, "s"), node(&target, "t"));
+    let e = migrate(&s, &t, "on_request", &ext, None, &Options::new(dir.path())).unwrap_err();
     assert!(e.to_string().contains("runs nothing"), "{e}");
-    let e = migrate(&s, &s, "on_request", &ext, None, &Options::new(&dir)).unwrap_err();
+    let e = migrate(&s, &s, "on_request", &ext, None, &Options::new(dir.path())).unwrap_err();
     assert!(e.to_string().contains("same node"), "{e}");
-    let e = migrate(&s, &t, "nope", &ext, None, &Options::new(&dir)).unwrap_err();
+    let e = migrate(&s, &t, "nope", &ext, None, &Options::new(dir.path())).unwrap_err();
     assert!(
         matches!(e, rdx_fleet::FleetError::HookMissing { .. }),
         "{e}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Child side of the crash test: runs a migration that SIGKILLs itself at a phase.
@@ -240,15 +197,15 @@ fn a_killed_migration_is_recovered_at_every_phase() {
         ("first-flip", true),
         ("first-release", true),
     ] {
-        let mut source = Host::start(&format!("crash-{phase}-s"));
-        let mut target = Host::start(&format!("crash-{phase}-t"));
-        let (s, t) = (source.node("s"), target.node("t"));
+        let mut source = host(&format!("crash-{phase}-s"));
+        let mut target = host(&format!("crash-{phase}-t"));
+        let (s, t) = (node(&source, "s"), node(&target, "t"));
         let mut cf = create_codeflow(&s.address, ExtSpec::default()).unwrap();
         cf.deploy("on_request", &stamp_v1(), Some("default"), None)
             .unwrap();
         cf.release().unwrap();
         for _ in 0..10 {
-            assert_eq!(source.request(), 1);
+            assert_eq!(request(&mut source), 1);
         }
         let dir = state_dir(&format!("crash-{phase}"));
         let status = Command::new(std::env::current_exe().unwrap())
@@ -256,14 +213,14 @@ fn a_killed_migration_is_recovered_at_every_phase() {
             .env("FLEET_SOURCE", &s.address)
             .env("FLEET_TARGET", &t.address)
             .env("FLEET_CRASH", phase)
-            .env("FLEET_STATE", &dir)
+            .env("FLEET_STATE", dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
             .unwrap();
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(status.signal(), Some(libc::SIGKILL), "{phase}: {status:?}");
-        let rec = rdx_fleet::recover(&dir, false).unwrap();
+        let rec = rdx_fleet::recover(dir.path(), false).unwrap();
         assert_eq!(rec.len(), 1, "{phase}");
         assert_eq!(
             rec[0].outcome,
@@ -296,13 +253,12 @@ fn a_killed_migration_is_recovered_at_every_phase() {
         } else {
             (&mut source, &mut target)
         };
-        assert_eq!(idle.request(), 0, "{phase}");
-        assert_eq!(live.request(), 1, "{phase}");
+        assert_eq!(request(idle), 0, "{phase}");
+        assert_eq!(request(live), 1, "{phase}");
         assert_eq!(
             hits(if forward { &t } else { &s }),
             11,
             "{phase}: no update lost"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

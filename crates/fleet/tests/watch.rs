@@ -6,15 +6,11 @@
 mod common;
 
 use common::chain::Chain;
-use rdx_control::{create_codeflow, ExtSpec, Extension};
+use common::extension;
+use rdx_control::{create_codeflow, ExtSpec};
 use rdx_fleet::watch::{watch, Event, Target, Thresholds, WatchOptions};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-fn extension(name: &str) -> Extension {
-    let o = rdx_bpf::loader::load(&rdx_testdata::object(&format!("fleet/{name}"))).unwrap();
-    Extension::from_object(&o, None).unwrap()
-}
 
 #[test]
 fn a_faulting_release_is_rolled_back_to_the_last_good_version() {

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+use rdx_test_support::ShmPath;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,7 +17,8 @@ const END: u64 = u64::MAX;
 
 pub struct Chain {
     hosts: Vec<Child>,
-    pub paths: Vec<String>,
+    // After `hosts`: a region file is removed once its host is gone.
+    paths: Vec<ShmPath>,
     entry: Option<ChildStdin>,
     exit: Option<BufReader<ChildStdout>>,
 }
@@ -28,14 +30,13 @@ impl Chain {
         let mut paths = Vec::new();
         let mut upstream: Option<ChildStdout> = None;
         for i in 0..hops {
-            let path = format!("/dev/shm/rdx-fleet-chain-{tag}-{}-{i}", std::process::id());
-            let _ = std::fs::remove_file(&path);
+            let path = ShmPath::new(&format!("fleet-chain-{tag}-{i}"));
             let stdin = match upstream.take() {
                 Some(out) => Stdio::from(out),
                 None => Stdio::piped(),
             };
             let mut child = Command::new(env!("CARGO_BIN_EXE_fleet-host"))
-                .args(["--forward", "--path", &path, "--hold-timeout-ms"])
+                .args(["--forward", "--path", path.as_str(), "--hold-timeout-ms"])
                 .arg(hold_timeout_ms.to_string())
                 .arg("on_request")
                 .stdin(stdin)
@@ -62,7 +63,7 @@ impl Chain {
     }
 
     pub fn address(&self, hop: usize) -> String {
-        format!("shm:{}", self.paths[hop])
+        self.paths[hop].address()
     }
 
     /// Starts sending requests (at most `window` in flight) until [`Traffic::stop`].
@@ -135,9 +136,6 @@ impl Drop for Chain {
         for h in &mut self.hosts {
             let _ = h.kill();
             let _ = h.wait();
-        }
-        for p in &self.paths {
-            let _ = std::fs::remove_file(p);
         }
     }
 }
