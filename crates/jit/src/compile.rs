@@ -3,6 +3,7 @@
 //! out as one relocatable [`Artifact`].
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use cranelift_codegen::control::ControlPlane;
@@ -10,6 +11,7 @@ use cranelift_codegen::ir::{ExternalName, UserExternalName};
 use cranelift_codegen::isa::{self, OwnedTargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::{binemit::Reloc, FinalizedRelocTarget};
+use cranelift_frontend::FunctionBuilderContext;
 use rdx_bpf::isa::{encode, raw_to_bytes, Insn, STACK_SIZE};
 use target_lexicon::Triple;
 
@@ -236,10 +238,20 @@ pub struct CompileStats {
     pub dropped_insns: usize,
 }
 
-/// A Cranelift code generator for one target, reusable across compilations.
+/// A Cranelift code generator for one target, reusable across compilations (and shareable
+/// between threads).
 pub struct Compiler {
     isa: OwnedTargetIsa,
     arch: Arch,
+    /// Cranelift's per-function working memory, kept between compilations so that each one
+    /// does not allocate it afresh. A thread that finds it in use makes its own.
+    scratch: Mutex<Scratch>,
+}
+
+#[derive(Default)]
+struct Scratch {
+    ctx: Option<cranelift_codegen::Context>,
+    fctx: FunctionBuilderContext,
 }
 
 impl Compiler {
@@ -261,7 +273,11 @@ impl Compiler {
         let isa = builder
             .finish(settings::Flags::new(flags))
             .map_err(|e| isa_err(e.to_string()))?;
-        Ok(Self { isa, arch })
+        Ok(Self {
+            isa,
+            arch,
+            scratch: Mutex::new(Scratch::default()),
+        })
     }
 
     pub fn arch(&self) -> Arch {
@@ -313,14 +329,20 @@ impl Compiler {
         // Calls between our own functions, patched once every function has an offset.
         let mut local_calls: Vec<(u32, Reloc, u32, i64)> = Vec::new();
         let mut relocations = Vec::new();
-        let mut ctx = cranelift_codegen::Context::new();
-        let mut fctx = cranelift_frontend::FunctionBuilderContext::new();
+        let mut local = None;
+        let mut guard = self.scratch.try_lock().ok();
+        let scratch: &mut Scratch = match guard.as_deref_mut() {
+            Some(s) => s,
+            None => local.insert(Scratch::default()),
+        };
+        let Scratch { ctx, fctx } = scratch;
+        let ctx = ctx.get_or_insert_with(cranelift_codegen::Context::new);
 
         for (fi, plan) in plans.iter().enumerate() {
             ctx.clear();
             live_slots += translate::translate_function(
                 &mut ctx.func,
-                &mut fctx,
+                fctx,
                 &*self.isa,
                 insns,
                 &plans,

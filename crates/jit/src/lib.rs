@@ -27,6 +27,7 @@ pub mod artifact;
 mod compile;
 pub mod exec;
 pub mod link;
+mod stack;
 pub mod target;
 mod translate;
 

@@ -4,7 +4,9 @@
 //! (see `docs/jit.md`) must be able to rebuild the exact eBPF state at any instruction:
 //! - each register `r0`..`r10` is one Cranelift [`Variable`] of type `i64`, named by its index
 //!   in [`Translator::regs`]; `r10` is defined once, at entry, as the frame's top;
-//! - each eBPF frame's 512-byte stack is one explicit Cranelift stack slot of this function;
+//! - each eBPF frame's 512-byte stack is one explicit Cranelift stack slot of this function,
+//!   except the byte ranges [`crate::stack`] proves are only ever accessed whole through
+//!   non-escaping frame pointers, which are Cranelift variables (generic code only);
 //! - every eBPF instruction that starts a basic block has its own Cranelift block
 //!   ([`Translator::blocks`], indexed by slot), and the current slot index is known while
 //!   each instruction is lowered.
@@ -84,6 +86,11 @@ struct Translator<'a, 'b> {
     /// address of its 512 bytes in the [`DeoptRunState`] (where the interpreter expects
     /// them).
     stack: FrameStack,
+    /// Frame accesses known exactly (generic code whose frame pointers never escape).
+    stack_plan: Option<crate::stack::StackPlan>,
+    /// Frame byte ranges kept in variables (offset from the frame's base → variable and its
+    /// type, the width of every access to it).
+    promoted: HashMap<i32, (Variable, Type)>,
     /// Slots of this function that are compiled: reachable from its start without taking a
     /// guard's cold direction.
     live: Vec<bool>,
@@ -112,6 +119,17 @@ struct Translator<'a, 'b> {
 enum FrameStack {
     Slot(StackSlot),
     Shadow(Value),
+    /// No memory: every frame access is a promoted variable.
+    Promoted,
+}
+
+fn int_type(size: Size) -> Type {
+    match size {
+        Size::B => I8,
+        Size::H => I16,
+        Size::W => I32,
+        Size::DW => I64,
+    }
 }
 
 fn int_sig(isa: &dyn TargetIsa, params: usize) -> Signature {
@@ -265,7 +283,50 @@ pub(crate) fn translate_function(
     let mut b = FunctionBuilder::new(func, fctx);
     let regs: [Variable; NUM_REGS] = std::array::from_fn(|_| b.declare_var(I64));
     let budget = opts.needs_budget.then(|| b.declare_var(I64));
-    let slot = (!elite).then(|| {
+
+    let live = live_slots(insns, plan, opts);
+    let mut blocks = vec![None; plan.end - plan.start];
+    for pc in plan.start..plan.end {
+        if !live[pc - plan.start] {
+            continue;
+        }
+        let insn = &insns[pc];
+        if let Some(t) = insn.jump_target(pc) {
+            let t = t as usize;
+            if live[t - plan.start] && blocks[t - plan.start].is_none() {
+                blocks[t - plan.start] = Some(b.create_block());
+            }
+        }
+        let ends_block = matches!(insn, Insn::Ja { .. } | Insn::Jmp { .. } | Insn::Exit);
+        if ends_block
+            && pc + 1 < plan.end
+            && live[pc + 1 - plan.start]
+            && blocks[pc + 1 - plan.start].is_none()
+        {
+            blocks[pc + 1 - plan.start] = Some(b.create_block());
+        }
+    }
+    // Elite frames live in the DeoptRunState, where the interpreter resumes: never promoted.
+    let stack_plan = if elite {
+        None
+    } else {
+        crate::stack::plan_stack(insns, plan, &live, |pc| {
+            matches!(
+                insns[pc],
+                Insn::Call(CallTarget::Helper(BPF_FUNC_MAP_LOOKUP_ELEM))
+            ) && inline_array_at(insns, plan, &blocks, opts, pc).is_some()
+        })
+    };
+    let promoted: HashMap<i32, (Variable, Type)> = stack_plan
+        .iter()
+        .flat_map(|p| p.promoted.iter())
+        .map(|(&at, &size)| {
+            let ty = int_type(size);
+            (at, (b.declare_var(ty), ty))
+        })
+        .collect();
+    let needs_frame = !elite && stack_plan.as_ref().is_none_or(|p| p.needs_memory);
+    let slot = needs_frame.then(|| {
         b.create_sized_stack_slot(StackSlotData::new(
             StackSlotKind::ExplicitSlot,
             STACK_SIZE as u32,
@@ -303,6 +364,12 @@ pub(crate) fn translate_function(
             let top = b.ins().iadd_imm_s(stack_base, STACK_SIZE as i64);
             (FrameStack::Slot(slot), top)
         }
+        None if !elite => {
+            // Every frame access is promoted: nothing dereferences `r10` or a pointer derived
+            // from it (the stack plan checked), so its value is never used as an address.
+            let top = b.ins().iconst(ptr, 0);
+            (FrameStack::Promoted, top)
+        }
         None => {
             let top = if is_entry {
                 b.ins().iadd_imm_s(run_state, DEOPT_STACK_TOP)
@@ -319,28 +386,6 @@ pub(crate) fn translate_function(
         b.def_var(v, left);
     }
 
-    let live = live_slots(insns, plan, opts);
-    let mut blocks = vec![None; plan.end - plan.start];
-    for pc in plan.start..plan.end {
-        if !live[pc - plan.start] {
-            continue;
-        }
-        let insn = &insns[pc];
-        if let Some(t) = insn.jump_target(pc) {
-            let t = t as usize;
-            if live[t - plan.start] && blocks[t - plan.start].is_none() {
-                blocks[t - plan.start] = Some(b.create_block());
-            }
-        }
-        let ends_block = matches!(insn, Insn::Ja { .. } | Insn::Jmp { .. } | Insn::Exit);
-        if ends_block
-            && pc + 1 < plan.end
-            && live[pc + 1 - plan.start]
-            && blocks[pc + 1 - plan.start].is_none()
-        {
-            blocks[pc + 1 - plan.start] = Some(b.create_block());
-        }
-    }
     let compiled = live.iter().filter(|l| **l).count();
     let live_regs = if elite {
         live_registers(insns, plan)
@@ -369,6 +414,8 @@ pub(crate) fn translate_function(
         budget,
         run_state,
         stack,
+        stack_plan,
+        promoted,
         live,
         live_regs,
         branch_index,
@@ -528,7 +575,7 @@ impl Translator<'_, '_> {
                 base,
                 off,
             } => {
-                let v = self.load(size, sign_extend, base, off);
+                let v = self.load(pc, size, sign_extend, base, off);
                 self.set(dst, v);
             }
             Insn::Store {
@@ -541,7 +588,7 @@ impl Translator<'_, '_> {
                     Operand::Reg(r) => self.reg(r),
                     Operand::Imm(i) => self.b.ins().iconst(I64, i as i64),
                 };
-                self.store(size, base, off, v);
+                self.store(pc, size, base, off, v);
             }
             Insn::Atomic {
                 size,
@@ -969,52 +1016,69 @@ impl Translator<'_, '_> {
         self.b.ins().icmp(cc, a, s)
     }
 
-    /// A frame-pointer access that stays inside this frame's stack: lowered as a stack-slot
-    /// access so the code generator addresses it off the native stack pointer.
-    fn stack_offset(&self, base: Reg, off: i16, size: Size) -> Option<i32> {
+    /// A frame-pointer access that stays inside this frame's stack: its byte offset from the
+    /// frame's base, known from the stack plan (any base register) or from `r10` itself.
+    fn frame_offset(&self, pc: usize, base: Reg, off: i16, size: Size) -> Option<i32> {
+        if let Some(plan) = &self.stack_plan {
+            return plan.access.get(&pc).copied();
+        }
         let at = STACK_SIZE as i64 + off as i64;
         (base.index() == 10 && at >= 0 && at + size.bytes() as i64 <= STACK_SIZE as i64)
             .then_some(at as i32)
     }
 
-    fn load(&mut self, size: Size, sign_extend: bool, base: Reg, off: i16) -> Value {
-        let ty = match size {
-            Size::B => I8,
-            Size::H => I16,
-            Size::W => I32,
-            Size::DW => I64,
+    /// Loads `size` bytes at byte `at` of this frame, extended to 64 bits.
+    fn frame_load(&mut self, at: i32, size: Size, sign_extend: bool) -> Value {
+        if let Some(&(var, ty)) = self.promoted.get(&at) {
+            let v = self.b.use_var(var);
+            return match (ty == I64, sign_extend) {
+                (true, _) => v,
+                (false, true) => self.b.ins().sextend(I64, v),
+                (false, false) => self.b.ins().uextend(I64, v),
+            };
+        }
+        let (frame, at) = match self.stack {
+            FrameStack::Slot(slot) => (self.b.ins().stack_addr(self.ptr, slot, 0), at),
+            FrameStack::Shadow(frame) => (frame, at),
+            FrameStack::Promoted => unreachable!("the stack plan promotes every frame access"),
         };
-        let raw = if let Some(at) = self.stack_offset(base, off, size) {
-            match self.stack {
-                FrameStack::Slot(slot) => self.b.ins().stack_load(self.ptr, ty, slot, at),
-                FrameStack::Shadow(frame) => self.b.ins().load(ty, mem(), frame, at),
-            }
-        } else {
-            let addr = self.reg(base);
-            self.b.ins().load(ty, mem(), addr, off as i32)
-        };
-        if ty == I64 {
-            raw
-        } else if sign_extend {
-            self.b.ins().sextend(I64, raw)
-        } else {
-            self.b.ins().uextend(I64, raw)
+        self.load_at(frame, at, size, sign_extend)
+    }
+
+    /// A load from native memory, extended to 64 bits in the same instruction.
+    fn load_at(&mut self, addr: Value, off: i32, size: Size, sign_extend: bool) -> Value {
+        let i = self.b.ins();
+        match (size, sign_extend) {
+            (Size::DW, _) => i.load(I64, mem(), addr, off),
+            (Size::B, false) => i.uload8(I64, mem(), addr, off),
+            (Size::B, true) => i.sload8(I64, mem(), addr, off),
+            (Size::H, false) => i.uload16(I64, mem(), addr, off),
+            (Size::H, true) => i.sload16(I64, mem(), addr, off),
+            (Size::W, false) => i.uload32(mem(), addr, off),
+            (Size::W, true) => i.sload32(mem(), addr, off),
         }
     }
 
-    fn store(&mut self, size: Size, base: Reg, off: i16, v: Value) {
-        let ty = match size {
-            Size::B => I8,
-            Size::H => I16,
-            Size::W => I32,
-            Size::DW => I64,
-        };
+    fn load(&mut self, pc: usize, size: Size, sign_extend: bool, base: Reg, off: i16) -> Value {
+        if let Some(at) = self.frame_offset(pc, base, off, size) {
+            return self.frame_load(at, size, sign_extend);
+        }
+        let addr = self.reg(base);
+        self.load_at(addr, off as i32, size, sign_extend)
+    }
+
+    fn store(&mut self, pc: usize, size: Size, base: Reg, off: i16, v: Value) {
+        let ty = int_type(size);
         let v = if ty == I64 {
             v
         } else {
             self.b.ins().ireduce(ty, v)
         };
-        if let Some(at) = self.stack_offset(base, off, size) {
+        if let Some(at) = self.frame_offset(pc, base, off, size) {
+            if let Some(&(var, _)) = self.promoted.get(&at) {
+                self.b.def_var(var, v);
+                return;
+            }
             match self.stack {
                 FrameStack::Slot(slot) => {
                     self.b.ins().stack_store(self.ptr, v, slot, at);
@@ -1022,6 +1086,7 @@ impl Translator<'_, '_> {
                 FrameStack::Shadow(frame) => {
                     self.b.ins().store(mem(), v, frame, at);
                 }
+                FrameStack::Promoted => unreachable!("the stack plan promotes every frame access"),
             }
         } else {
             let addr = self.reg(base);
@@ -1116,34 +1181,8 @@ impl Translator<'_, '_> {
         (1..=5).map(|i| self.reg(Reg(i))).collect()
     }
 
-    /// The inlinable array `r1` designates at the call in slot `pc`: the last write to `r1`
-    /// in the same straight-line run of slots (no jump lands between it and the call) is an
-    /// `lddw` of a map listed in [`CompileOptions::inline_arrays`].
     fn inline_array_at(&self, pc: usize) -> Option<(u32, InlineArray)> {
-        let mut j = pc;
-        loop {
-            if self.blocks[j - self.plan.start].is_some() || j == self.plan.start {
-                return None;
-            }
-            j -= 1;
-            match &self.insns[j] {
-                Insn::LoadImm64Hi => continue,
-                Insn::LoadImm64 {
-                    dst: Reg(1),
-                    kind: ImmKind::MapIdx,
-                    imm_lo,
-                    ..
-                } => {
-                    let index = *imm_lo as u32;
-                    return self.opts.inline_arrays.get(&index).map(|a| (index, *a));
-                }
-                insn => {
-                    if matches!(insn, Insn::Call(_)) || uses_defs(insn).1 & bit(Reg(1)) != 0 {
-                        return None;
-                    }
-                }
-            }
-        }
+        inline_array_at(self.insns, self.plan, &self.blocks, self.opts, pc)
     }
 
     fn call(&mut self, pc: usize, target: CallTarget) -> Result<(), CompileError> {
@@ -1152,8 +1191,17 @@ impl Translator<'_, '_> {
                 let (index, array) = self.inline_array_at(pc).expect("checked by the guard");
                 // The helper's contract, inline: the 4-byte key (the verifier proved `r2`
                 // readable for it), NULL when it is out of range, else the value's address.
-                let key_ptr = self.reg(Reg(2));
-                let key = self.b.ins().uload32(mem(), key_ptr, 0);
+                let key_at = self
+                    .stack_plan
+                    .as_ref()
+                    .and_then(|p| p.lookup_key.get(&pc).copied());
+                let key = match key_at {
+                    Some(at) => self.frame_load(at, Size::W, false),
+                    None => {
+                        let key_ptr = self.reg(Reg(2));
+                        self.b.ins().uload32(mem(), key_ptr, 0)
+                    }
+                };
                 let in_range =
                     self.b
                         .ins()
@@ -1305,5 +1353,41 @@ impl Translator<'_, '_> {
             }
         }
         Ok(())
+    }
+}
+
+/// The inlinable array `r1` designates at the call in slot `pc`: the last write to `r1` in the
+/// same straight-line run of slots (no jump lands between it and the call) is an `lddw` of a
+/// map listed in [`CompileOptions::inline_arrays`].
+fn inline_array_at(
+    insns: &[Insn],
+    plan: FuncPlan,
+    blocks: &[Option<Block>],
+    opts: &CompileOptions,
+    pc: usize,
+) -> Option<(u32, InlineArray)> {
+    let mut j = pc;
+    loop {
+        if blocks[j - plan.start].is_some() || j == plan.start {
+            return None;
+        }
+        j -= 1;
+        match &insns[j] {
+            Insn::LoadImm64Hi => continue,
+            Insn::LoadImm64 {
+                dst: Reg(1),
+                kind: ImmKind::MapIdx,
+                imm_lo,
+                ..
+            } => {
+                let index = *imm_lo as u32;
+                return opts.inline_arrays.get(&index).map(|a| (index, *a));
+            }
+            insn => {
+                if matches!(insn, Insn::Call(_)) || uses_defs(insn).1 & bit(Reg(1)) != 0 {
+                    return None;
+                }
+            }
+        }
     }
 }

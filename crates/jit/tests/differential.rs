@@ -19,10 +19,16 @@ const SLOTS: i16 = 8;
 
 type Raw = (u8, u8, u8, i32, u16);
 
+/// A second pointer into the frame, `r10 - 32`, set once: stack accesses through it reach
+/// the frame the way compiled C does (a pointer derived from r10), which the JIT's stack
+/// promotion must follow.
+const FRAME_PTR: Reg = Reg(6);
+const FRAME_PTR_OFF: i16 = -32;
+
 fn reg_w(n: u8) -> Reg {
-    // Writable registers: r0 and r2..r9 (r1 keeps the memory pointer).
-    let r = n % 9;
-    Reg(if r == 1 { 0 } else { r })
+    // Writable registers: r0, r2..r5 and r7..r9 (r1 keeps the memory pointer, r6 the derived
+    // frame pointer).
+    Reg([0, 2, 3, 4, 5, 7, 8, 9][(n % 8) as usize])
 }
 
 /// Readable registers as data: the same set, since values derived from the memory and frame
@@ -38,7 +44,19 @@ fn size(n: u8) -> Size {
 fn build(raw: &[Raw]) -> Vec<Insn> {
     let mut p = Vec::new();
     // Initialise every register but r1 and every stack slot.
-    for r in [0u8, 2, 3, 4, 5, 6, 7, 8, 9] {
+    p.push(Insn::Alu {
+        width: Width::W64,
+        op: AluOp::Mov,
+        dst: FRAME_PTR,
+        src: Operand::Reg(Reg(10)),
+    });
+    p.push(Insn::Alu {
+        width: Width::W64,
+        op: AluOp::Add,
+        dst: FRAME_PTR,
+        src: Operand::Imm(FRAME_PTR_OFF as i32),
+    });
+    for r in [0u8, 2, 3, 4, 5, 7, 8, 9] {
         p.push(Insn::Alu {
             width: Width::W64,
             op: AluOp::Mov,
@@ -51,7 +69,7 @@ fn build(raw: &[Raw]) -> Vec<Insn> {
             size: Size::DW,
             base: Reg(10),
             off: -8 * s,
-            src: Operand::Reg(Reg((s % 9) as u8 + 1)),
+            src: Operand::Reg(reg_w(s as u8)),
         });
     }
     let body_len = raw.len();
@@ -242,13 +260,19 @@ fn build(raw: &[Raw]) -> Vec<Insn> {
     fix_jumps(p)
 }
 
-/// An aligned, in-bounds slot in the memory buffer (via r1) or the stack (via r10).
+/// An aligned, in-bounds slot in the memory buffer (via r1) or the stack (via r10, or via
+/// the derived frame pointer r6 = r10 - 32).
 fn mem_slot(extra: u16, sz: Size) -> (Reg, i16) {
     let n = sz.bytes() as i16;
     if extra & 0x100 == 0 {
         (Reg(1), ((extra >> 9) as i16 % (MEM as i16 / n)) * n)
     } else {
-        (Reg(10), -(((extra >> 9) as i16 % (SLOTS * 8 / n)) + 1) * n)
+        let off = -(((extra >> 9) as i16 % (SLOTS * 8 / n)) + 1) * n;
+        if extra & 0x8000 == 0 {
+            (Reg(10), off)
+        } else {
+            (FRAME_PTR, off - FRAME_PTR_OFF)
+        }
     }
 }
 
