@@ -18,7 +18,8 @@ use rdx_fabric::{
     serve, ConnectOptions, FabricTransport, ProgressThread, Provider, ServeConfig, Token,
 };
 use rdx_region::layout::SectionId;
-use rdx_runtime::{HookSpec, Runtime};
+use rdx_runtime::Runtime;
+use rdx_test_support::{eim, LocalHost, ShmPath};
 use rdx_transport::shm::ShmTransport;
 use rdx_transport::Transport;
 use std::net::{IpAddr, Ipv4Addr};
@@ -96,30 +97,6 @@ fn cases() -> Vec<Case> {
         });
     }
     v
-}
-
-const EIM: &str = "\
-version: 1
-hooks:
-  - name: on_request
-    context:
-      size: 16
-      fields:
-        - {name: value, offset: 0, size: 8, access: read}
-        - {name: out, offset: 8, size: 8, access: read_write}
-classes:
-  - name: default
-    hook: on_request
-    context: {read: [value, out], write: [out]}
-    helpers: [map_lookup_elem, map_update_elem]
-    instructions: 100000
-    xstate_bytes: 1048576
-";
-
-#[repr(C)]
-struct Ctx {
-    value: u64,
-    out: u64,
 }
 
 const PROVIDERS: [&str; 2] = ["sockets", "tcp;ofi_rxm"];
@@ -390,8 +367,7 @@ fn full_deploys(rt: &Runtime, token: &Token) {
         ));
     }
     // The host really runs what was deployed last.
-    let mut ctx = Ctx { value: 0, out: 0 };
-    let r0 = rt.hook("on_request").unwrap().run(&mut ctx);
+    let (r0, _) = rdx_test_support::host::request(rt, 0);
     assert!(
         r0 == 1 || r0 == 2,
         "deploy_bench returns XDP_DROP or XDP_PASS, got {r0}"
@@ -427,11 +403,9 @@ fn full_deploys(rt: &Runtime, token: &Token) {
 fn main() {
     let token = Token::generate().unwrap();
     // Raw bytes are written anywhere in this one's code arena and scratchpad.
+    let raw_region = ShmPath::new("fabric-bench-raw");
     let raw = Runtime::builder()
-        .path(format!(
-            "/dev/shm/rdx-fabric-bench-raw-{}",
-            std::process::id()
-        ))
+        .path(raw_region.path())
         .code_size(1 << 20)
         .scratch_size(1 << 18)
         .build()
@@ -439,22 +413,11 @@ fn main() {
     raw.register().expect("register");
     primitives(&raw, &token);
     let _ = raw.teardown(Duration::from_millis(100));
-    let _ = raw.unlink();
+    drop(raw);
+    drop(raw_region);
 
-    let rt = Runtime::builder()
-        .path(format!("/dev/shm/rdx-fabric-bench-{}", std::process::id()))
-        .eim_spec(EIM)
-        .code_size(4 << 20)
-        .scratch_size(1 << 20)
-        .thread_slots(4)
-        .hook(
-            "on_request",
-            HookSpec::for_context::<Ctx>().default_return(0),
-        )
-        .build()
-        .expect("region");
-    rt.register().expect("register");
-    full_deploys(&rt, &token);
-    let _ = rt.teardown(Duration::from_millis(100));
-    let _ = rt.unlink();
+    let region = ShmPath::new("fabric-bench");
+    let eim = eim::on_request(&["map_lookup_elem", "map_update_elem"]);
+    let builder = LocalHost::builder(&region, &eim).code_size(4 << 20);
+    full_deploys(&LocalHost::with(region, builder), &token);
 }

@@ -6,6 +6,7 @@
 #![cfg(target_arch = "x86_64")]
 
 use rdx_region::layout::SectionId;
+use rdx_test_support::{ScratchDir, ShmPath};
 use rdx_transport::shm::ShmTransport;
 use rdx_transport::Transport;
 use std::io::{BufRead, BufReader, Read};
@@ -16,36 +17,46 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Compiles the example host against the `librdx_runtime.a` cargo built for this test run
-/// (with `fabric`, from this crate's dev-dependency), in the directory of this test binary.
-fn build_c_host(test: &str) -> PathBuf {
-    let deps = std::env::current_exe()
+/// The directory of this test binary, where cargo put `librdx_runtime.a` (built with
+/// `fabric`, from this crate's dev-dependency).
+fn deps_dir() -> PathBuf {
+    std::env::current_exe()
         .unwrap()
         .parent()
         .unwrap()
-        .to_path_buf();
-    let lib = deps.join("librdx_runtime.a");
+        .to_path_buf()
+}
+
+/// Compiles the C host `source` into `exe` against the runtime's static library.
+fn compile_c_host(source: &Path, exe: &Path) {
+    let lib = deps_dir().join("librdx_runtime.a");
     assert!(lib.exists(), "{} not built", lib.display());
-    // One executable per test: the tests run in parallel, and a binary being written cannot
-    // be started.
-    let exe = deps.join(format!("c-host-fabric-{test}"));
     let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
         .args(["-O2", "-Wall", "-Wextra", "-Werror", "-I"])
         .arg(root().join("include"))
         .arg("-o")
-        .arg(&exe)
-        .arg(root().join("examples/c-host/main.c"))
+        .arg(exe)
+        .arg(source)
         .arg(&lib)
         .args(["-lfabric", "-lpthread", "-ldl", "-lm"])
         .status()
         .expect("run the C compiler");
-    assert!(status.success(), "c-host failed to compile");
+    assert!(status.success(), "{} failed to compile", source.display());
+}
+
+/// Compiles the example host (examples/c-host) next to this test binary.
+fn build_c_host(test: &str) -> PathBuf {
+    // One executable per test: the tests run in parallel, and a binary being written cannot
+    // be started.
+    let exe = deps_dir().join(format!("c-host-fabric-{test}"));
+    compile_c_host(&root().join("examples/c-host/main.c"), &exe);
     exe
 }
 
 struct CHost {
     child: Child,
-    region: String,
+    // After `child`: the file is removed once the host is gone.
+    region: ShmPath,
 }
 
 impl Drop for CHost {
@@ -53,19 +64,19 @@ impl Drop for CHost {
         // SAFETY: signalling the child we spawned, by its pid.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.region);
     }
 }
 
-/// A minimal C host that reports where `rdx_register` serves it, then waits for stdin to
-/// close and tears down.
+/// A minimal C host (its region at `argv[1]`) that reports where `rdx_register` serves it,
+/// then waits for stdin to close and tears down.
 const ADDRESS_HOST: &str = r#"
 #include <stdio.h>
 #include <rdx.h>
-int main(void)
+int main(int argc, char **argv)
 {
 	rdx_runtime *rt;
-	rdx_options opts = { .code_size = 1 << 20, .scratch_size = 1 << 20 };
+	rdx_options opts = { .path = argc > 1 ? argv[1] : NULL, .code_size = 1 << 20,
+			     .scratch_size = 1 << 20 };
 	if (rdx_init(&opts, &rt) || rdx_register(rt, 0)) {
 		fprintf(stderr, "%s\n", rdx_last_error());
 		return 1;
@@ -81,29 +92,14 @@ int main(void)
 
 #[test]
 fn rdx_fabric_address_names_the_served_endpoint() {
-    let deps = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let dir = scratch_dir("address");
-    let src = dir.join("host.c");
-    std::fs::write(&src, ADDRESS_HOST).unwrap();
+    let dir = ScratchDir::new("fabric-c-host-address");
     let exe = dir.join("host");
-    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(root().join("include"))
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .arg(deps.join("librdx_runtime.a"))
-        .args(["-lfabric", "-lpthread", "-ldl", "-lm"])
-        .status()
-        .expect("run the C compiler");
-    assert!(status.success(), "address host failed to compile");
+    compile_c_host(&dir.write("host.c", ADDRESS_HOST), &exe);
     let run = |listen: Option<&str>| {
+        let region = ShmPath::new("fabric-c-host-address");
         let mut cmd = Command::new(&exe);
-        cmd.env("RDX_FABRIC_TOKEN_FILE", dir.join("token"))
+        cmd.arg(region.path())
+            .env("RDX_FABRIC_TOKEN_FILE", dir.join("token"))
             .env("RDX_FABRIC_PROVIDER", "sockets")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());
@@ -113,16 +109,16 @@ fn rdx_fabric_address_names_the_served_endpoint() {
         };
         let mut child = cmd.spawn().unwrap();
         let mut out = BufReader::new(child.stdout.take().unwrap());
-        let (mut region, mut fabric) = (String::new(), String::new());
-        out.read_line(&mut region).unwrap();
+        let (mut reported, mut fabric) = (String::new(), String::new());
+        out.read_line(&mut reported).unwrap();
         out.read_line(&mut fabric).unwrap();
-        let region = region.trim().strip_prefix("region ").unwrap().to_string();
+        assert_eq!(reported.trim(), format!("region {region}"));
         let fabric = fabric.trim().strip_prefix("fabric ").unwrap().to_string();
         (child, region, fabric)
     };
 
     // Not asked to: no server, no address.
-    let (mut child, _, fabric) = run(None);
+    let (mut child, _region, fabric) = run(None);
     assert_eq!(fabric, "none");
     drop(child.stdin.take());
     assert!(child.wait().unwrap().success());
@@ -134,13 +130,12 @@ fn rdx_fabric_address_names_the_served_endpoint() {
         dir.join("token").display()
     );
     let remote = rdx_fabric::connect_address(&address).expect("connect to the reported address");
-    let local = ShmTransport::open(&region).unwrap();
+    let local = ShmTransport::open(region.path()).unwrap();
     assert_eq!(remote.info().sections, local.info().sections);
     drop(remote);
     drop(child.stdin.take());
     assert!(child.wait().unwrap().success(), "teardown failed");
-    assert!(!Path::new(&region).exists(), "teardown unlinks the region");
-    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!region.path().exists(), "teardown unlinks the region");
 }
 
 fn free_port() -> u16 {
@@ -151,21 +146,17 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn scratch_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rdx-fabric-c-host-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 #[test]
 fn c_host_region_is_read_over_the_fabric() {
     let exe = build_c_host("serve");
-    let dir = scratch_dir("serve");
+    let dir = ScratchDir::new("fabric-c-host-serve");
+    let region = ShmPath::new("fabric-c-host-serve");
     let token_file = dir.join("token");
     let port = free_port();
     let eim_path = root().join("eim/http.yaml");
     let mut child = Command::new(exe)
+        .arg("--path")
+        .arg(region.path())
         .arg("--eim")
         .arg(&eim_path)
         .env("RDX_FABRIC_LISTEN", format!("127.0.0.1:{port}"))
@@ -177,11 +168,11 @@ fn c_host_region_is_read_over_the_fabric() {
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
-    let region = line
-        .trim()
-        .strip_prefix("region ")
-        .unwrap_or_else(|| panic!("c-host did not start: {line:?}"))
-        .to_string();
+    assert_eq!(
+        line.trim().strip_prefix("region "),
+        Some(region.as_str()),
+        "c-host did not start: {line:?}"
+    );
     let host = CHost { child, region };
 
     // The host created the token file (owner-only) while registering.
@@ -190,7 +181,7 @@ fn c_host_region_is_read_over_the_fabric() {
         token_file.display()
     );
     let remote = rdx_fabric::connect_address(&address).expect("connect over the fabric");
-    let local = ShmTransport::open(&host.region).unwrap();
+    let local = ShmTransport::open(host.region.path()).unwrap();
     assert_eq!(remote.info().sections, local.info().sections);
     assert_eq!(remote.region_len(), local.region_len());
 
@@ -213,13 +204,12 @@ fn c_host_region_is_read_over_the_fabric() {
 
     drop(remote);
     drop(host);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn c_host_reports_a_fabric_error_through_rdx_last_error() {
     let exe = build_c_host("error");
-    let dir = scratch_dir("error");
+    let dir = ScratchDir::new("fabric-c-host-error");
     let region = dir.join("region");
     let mut child = Command::new(exe)
         .arg("--path")
@@ -243,5 +233,4 @@ fn c_host_reports_a_fabric_error_through_rdx_last_error() {
         err.contains("rdx_register") && err.contains("RDX_FABRIC_TOKEN_FILE"),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,17 +7,16 @@ use rdx_fabric::{
 };
 use rdx_region::layout::SectionId;
 use rdx_runtime::Runtime;
+use rdx_test_support::ShmPath;
 use rdx_transport::shm::ShmTransport;
 use rdx_transport::{Op, Transport, TransportError};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-fn runtime(name: &str) -> Runtime {
+/// A region (not registered: serving needs no host threads) at `region`.
+fn runtime(region: &ShmPath) -> Runtime {
     Runtime::builder()
-        .path(format!(
-            "/dev/shm/rdx-fabric-test-{}-{name}",
-            std::process::id()
-        ))
+        .path(region.path())
         .code_size(1 << 20)
         .scratch_size(1 << 18)
         .build()
@@ -150,7 +149,8 @@ fn serve_and_connect(
 
 #[test]
 fn sockets_provider_serves_every_operation_with_the_host_idle() {
-    let rt = runtime("sockets");
+    let region = ShmPath::new("fabric-test-sockets");
+    let rt = runtime(&region);
     // No progress thread: the sockets provider's own thread must complete everything.
     let (server, t) = serve_and_connect(&rt, "sockets", ProgressThread::Never);
     assert!(!server.has_progress_thread());
@@ -162,7 +162,8 @@ fn sockets_provider_serves_every_operation_with_the_host_idle() {
 
 #[test]
 fn tcp_rxm_provider_serves_with_a_progress_thread() {
-    let rt = runtime("tcp");
+    let region = ShmPath::new("fabric-test-tcp");
+    let rt = runtime(&region);
     let (server, t) = serve_and_connect(&rt, "tcp;ofi_rxm", ProgressThread::WhenNeeded);
     assert!(
         server.manual_progress() && server.has_progress_thread(),
@@ -176,7 +177,8 @@ fn tcp_rxm_provider_serves_with_a_progress_thread() {
 
 #[test]
 fn wrong_token_is_refused_and_keys_change_on_restart() {
-    let rt = runtime("auth");
+    let region = ShmPath::new("fabric-test-auth");
+    let rt = runtime(&region);
     let token = Token::generate().unwrap();
     let server = serve(
         rt.path(),
@@ -225,7 +227,8 @@ fn wrong_token_is_refused_and_keys_change_on_restart() {
 
 #[test]
 fn a_node_that_stops_serving_gives_a_clear_error_quickly() {
-    let rt = runtime("dead");
+    let region = ShmPath::new("fabric-test-dead");
+    let rt = runtime(&region);
     let (server, t) = serve_and_connect(&rt, "sockets", ProgressThread::WhenNeeded);
     let scratch = t.info().section(SectionId::Scratch).offset;
     t.write_u64(scratch, 1).unwrap();
@@ -255,16 +258,19 @@ fn a_missing_or_corrupt_region_is_refused_by_serve() {
         config("sockets", &token, ProgressThread::Never),
     );
     assert!(matches!(r, Err(FabricError::Region { .. })), "{r:?}");
-    let path = format!("/dev/shm/rdx-fabric-test-{}-junk", std::process::id());
-    std::fs::write(&path, vec![0xa5u8; 8192]).unwrap();
-    let r = serve(&path, config("sockets", &token, ProgressThread::Never));
+    let junk = ShmPath::new("fabric-test-junk");
+    std::fs::write(junk.path(), vec![0xa5u8; 8192]).unwrap();
+    let r = serve(
+        junk.path(),
+        config("sockets", &token, ProgressThread::Never),
+    );
     assert!(matches!(r, Err(FabricError::Region { .. })), "{r:?}");
-    std::fs::remove_file(&path).unwrap();
 }
 
 #[test]
 fn unknown_provider_is_named_in_the_error() {
-    let rt = runtime("noprov");
+    let region = ShmPath::new("fabric-test-noprov");
+    let rt = runtime(&region);
     let token = Token::generate().unwrap();
     let r = serve(
         rt.path(),

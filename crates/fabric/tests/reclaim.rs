@@ -5,56 +5,19 @@
 use rdx_control::{CodeFlow, ExtSpec, Extension};
 use rdx_fabric::{serve, ConnectOptions, FabricTransport, ProgressThread, Provider, ServeConfig};
 use rdx_fabric::{FabricServer, Token};
-use rdx_runtime::{HookSpec, Runtime};
+use rdx_test_support::eim::{self, MAP_AND_RINGBUF_HELPERS};
+use rdx_test_support::LocalHost;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
-
-const EIM: &str = "\
-version: 1
-hooks:
-  - name: on_request
-    context:
-      size: 16
-      fields:
-        - {name: value, offset: 0, size: 8, access: read}
-        - {name: out, offset: 8, size: 8, access: read_write}
-classes:
-  - name: default
-    hook: on_request
-    context: {read: [value, out], write: [out]}
-    helpers: [map_lookup_elem, map_update_elem, map_delete_elem, ringbuf_output]
-    instructions: 100000
-    xstate_bytes: 1048576
-";
-
-#[repr(C)]
-struct Ctx {
-    value: u64,
-    out: u64,
-}
 
 fn extension(name: &str) -> Extension {
     let obj = rdx_bpf::loader::load(&rdx_testdata::object(&format!("control/{name}"))).unwrap();
     Extension::from_object(&obj, None).unwrap()
 }
 
-fn node(name: &str, barrier: bool) -> (Runtime, FabricServer, Token) {
-    let rt = Runtime::builder()
-        .path(format!(
-            "/dev/shm/rdx-fabric-reclaim-{}-{name}",
-            std::process::id()
-        ))
-        .eim_spec(EIM)
-        .code_size(1 << 20)
-        .scratch_size(1 << 20)
-        .thread_slots(4)
-        .hook(
-            "on_request",
-            HookSpec::for_context::<Ctx>().default_return(0),
-        )
-        .build()
-        .unwrap();
-    rt.register().unwrap();
+fn node(name: &str, barrier: bool) -> (LocalHost, FabricServer, Token) {
+    let eim = eim::on_request(&MAP_AND_RINGBUF_HELPERS);
+    let rt = LocalHost::start(&format!("fabric-reclaim-{name}"), &eim);
     let token = Token::generate().unwrap();
     let server = serve(
         rt.path(),
@@ -80,12 +43,6 @@ fn attach(server: &FabricServer, token: &Token) -> CodeFlow {
     CodeFlow::attach(Box::new(t), &address, ExtSpec::default()).unwrap()
 }
 
-fn run(rt: &Runtime, value: u64) -> (u64, u64) {
-    let mut c = Ctx { value, out: 0 };
-    let r0 = rt.hook("on_request").unwrap().run(&mut c);
-    (r0, c.out)
-}
-
 #[test]
 fn old_code_is_reclaimed_over_the_fabric() {
     let (rt, server, token) = node("with", true);
@@ -98,14 +55,14 @@ fn old_code_is_reclaimed_over_the_fabric() {
         1
     );
     // A host thread takes a thread slot and runs v1, so reclamation has an epoch to read.
-    assert_eq!(run(&rt, 4), (1, 5));
+    assert_eq!(rt.request(4), (1, 5));
     assert_eq!(
         cf.deploy("on_request", &extension("times_two"), None, None)
             .unwrap()
             .version,
         2
     );
-    assert_eq!(run(&rt, 4), (2, 8));
+    assert_eq!(rt.request(4), (2, 8));
     let [(code_free_before, _), _] = cf.arena_usage().unwrap();
 
     let started = Instant::now();
@@ -116,15 +73,13 @@ fn old_code_is_reclaimed_over_the_fabric() {
     let [(code_free_after, _), _] = cf.arena_usage().unwrap();
     assert_eq!(code_free_after, code_free_before + freed.code_bytes);
     // The active version is untouched and keeps running.
-    assert_eq!(run(&rt, 6), (2, 12));
+    assert_eq!(rt.request(6), (2, 12));
     // Rings are counted: several barriers in a row each wait for their own.
     for _ in 0..3 {
         cf.transport().remote_barrier().unwrap();
     }
     drop(cf);
     drop(server);
-    rt.teardown(Duration::from_millis(100)).unwrap();
-    rt.unlink().unwrap();
 }
 
 #[test]
@@ -144,9 +99,7 @@ fn without_the_barrier_service_reclamation_is_refused_and_frees_nothing() {
     );
     let [(code_free_after, _), _] = cf.arena_usage().unwrap();
     assert_eq!(code_free_after, code_free_before);
-    assert_eq!(run(&rt, 3), (2, 6));
+    assert_eq!(rt.request(3), (2, 6));
     drop(cf);
     drop(server);
-    rt.teardown(Duration::from_millis(100)).unwrap();
-    rt.unlink().unwrap();
 }

@@ -101,10 +101,13 @@ impl LineProcess {
             .unwrap_or_else(|e| panic!("{}: writing {line:?}: {e}", self.what));
     }
 
-    /// Sends `line` and returns the reply.
+    /// Sends `line` and returns the reply (both logged to stderr, which libtest shows for a
+    /// failed test).
     pub fn cmd(&mut self, line: &str) -> String {
         self.send(line);
-        self.line()
+        let reply = self.line();
+        eprintln!("{}: {line} -> {reply}", self.what);
+        reply
     }
 
     /// SIGKILL, and wait for it: the test's way of crashing a node.
