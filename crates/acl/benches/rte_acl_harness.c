@@ -194,18 +194,30 @@ int main(int argc, char **argv) {
     for (uint32_t i = 0; i < n_pkts; i++)
         ptrs[i] = (const uint8_t *)&pkts[i];
 
+    /* Best of three passes, as the Rust side measures: the machine is shared. */
     const uint32_t burst = 64;
-    double c0 = thread_ns();
-    for (uint32_t i = 0; i < n_pkts; i += burst) {
-        uint32_t k = n_pkts - i < burst ? n_pkts - i : burst;
-        rte_acl_classify(ctx, ptrs + i, results + i, k, 1);
+    double best = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        double c0 = thread_ns();
+        for (uint32_t i = 0; i < n_pkts; i += burst) {
+            uint32_t k = n_pkts - i < burst ? n_pkts - i : burst;
+            rte_acl_classify(ctx, ptrs + i, results + i, k, 1);
+        }
+        double t = thread_ns() - c0;
+        if (pass == 0 || t < best)
+            best = t;
     }
-    printf("burst_mpps %.3f\n", n_pkts / ((thread_ns() - c0) / 1e3));
+    printf("burst_mpps %.3f\n", n_pkts / (best / 1e3));
 
-    c0 = thread_ns();
-    for (uint32_t i = 0; i < n_pkts; i++)
-        rte_acl_classify(ctx, ptrs + i, results + i, 1, 1);
-    printf("single_mpps %.3f\n", n_pkts / ((thread_ns() - c0) / 1e3));
+    for (int pass = 0; pass < 3; pass++) {
+        double c0 = thread_ns();
+        for (uint32_t i = 0; i < n_pkts; i++)
+            rte_acl_classify(ctx, ptrs + i, results + i, 1, 1);
+        double t = thread_ns() - c0;
+        if (pass == 0 || t < best)
+            best = t;
+    }
+    printf("single_mpps %.3f\n", n_pkts / (best / 1e3));
 
     uint32_t n_lat = n_pkts < 100000 ? n_pkts : 100000;
     double *lat = malloc(sizeof(double) * n_lat);

@@ -13,72 +13,141 @@ pub struct FlowCacheStats {
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     key: PacketKey,
+    /// The key's hash: most mismatches are rejected on it without comparing keys.
+    tag: u64,
     /// Rule priority, or `u32::MAX` for "no rule matched".
     rule: u32,
     valid: bool,
 }
 
-/// A per-thread, direct-mapped table of hot flows and the rule that decided each.
+/// Two slots sharing an index, and which of them was last hit.
+#[derive(Clone, Copy, Debug)]
+struct Set {
+    ways: [Slot; 2],
+    /// The way last answered from: a new flow replaces the other one.
+    recent: u8,
+}
+
+/// A per-thread, two-way set-associative table of hot flows and the rule that decided each.
 ///
 /// Classification is a pure function of the packet key for a given rule-set version, so a
 /// cached decision is exact; the cache only has to be flushed when the rule set changes
 /// ([`FlowCache::flush`], driven by the rule-table generation). Unlike [`super::HotTier`] it
 /// needs no overlap analysis, so it works on rule sets whose hot rules overlap many others.
+///
+/// A new flow takes the way that was not hit last and does not become "recent" itself until
+/// it is hit: a stream of one-off packets keeps replacing one way while a hot flow keeps the
+/// other.
 #[derive(Clone, Debug)]
 pub struct FlowCache {
-    slots: Vec<Slot>,
+    sets: Vec<Set>,
     mask: usize,
     stats: FlowCacheStats,
     /// Generation of the classifier the entries came from ([`Classifier::generation`]).
     generation: u64,
 }
 
+/// The key's hash: three independent multiply chains, so it costs a few cycles of latency.
 #[inline(always)]
-fn mix(h: u64, x: u64) -> u64 {
-    (h.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95)
-}
-
 fn hash(k: &PacketKey) -> u64 {
-    let mut h = mix(0x9e37_79b9_7f4a_7c15, k.present as u64);
-    h = mix(h, k.sip as u64 ^ (k.dip as u64).rotate_left(32));
-    h = mix(h, (k.sip >> 64) as u64 ^ (k.dip >> 64) as u64);
-    h = mix(h, k.va);
-    h = mix(h, (k.dqpn as u64) << 32 | k.lqpn as u64);
-    h = mix(
-        h,
-        (k.sport as u64) << 48 | (k.dport as u64) << 32 | (k.slid as u64) << 16 | k.dlid as u64,
-    );
-    h = mix(
-        h,
-        (k.opcode as u64) << 16 | (k.cm_type as u64) << 8 | k.forged as u64,
-    );
-    h = mix(h, k.sgid as u64 ^ (k.dgid as u64).rotate_left(17));
+    let lo = |x: u128| x as u64;
+    let hi = |x: u128| (x >> 64) as u64;
+    let a = lo(k.sip) ^ lo(k.dip).rotate_left(32) ^ (k.dqpn as u64) << 40 ^ k.lqpn as u64;
+    let b = hi(k.sip)
+        ^ hi(k.dip).rotate_left(29)
+        ^ k.va.rotate_left(13)
+        ^ ((k.sport as u64) << 48 | (k.dport as u64) << 32 | (k.slid as u64) << 16 | k.dlid as u64);
+    let c = lo(k.sgid)
+        ^ lo(k.dgid).rotate_left(21)
+        ^ hi(k.sgid).rotate_left(7)
+        ^ hi(k.dgid).rotate_left(43)
+        ^ ((k.opcode as u64) << 40
+            | (k.cm_type as u64) << 32
+            | (k.forged as u64) << 24
+            | k.present as u64);
+    let h = a.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ b.wrapping_mul(0x517c_c1b7_2722_0a95).rotate_left(21)
+        ^ c.wrapping_mul(0xbf58_476d_1ce4_e5b9).rotate_left(42);
     h ^ (h >> 29)
 }
 
+const EMPTY_SLOT: Slot = Slot {
+    key: PacketKey {
+        present: 0,
+        sip: 0,
+        dip: 0,
+        sgid: 0,
+        dgid: 0,
+        va: 0,
+        lqpn: 0,
+        dqpn: 0,
+        sport: 0,
+        dport: 0,
+        slid: 0,
+        dlid: 0,
+        opcode: 0,
+        cm_type: 0,
+        forged: 0,
+    },
+    tag: 0,
+    rule: 0,
+    valid: false,
+};
+
 impl FlowCache {
-    /// A cache of `slots` entries (rounded up to a power of two).
+    /// A cache of `slots` entries (rounded up to a power of two, at least two).
     pub fn new(slots: usize) -> FlowCache {
-        let n = slots.max(1).next_power_of_two();
+        let sets = (slots.max(2).next_power_of_two() / 2).max(1);
         FlowCache {
-            slots: vec![
-                Slot {
-                    key: PacketKey::default(),
-                    rule: 0,
-                    valid: false,
+            sets: vec![
+                Set {
+                    ways: [EMPTY_SLOT; 2],
+                    recent: 0,
                 };
-                n
+                sets
             ],
-            mask: n - 1,
+            mask: sets - 1,
             stats: FlowCacheStats::default(),
             generation: 0,
         }
     }
 
+    /// The way of set `i` holding `key`, if any.
+    #[inline(always)]
+    fn find(&self, i: usize, tag: u64, key: &PacketKey) -> Option<usize> {
+        let set = &self.sets[i];
+        (0..2).find(|&w| {
+            let s = &set.ways[w];
+            s.tag == tag && s.valid && s.key == *key
+        })
+    }
+
+    #[inline(always)]
+    fn hit(&mut self, i: usize, way: usize) -> Option<u32> {
+        self.stats.hits += 1;
+        let set = &mut self.sets[i];
+        set.recent = way as u8;
+        let rule = set.ways[way].rule;
+        (rule != u32::MAX).then_some(rule)
+    }
+
+    #[inline(always)]
+    fn remember(&mut self, i: usize, tag: u64, key: &PacketKey, hit: Option<u32>) {
+        let set = &mut self.sets[i];
+        let way = 1 - (set.recent as usize & 1);
+        set.ways[way] = Slot {
+            key: *key,
+            tag,
+            rule: hit.unwrap_or(u32::MAX),
+            valid: true,
+        };
+    }
+
     /// Forgets every flow (call when the rule set changes).
     pub fn flush(&mut self) {
-        for s in &mut self.slots {
-            s.valid = false;
+        for set in &mut self.sets {
+            set.ways[0].valid = false;
+            set.ways[1].valid = false;
         }
     }
 
@@ -102,18 +171,14 @@ impl FlowCache {
     #[inline]
     pub fn classify(&mut self, full: &impl Classifier, key: &PacketKey) -> Option<u32> {
         self.follow(full);
-        let slot = &mut self.slots[hash(key) as usize & self.mask];
-        if slot.valid && slot.key == *key {
-            self.stats.hits += 1;
-            return (slot.rule != u32::MAX).then_some(slot.rule);
+        let tag = hash(key);
+        let i = tag as usize & self.mask;
+        if let Some(way) = self.find(i, tag, key) {
+            return self.hit(i, way);
         }
         self.stats.misses += 1;
         let hit = full.classify(key);
-        *slot = Slot {
-            key: *key,
-            rule: hit.unwrap_or(u32::MAX),
-            valid: true,
-        };
+        self.remember(i, tag, key, hit);
         hit
     }
 
@@ -131,19 +196,19 @@ impl FlowCache {
         for (keys, out) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
             let mut missed = [PacketKey::default(); CHUNK];
             let mut at = [0usize; CHUNK];
-            let mut slot_of = [0usize; CHUNK];
+            let mut tags = [0u64; CHUNK];
             let mut misses = 0;
             for (j, (key, out)) in keys.iter().zip(out.iter_mut()).enumerate() {
-                let i = hash(key) as usize & self.mask;
-                let slot = &self.slots[i];
-                if slot.valid && slot.key == *key {
-                    self.stats.hits += 1;
-                    *out = (slot.rule != u32::MAX).then_some(slot.rule);
-                } else {
-                    missed[misses] = *key;
-                    at[misses] = j;
-                    slot_of[misses] = i;
-                    misses += 1;
+                let tag = hash(key);
+                let i = tag as usize & self.mask;
+                match self.find(i, tag, key) {
+                    Some(way) => *out = self.hit(i, way),
+                    None => {
+                        missed[misses] = *key;
+                        at[misses] = j;
+                        tags[misses] = tag;
+                        misses += 1;
+                    }
                 }
             }
             if misses == 0 {
@@ -154,11 +219,11 @@ impl FlowCache {
             full.classify_batch(&missed[..misses], &mut found[..misses]);
             for m in 0..misses {
                 out[at[m]] = found[m];
-                self.slots[slot_of[m]] = Slot {
-                    key: missed[m],
-                    rule: found[m].unwrap_or(u32::MAX),
-                    valid: true,
-                };
+                let i = tags[m] as usize & self.mask;
+                // A repeat of a key missed earlier in this chunk is already there.
+                if self.find(i, tags[m], &missed[m]).is_none() {
+                    self.remember(i, tags[m], &missed[m], found[m]);
+                }
             }
         }
     }

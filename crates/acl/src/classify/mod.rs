@@ -4,6 +4,9 @@
 //! - [`TupleSpace`]: rules grouped by which fields they match exactly (and with which prefix
 //!   lengths); each group is a hash table on those fields, probed in priority order with early
 //!   termination. Remaining fields (ranges, opcode/type masks) are checked on the candidates.
+//! - [`CutTree`]: a decision tree per group of rules (grouped by which selective fields they
+//!   leave wide), cutting field values into blocks; leaves hold short priority-ordered rule
+//!   lists checked against compact rule copies.
 //! - [`HotTier`]: a small per-thread table of hot rules, closed under "a higher-priority rule
 //!   overlaps", in front of the complete table.
 //! - [`FlowCache`]: a small per-thread table of hot flows and the rule that decided each, in
@@ -13,11 +16,13 @@ mod flow;
 mod hot;
 mod linear;
 mod table;
+mod tree;
 mod tss;
 
 pub use flow::{FlowCache, FlowCacheStats};
 pub use hot::{HotAdapter, HotStats, HotTier};
 pub use linear::LinearScan;
+pub use tree::{CutTree, TreeStats, TreeWork};
 pub use tss::{ProbeWork, TupleSpace};
 
 use crate::rule::PacketKey;

@@ -319,3 +319,236 @@ fn synthetic_rules_agree_and_the_hot_tier_hits_on_skewed_traffic() {
     );
     assert!(tss.stats().tuples > 4);
 }
+
+/// Rules over every field, with IPv6 and IPv4-mapped addresses, GIDs, LIDs, CM types, the
+/// forged flag and opcodes past 63: the cases the cut tree's compact rule copy cannot decide
+/// alone.
+fn any_field_rule() -> impl Strategy<Value = Rule> {
+    let addr = || {
+        proptest::option::of((any::<bool>(), 0u128..32, 0u32..6)).prop_map(|a| {
+            a.map(|(v6, base, host_bits)| {
+                let base = if v6 {
+                    (0xfe80u128 << 112) | base
+                } else {
+                    MAPPED | base
+                };
+                let host = (1u128 << host_bits) - 1;
+                AddrRange::new(base & !host, base | host)
+            })
+        })
+    };
+    let small = || proptest::option::of((0u32..12, 0u32..4));
+    (
+        (addr(), addr(), addr(), addr()),
+        (small(), small(), small(), small()),
+        (
+            proptest::option::of(any::<[u64; 4]>()),
+            proptest::option::of(any::<u16>()),
+            proptest::option::of(1u8..4),
+            proptest::option::of((0u64..8, 0u64..4)),
+        ),
+        (any::<u16>(), any::<bool>()),
+    )
+        .prop_map(
+            |(
+                (sip, dip, sgid, dgid),
+                (sport, slid, lqpn, dqpn),
+                (ops, cm, forged, va),
+                (absent, deny),
+            )| {
+                let mut r = Rule::any(if deny { Action::Deny } else { Action::Allow }, 0, 0);
+                let need = |r: &mut Rule, f: Field| r.absent_ok &= !(1 << f.index());
+                for (f, a) in [
+                    (Field::Sip, sip),
+                    (Field::Dip, dip),
+                    (Field::SGid, sgid),
+                    (Field::DGid, dgid),
+                ] {
+                    if let Some(a) = a {
+                        match f {
+                            Field::Sip => r.sip = a,
+                            Field::Dip => r.dip = a,
+                            Field::SGid => r.sgid = a,
+                            _ => r.dgid = a,
+                        }
+                        need(&mut r, f);
+                    }
+                }
+                if let Some((lo, w)) = sport {
+                    (r.sport_lo, r.sport_hi) = (lo as u16, (lo + w) as u16);
+                    need(&mut r, Field::Sport);
+                }
+                if let Some((lo, w)) = slid {
+                    (r.slid_lo, r.slid_hi) = (lo as u16, (lo + w) as u16);
+                    need(&mut r, Field::SLid);
+                }
+                if let Some((lo, w)) = lqpn {
+                    (r.lqpn_lo, r.lqpn_hi) = (lo, lo + w);
+                    need(&mut r, Field::LQpn);
+                }
+                if let Some((lo, w)) = dqpn {
+                    (r.dqpn_lo, r.dqpn_hi) = (lo, lo + w);
+                    need(&mut r, Field::DQpn);
+                }
+                if let Some(m) = ops {
+                    r.opcode_mask = m;
+                }
+                if let Some(m) = cm {
+                    r.cm_type_mask = m;
+                    need(&mut r, Field::CmType);
+                }
+                if let Some(m) = forged {
+                    r.forged_mask = m;
+                    need(&mut r, Field::CmForged);
+                }
+                if let Some((lo, w)) = va {
+                    (r.va_lo, r.va_hi) = (lo, lo + w);
+                    need(&mut r, Field::Va);
+                }
+                r.absent_ok |= absent & 0x3fff;
+                r
+            },
+        )
+}
+
+fn any_field_packet() -> impl Strategy<Value = PacketKey> {
+    let addr = || {
+        proptest::option::of((any::<bool>(), 0u128..40)).prop_map(|a| {
+            a.map(|(v6, x)| {
+                if v6 {
+                    (0xfe80u128 << 112) | x
+                } else {
+                    MAPPED | x
+                }
+            })
+        })
+    };
+    let small = || proptest::option::of(0u128..18);
+    (
+        (addr(), addr(), addr(), addr()),
+        (small(), small(), small(), small(), small()),
+        (
+            proptest::option::of(prop_oneof![0u128..0x15, 0x60u128..0x66, Just(0x81)]),
+            proptest::option::of(0u128..12),
+            proptest::option::of(0u128..2),
+            proptest::option::of(0u128..14),
+        ),
+    )
+        .prop_map(
+            |((sip, dip, sgid, dgid), (sport, slid, dlid, lqpn, dqpn), (op, cm, forged, va))| {
+                let mut k = PacketKey::default();
+                for (f, v) in [
+                    (Field::Sip, sip),
+                    (Field::Dip, dip),
+                    (Field::SGid, sgid),
+                    (Field::DGid, dgid),
+                    (Field::Sport, sport),
+                    (Field::SLid, slid),
+                    (Field::DLid, dlid),
+                    (Field::LQpn, lqpn),
+                    (Field::DQpn, dqpn),
+                    (Field::Opcode, op),
+                    (Field::CmType, cm),
+                    (Field::CmForged, forged),
+                    (Field::Va, va),
+                ] {
+                    if let Some(v) = v {
+                        k.set(f, v);
+                    }
+                }
+                k
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn cut_tree_agrees_with_linear_scan(
+        rules in proptest::collection::vec(small_rule(), 0..120),
+        packets in proptest::collection::vec(small_packet(), 1..80),
+    ) {
+        let rules = numbered(rules);
+        let oracle = LinearScan::new(&rules);
+        let tree = CutTree::new(rules.clone());
+        for k in &packets {
+            prop_assert_eq!(tree.classify(k), oracle.classify(k), "packet {:?}", k);
+        }
+    }
+
+    #[test]
+    fn cut_tree_agrees_on_every_field(
+        rules in proptest::collection::vec(any_field_rule(), 0..120),
+        packets in proptest::collection::vec(any_field_packet(), 1..80),
+    ) {
+        let rules = numbered(rules);
+        let oracle = LinearScan::new(&rules);
+        let tree = CutTree::new(rules.clone());
+        for k in &packets {
+            prop_assert_eq!(tree.classify(k), oracle.classify(k), "packet {:?}", k);
+        }
+    }
+
+    #[test]
+    fn cut_tree_updates_agree_with_the_oracle(
+        rules in proptest::collection::vec(any_field_rule(), 1..100),
+        rounds in proptest::collection::vec(
+            proptest::collection::vec((0usize..100, any_field_rule()), 1..12), 1..4),
+        packets in proptest::collection::vec(any_field_packet(), 1..60),
+    ) {
+        let mut rules = numbered(rules);
+        let mut tree = CutTree::new(rules.clone());
+        let mut cache = FlowCache::new(16);
+        for round in rounds {
+            let mut updates = Vec::new();
+            for (at, mut r) in round {
+                let p = at % rules.len();
+                r.priority = p as u32;
+                r.policy = p as u32;
+                rules[p] = r;
+                updates.push(r);
+            }
+            let before = tree.generation();
+            tree.replace_rules(&updates);
+            prop_assert_ne!(tree.generation(), before);
+            let oracle = LinearScan::new(&rules);
+            for k in &packets {
+                let want = oracle.classify(k);
+                prop_assert_eq!(tree.classify(k), want, "packet {:?}", k);
+                prop_assert_eq!(cache.classify(&tree, k), want);
+            }
+        }
+    }
+}
+
+#[test]
+fn cut_tree_agrees_on_synthetic_rules_and_updates() {
+    let mut rules = synth::rules(4000, 11);
+    let mut tree = CutTree::new(rules.clone());
+    let s = tree.stats();
+    assert!(s.nodes > 0 && s.groups > 1, "{s:?}");
+    let packets = synth::traffic(&rules, 4000, Mix::Uniform, 3);
+    let oracle = LinearScan::new(&rules);
+    for k in &packets {
+        assert_eq!(tree.classify(k), oracle.classify(k));
+    }
+    let mut rng = synth::Rng::new(8);
+    let updates: Vec<Rule> = synth::rules(100, 12)
+        .into_iter()
+        .map(|mut r| {
+            let p = rng.below(rules.len() as u64) as u32;
+            (r.priority, r.policy) = (p, p);
+            r
+        })
+        .collect();
+    for u in &updates {
+        rules[u.priority as usize] = *u;
+    }
+    tree.replace_rules(&updates);
+    let oracle = LinearScan::new(&rules);
+    let packets = synth::traffic(&rules, 4000, Mix::Uniform, 4);
+    for k in &packets {
+        assert_eq!(tree.classify(k), oracle.classify(k));
+    }
+}

@@ -277,7 +277,7 @@ pub struct TupleSpace {
 /// moved between tables can never mistake one for another.
 static GENERATIONS: AtomicU64 = AtomicU64::new(1);
 
-fn next_generation() -> u64 {
+pub(super) fn next_generation() -> u64 {
     GENERATIONS.fetch_add(1, Ordering::Relaxed)
 }
 

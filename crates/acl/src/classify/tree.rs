@@ -1,0 +1,1005 @@
+//! A decision-tree classifier ("cut tree"): the rules are split into a few groups by which of
+//! the selective fields (sip, dip, dQPN) they leave wide, and each group gets a tree whose
+//! nodes cut one field's value into 2^k equal blocks (the bits right after a common prefix the
+//! node checks first). A lookup walks each group's tree to one leaf — a short, priority-sorted
+//! list of rules — and checks those rules against a 64-byte compact copy that is exact for
+//! IPv4 RoCEv2 rules, reading the 224-byte rule only when the compact copy cannot decide.
+//!
+//! Why: the tuple space probes a dozen hash tables spread over ~90 MB, so nearly every probe
+//! misses the caches. Here the upper levels of a few trees are small and stay cached, and a
+//! lookup touches one leaf list and a few compact rules per group.
+//!
+//! Exactness: a node sends a packet to the child whose block holds its value, to an
+//! *outside* child when the value lacks the node's prefix, or to an *absent* child when the
+//! packet lacks the field; a rule is copied into every child a matching packet could reach
+//! (clipped to the region the node covers). Leaves keep every rule that reaches them, in
+//! priority order, so the first match in a leaf is the first match of its group, and the
+//! smallest over groups is the answer. No rule is ever dropped as "covered", which is what
+//! makes updates local: replacing a rule removes it from the leaves its old version reached
+//! and inserts it into those its new version reaches; the node structure never changes.
+
+use super::table::prefetch_line;
+use super::Classifier;
+use crate::field::Field;
+use crate::rule::{PacketKey, Rule};
+
+/// Fields a node may cut, by [`Field`] index. Masks (opcode, CM type, forged) are left to
+/// the leaf check.
+const CUT_FIELDS: [Field; 11] = [
+    Field::Sip,
+    Field::Dip,
+    Field::SGid,
+    Field::DGid,
+    Field::Sport,
+    Field::Dport,
+    Field::SLid,
+    Field::DLid,
+    Field::LQpn,
+    Field::DQpn,
+    Field::Va,
+];
+
+/// Fields whose width decides a rule's group, with the span above which a rule counts as
+/// wide in it (an IPv4 /8, 65,536 QPNs).
+const GROUP_FIELDS: [(Field, u128); 3] = [
+    (Field::Sip, 1 << 24),
+    (Field::Dip, 1 << 24),
+    (Field::DQpn, 1 << 16),
+];
+
+/// In the first tier, a class with less than 1/`SMALL_GROUP` of the tier's rules joins the
+/// all-wide group.
+const SMALL_GROUP: usize = 16;
+/// Rules in a leaf before a node stops splitting.
+const LEAF_RULES: usize = 8;
+/// Most bits one node cuts (256 children).
+const MAX_BITS: u32 = 8;
+/// Space factor: a cut may produce at most this many rule copies per rule of its node
+/// (children's rule counts plus the number of children).
+const SPACE_FACTOR: usize = 4;
+/// Rule copies a whole tree may hold, per rule of its group (and at least
+/// [`MIN_TREE_BUDGET`]): a node's cut gets a share of its parent's allowance in proportion
+/// to its rules, so replication cannot compound level after level.
+const TREE_BUDGET: usize = 8;
+const MIN_TREE_BUDGET: usize = 16_384;
+/// Deepest node.
+const MAX_DEPTH: u32 = 24;
+
+/// A child reference with this bit set names a leaf, otherwise a node.
+const LEAF: u32 = 1 << 31;
+/// The shared empty leaf (every empty child points here until a rule is inserted).
+const EMPTY: u32 = LEAF;
+
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(32))]
+struct Node {
+    /// The value's bits above the cut (`value >> (shift + bits)`) for the inside children.
+    prefix: u128,
+    /// First child reference in `refs`: `2^bits` inside children, then outside, then absent.
+    children: u32,
+    field: u8,
+    bits: u8,
+    shift: u8,
+    /// `shift + bits == 128`: every value has the prefix.
+    whole: bool,
+}
+
+impl Node {
+    #[inline(always)]
+    fn outside(&self) -> usize {
+        1 << self.bits
+    }
+
+    #[inline(always)]
+    fn absent(&self) -> usize {
+        (1 << self.bits) + 1
+    }
+
+    /// Bounds of the prefix block the inside children divide.
+    fn block(&self) -> (u128, u128) {
+        let top = self.shift as u32 + self.bits as u32;
+        if top >= 128 {
+            (0, u128::MAX)
+        } else if top == 0 {
+            (self.prefix, self.prefix)
+        } else {
+            let lo = self.prefix << top;
+            (lo, lo | (u128::MAX >> (128 - top)))
+        }
+    }
+
+    /// Which child a packet goes to.
+    #[inline(always)]
+    fn child_of(&self, k: &PacketKey) -> usize {
+        if k.present >> self.field & 1 == 0 {
+            return self.absent();
+        }
+        let v = value(k, self.field);
+        let top = self.shift as u32 + self.bits as u32;
+        if !self.whole && v >> top != self.prefix {
+            return self.outside();
+        }
+        ((v >> self.shift) as usize) & ((1usize << self.bits) - 1)
+    }
+}
+
+#[inline(always)]
+fn value(k: &PacketKey, field: u8) -> u128 {
+    match field {
+        0 => k.sip,
+        1 => k.dip,
+        2 => k.sport as u128,
+        3 => k.dport as u128,
+        4 => k.slid as u128,
+        5 => k.dlid as u128,
+        6 => k.sgid,
+        7 => k.dgid,
+        9 => k.lqpn as u128,
+        10 => k.dqpn as u128,
+        12 => k.va as u128,
+        _ => 0,
+    }
+}
+
+/// The values a node's packets may have in one field: a bounding range (a superset once an
+/// outside child is taken) and whether the field may be present or absent.
+#[derive(Clone, Copy, Debug)]
+struct Dim {
+    lo: u128,
+    hi: u128,
+    present: bool,
+    absent: bool,
+}
+
+type Region = [Dim; crate::field::FIELD_COUNT];
+
+fn full_region() -> Region {
+    Field::ALL.map(|f| Dim {
+        lo: 0,
+        hi: f.max(),
+        present: true,
+        absent: true,
+    })
+}
+
+/// The children of `node` (in its numbering) a rule must be copied into, given the region
+/// the node covers: inside children `a..=b`, the outside child, the absent child.
+struct Span {
+    inside: Option<(usize, usize)>,
+    outside: bool,
+    absent: bool,
+}
+
+fn span(node: &Node, dim: &Dim, r: &Rule) -> Span {
+    let f = Field::ALL[node.field as usize];
+    let absent = dim.absent && r.absent_ok >> node.field & 1 != 0;
+    let (rlo, rhi) = r.range(f);
+    let (lo, hi) = (rlo.max(dim.lo), rhi.min(dim.hi));
+    if !dim.present || lo > hi {
+        return Span {
+            inside: None,
+            outside: false,
+            absent,
+        };
+    }
+    let (blo, bhi) = node.block();
+    let outside = lo < blo || hi > bhi;
+    let (ilo, ihi) = (lo.max(blo), hi.min(bhi));
+    let mask = (1u128 << node.bits) - 1;
+    let inside = (ilo <= ihi).then(|| {
+        (
+            ((ilo >> node.shift) & mask) as usize,
+            ((ihi >> node.shift) & mask) as usize,
+        )
+    });
+    Span {
+        inside,
+        outside,
+        absent,
+    }
+}
+
+/// The region of child `idx` of `node`.
+fn child_region(node: &Node, region: &Region, idx: usize) -> Region {
+    let mut out = *region;
+    let d = &mut out[node.field as usize];
+    if idx == node.absent() {
+        d.present = false;
+    } else {
+        d.absent = false;
+        if idx < node.outside() {
+            let (blo, _) = node.block();
+            let lo = blo | ((idx as u128) << node.shift);
+            let hi = if node.shift == 0 {
+                lo
+            } else {
+                lo | (u128::MAX >> (128 - node.shift as u32))
+            };
+            d.lo = d.lo.max(lo);
+            d.hi = d.hi.min(hi);
+        }
+    }
+    out
+}
+
+/// The compact, cache-line sized copy of a rule checked in leaves.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C, align(64))]
+struct Compact {
+    va_lo: u64,
+    va_hi: u64,
+    /// Opcodes 0..=63; packets with higher opcodes go to the full rule.
+    opcodes: u64,
+    sip_lo: u32,
+    sip_hi: u32,
+    dip_lo: u32,
+    dip_hi: u32,
+    dqpn_lo: u32,
+    dqpn_hi: u32,
+    sport_lo: u16,
+    sport_hi: u16,
+    dport_lo: u16,
+    dport_hi: u16,
+    absent_ok: u16,
+    flags: u16,
+}
+
+const _: () = assert!(std::mem::size_of::<Compact>() == 64);
+
+/// The address range lies in the IPv4-mapped space: `*_lo..=*_hi` are its low 32 bits.
+const SIP_V4: u16 = 1;
+/// The address range is everything.
+const SIP_ANY: u16 = 2;
+const DIP_V4: u16 = 4;
+const DIP_ANY: u16 = 8;
+/// A field the compact copy does not hold may reject a packet: check the full rule.
+const INEXACT: u16 = 16;
+
+const MAPPED_HI: u128 = 0xffff;
+
+impl Compact {
+    fn of(r: &Rule) -> Compact {
+        let mut flags = 0;
+        let mut addr = |a: &crate::rule::AddrRange, v4: u16, any: u16| -> (u32, u32) {
+            let (lo, hi) = (a.lo(), a.hi());
+            if lo == 0 && hi == u128::MAX {
+                flags |= any;
+                (0, u32::MAX)
+            } else if lo > hi {
+                flags |= v4;
+                (1, 0)
+            } else if lo >> 32 == MAPPED_HI && hi >> 32 == MAPPED_HI {
+                flags |= v4;
+                (lo as u32, hi as u32)
+            } else {
+                flags |= INEXACT;
+                (0, u32::MAX)
+            }
+        };
+        let sip = addr(&r.sip, SIP_V4, SIP_ANY);
+        let dip = addr(&r.dip, DIP_V4, DIP_ANY);
+        let open = |f: Field| r.absent_ok >> f.index() & 1 != 0;
+        let open_range = |f: Field| {
+            let (lo, hi) = r.range(f);
+            open(f) && lo == 0 && hi >= f.max()
+        };
+        let exact = open_range(Field::SGid)
+            && open_range(Field::DGid)
+            && open_range(Field::SLid)
+            && open_range(Field::DLid)
+            && open_range(Field::LQpn)
+            && open(Field::CmType)
+            && r.cm_type_mask == u16::MAX
+            && open(Field::CmForged)
+            && r.forged_mask & 3 == 3;
+        if !exact {
+            flags |= INEXACT;
+        }
+        Compact {
+            va_lo: r.va_lo,
+            va_hi: r.va_hi,
+            opcodes: r.opcode_mask[0],
+            sip_lo: sip.0,
+            sip_hi: sip.1,
+            dip_lo: dip.0,
+            dip_hi: dip.1,
+            dqpn_lo: r.dqpn_lo,
+            dqpn_hi: r.dqpn_hi,
+            sport_lo: r.sport_lo,
+            sport_hi: r.sport_hi,
+            dport_lo: r.dport_lo,
+            dport_hi: r.dport_hi,
+            absent_ok: r.absent_ok,
+            flags,
+        }
+    }
+
+    /// 0: the rule does not match; 1: it matches; 2: the full rule must decide.
+    #[inline(always)]
+    fn verdict(&self, k: &PacketKey) -> u8 {
+        let p = k.present;
+        let ok = |f: Field, test: bool| {
+            if p >> f.index() & 1 != 0 {
+                test
+            } else {
+                self.absent_ok >> f.index() & 1 != 0
+            }
+        };
+        let addr = |v: u128, lo: u32, hi: u32, v4: u16, any: u16| {
+            self.flags & any != 0
+                || self.flags & v4 == 0
+                || (v >> 32 == MAPPED_HI && lo <= v as u32 && v as u32 <= hi)
+        };
+        let hit = ok(
+            Field::Opcode,
+            k.opcode >= 64 || self.opcodes >> (k.opcode & 63) & 1 != 0,
+        ) && ok(
+            Field::DQpn,
+            self.dqpn_lo <= k.dqpn && k.dqpn <= self.dqpn_hi,
+        ) && ok(
+            Field::Sip,
+            addr(k.sip, self.sip_lo, self.sip_hi, SIP_V4, SIP_ANY),
+        ) && ok(
+            Field::Dip,
+            addr(k.dip, self.dip_lo, self.dip_hi, DIP_V4, DIP_ANY),
+        ) && ok(
+            Field::Sport,
+            self.sport_lo <= k.sport && k.sport <= self.sport_hi,
+        ) && ok(
+            Field::Dport,
+            self.dport_lo <= k.dport && k.dport <= self.dport_hi,
+        ) && ok(Field::Va, self.va_lo <= k.va && k.va <= self.va_hi);
+        if !hit {
+            0
+        } else if self.flags & INEXACT != 0
+            || (p >> Field::Opcode.index() & 1 != 0 && k.opcode >= 64)
+        {
+            2
+        } else {
+            1
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Leaf {
+    start: u32,
+    len: u32,
+    cap: u32,
+}
+
+#[derive(Clone, Debug)]
+struct Group {
+    /// Which of [`GROUP_FIELDS`] the group's rules leave wide (bit per entry).
+    class: u8,
+    root: u32,
+    /// No rule of the group has a smaller priority (a bound: removals do not raise it).
+    min_priority: u32,
+}
+
+/// Shape of a built tree set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TreeStats {
+    /// Priority tiers.
+    pub tiers: usize,
+    /// Trees (rule groups) over all tiers.
+    pub groups: usize,
+    /// Interior nodes over all trees.
+    pub nodes: usize,
+    /// Non-empty leaves.
+    pub leaves: usize,
+    /// Rule references in leaves (a rule reaching several leaves counts in each).
+    pub entries: usize,
+    /// Largest leaf.
+    pub max_leaf: usize,
+    /// Deepest leaf.
+    pub max_depth: u32,
+    /// Bytes of nodes, child references, leaves and compact rules (the lookup's working set).
+    pub bytes: usize,
+}
+
+/// Decision-tree classifier; see the module documentation.
+/// Rules in the first priority tier; each further tier holds [`TIER_GROWTH`] times as many.
+const FIRST_TIER: usize = 1024;
+const TIER_GROWTH: usize = 16;
+
+/// The trees of the rules in one priority range.
+#[derive(Clone, Debug)]
+struct Tier {
+    /// Priorities `lo..hi` live here.
+    lo: u32,
+    hi: u32,
+    /// Ascending by `min_priority`.
+    groups: Vec<Group>,
+    /// The group class of each raw class ([`class_of`]): classes holding few of the tier's
+    /// rules share the all-wide group instead of costing every lookup a walk of their own.
+    class_map: [u8; 1 << GROUP_FIELDS.len()],
+    nodes: Vec<Node>,
+    refs: Vec<u32>,
+    leaves: Vec<Leaf>,
+    /// Leaf contents: rule priorities, ascending within a leaf.
+    entries: Vec<u32>,
+}
+
+/// Decision-tree classifier; see the module documentation.
+///
+/// The rules are also split by priority into tiers (the first 1,024 rules, the next 16,384,
+/// and so on), each with its own trees: a lookup stops at the first tier holding a match,
+/// since every rule of a later tier comes after it. Rule sets whose broad rules sit near the
+/// top — where most traffic is decided — are then classified from a few small, hot trees.
+#[derive(Clone, Debug)]
+pub struct CutTree {
+    rules: Vec<Rule>,
+    compact: Vec<Compact>,
+    tiers: Vec<Tier>,
+    generation: u64,
+}
+
+fn class_of(r: &Rule) -> u8 {
+    let mut class = 0;
+    for (i, (f, wide)) in GROUP_FIELDS.iter().enumerate() {
+        let (lo, hi) = r.range(*f);
+        if lo > hi || hi - lo >= *wide {
+            class |= 1 << i;
+        }
+    }
+    class
+}
+
+/// Priority bounds of the tiers for `n` rules.
+fn tier_bounds(n: usize) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    let (mut lo, mut size) = (0usize, FIRST_TIER);
+    while lo < n {
+        let mut hi = (lo + size).min(n);
+        // A short last tier would cost every missing packet one more walk: fold it in.
+        if n - hi < size / 4 {
+            hi = n;
+        }
+        out.push((lo as u32, hi as u32));
+        lo = hi;
+        size *= TIER_GROWTH;
+    }
+    out
+}
+
+impl CutTree {
+    /// Builds the trees for rules in priority order (`rules[i].priority == i`).
+    pub fn new(rules: Vec<Rule>) -> CutTree {
+        let tiers = tier_bounds(rules.len())
+            .into_iter()
+            .map(|(lo, hi)| Tier::new(&rules, lo, hi))
+            .collect();
+        CutTree {
+            compact: rules.iter().map(Compact::of).collect(),
+            rules,
+            tiers,
+            generation: super::tss::next_generation(),
+        }
+    }
+
+    /// The rule table.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// Tree shape.
+    pub fn stats(&self) -> TreeStats {
+        let mut s = TreeStats {
+            tiers: self.tiers.len(),
+            ..TreeStats::default()
+        };
+        for t in &self.tiers {
+            s.groups += t.groups.len();
+            s.nodes += t.nodes.len();
+            for g in &t.groups {
+                t.walk_stats(g.root, 0, &mut s);
+            }
+            s.bytes += t.nodes.len() * std::mem::size_of::<Node>()
+                + t.refs.len() * 4
+                + t.leaves.len() * std::mem::size_of::<Leaf>()
+                + t.entries.len() * 4;
+        }
+        s.bytes += self.compact.len() * std::mem::size_of::<Compact>();
+        s
+    }
+
+    /// Replaces rules in place, keeping their priorities (`rule.priority` names the slot):
+    /// each old version leaves the leaves it reached and the new one enters those it reaches.
+    /// Out-of-range priorities are ignored.
+    pub fn replace_rules(&mut self, updates: &[Rule]) {
+        self.generation = super::tss::next_generation();
+        for new in updates {
+            let p = new.priority;
+            let Some(old) = self.rules.get(p as usize).copied() else {
+                continue;
+            };
+            let Some(tier) = self.tiers.iter_mut().find(|t| t.lo <= p && p < t.hi) else {
+                continue;
+            };
+            tier.replace(&old, new, p);
+            self.rules[p as usize] = *new;
+            self.compact[p as usize] = Compact::of(new);
+        }
+    }
+
+    /// First match among `tier`'s rules, if any (`u32::MAX` if none). Every group's walk
+    /// comes first, with the first candidate of each leaf prefetched, so the walks' cache
+    /// misses overlap instead of waiting behind the leaf checks' branches.
+    #[inline(always)]
+    fn first_in(&self, tier: &Tier, key: &PacketKey) -> u32 {
+        let mut leaves: [&[u32]; 1 << GROUP_FIELDS.len()] = [&[]; 1 << GROUP_FIELDS.len()];
+        for (leaf, g) in leaves.iter_mut().zip(&tier.groups) {
+            *leaf = tier.leaf_of(g.root, key);
+            if let Some(&p) = leaf.first() {
+                prefetch_line((&self.compact[p as usize] as *const Compact).cast());
+            }
+        }
+        let mut best = u32::MAX;
+        for leaf in &leaves[..tier.groups.len()] {
+            for &p in *leaf {
+                if p >= best {
+                    break;
+                }
+                let hit = match self.compact[p as usize].verdict(key) {
+                    0 => false,
+                    1 => true,
+                    _ => self.rules[p as usize].matches(key),
+                };
+                if hit {
+                    best = p;
+                    break;
+                }
+            }
+        }
+        best
+    }
+}
+
+impl Tier {
+    fn new(rules: &[Rule], lo: u32, hi: u32) -> Tier {
+        let mut t = Tier {
+            lo,
+            hi,
+            groups: Vec::new(),
+            nodes: Vec::new(),
+            refs: Vec::new(),
+            leaves: vec![Leaf {
+                start: 0,
+                len: 0,
+                cap: 0,
+            }],
+            entries: Vec::new(),
+            class_map: [0; 1 << GROUP_FIELDS.len()],
+        };
+        const ALL_WIDE: u8 = (1 << GROUP_FIELDS.len()) - 1;
+        let mut counts = [0usize; 1 << GROUP_FIELDS.len()];
+        for p in lo..hi {
+            counts[class_of(&rules[p as usize]) as usize] += 1;
+        }
+        for (class, n) in counts.iter().enumerate() {
+            // Only in the first tier, where a merged tree stays small whatever its shape.
+            let small = *n * SMALL_GROUP < (hi - lo) as usize;
+            t.class_map[class] = if small && (hi - lo) as usize <= FIRST_TIER {
+                ALL_WIDE
+            } else {
+                class as u8
+            };
+        }
+        let mut by_class: Vec<Vec<u32>> = vec![Vec::new(); 1 << GROUP_FIELDS.len()];
+        for p in lo..hi {
+            by_class[t.group_class(&rules[p as usize]) as usize].push(p);
+        }
+        for (class, set) in by_class.into_iter().enumerate() {
+            if set.is_empty() {
+                continue;
+            }
+            let min_priority = set[0];
+            let budget = (TREE_BUDGET * set.len()).max(MIN_TREE_BUDGET);
+            let root = t.build(rules, set, &full_region(), 0, budget);
+            t.groups.push(Group {
+                class: class as u8,
+                root,
+                min_priority,
+            });
+        }
+        t.groups.sort_by_key(|g| g.min_priority);
+        t
+    }
+
+    fn new_leaf(&mut self, set: &[u32]) -> u32 {
+        if set.is_empty() {
+            return EMPTY;
+        }
+        let start = self.entries.len() as u32;
+        self.entries.extend_from_slice(set);
+        self.leaves.push(Leaf {
+            start,
+            len: set.len() as u32,
+            cap: set.len() as u32,
+        });
+        (self.leaves.len() as u32 - 1) | LEAF
+    }
+    fn choose_cut(
+        &self,
+        rules: &[Rule],
+        set: &[u32],
+        region: &Region,
+        budget: usize,
+    ) -> Option<Node> {
+        let n = set.len();
+        let mut best: Option<(usize, usize, Node)> = None;
+        let mut lo_idx = vec![0usize; n];
+        let mut hi_idx = vec![0usize; n];
+        for f in CUT_FIELDS {
+            let dim = &region[f.index()];
+            if !dim.present {
+                continue;
+            }
+            // Common prefix of the rules that do not cover the whole region in this field.
+            let (mut min_lo, mut max_hi) = (u128::MAX, 0u128);
+            let mut narrow = false;
+            for &p in set {
+                let (rlo, rhi) = rules[p as usize].range(f);
+                let (lo, hi) = (rlo.max(dim.lo), rhi.min(dim.hi));
+                if lo > hi || (lo == dim.lo && hi == dim.hi) {
+                    continue;
+                }
+                narrow = true;
+                min_lo = min_lo.min(lo);
+                max_hi = max_hi.max(hi);
+            }
+            if !narrow {
+                continue;
+            }
+            let common = (min_lo ^ max_hi).leading_zeros();
+            let max_bits = MAX_BITS.min(128 - common);
+            let top_bits = |bits: u32| 128 - common - bits;
+            // Child spans at the widest cut; narrower cuts take the spans' top bits.
+            let widest = Node {
+                prefix: if common == 0 {
+                    0
+                } else {
+                    min_lo >> (128 - common)
+                },
+                children: 0,
+                field: f.index() as u8,
+                bits: max_bits as u8,
+                shift: top_bits(max_bits) as u8,
+                whole: common == 0,
+            };
+            let (mut outside, mut absent) = (0usize, 0usize);
+            for (i, &p) in set.iter().enumerate() {
+                let s = span(&widest, dim, &rules[p as usize]);
+                outside += s.outside as usize;
+                absent += s.absent as usize;
+                (lo_idx[i], hi_idx[i]) = s.inside.unwrap_or((usize::MAX, 0));
+            }
+            let mut counts = vec![0i64; (1 << max_bits) + 1];
+            let mut chosen: Option<(usize, usize, u32)> = None;
+            // A cut of the whole range into one child would be no cut at all.
+            for bits in (common == 0) as u32..=max_bits {
+                let children = 1usize << bits;
+                counts[..=children].iter_mut().for_each(|c| *c = 0);
+                let drop = max_bits - bits;
+                for i in 0..n {
+                    if lo_idx[i] == usize::MAX {
+                        continue;
+                    }
+                    counts[lo_idx[i] >> drop] += 1;
+                    counts[(hi_idx[i] >> drop) + 1] -= 1;
+                }
+                let (mut total, mut most, mut run) = (0usize, outside.max(absent), 0i64);
+                for c in &counts[..children] {
+                    run += c;
+                    total += run as usize;
+                    most = most.max(run as usize);
+                }
+                total += outside + absent;
+                if bits > 0 && total + children > (SPACE_FACTOR * n).min(budget) {
+                    break;
+                }
+                chosen = Some((most, total, bits));
+            }
+            let Some((most, total, bits)) = chosen else {
+                continue;
+            };
+            if most >= n {
+                continue;
+            }
+            let better = match &best {
+                None => true,
+                Some((bm, bt, _)) => (most, total) < (*bm, *bt),
+            };
+            if better {
+                let top = top_bits(bits);
+                best = Some((
+                    most,
+                    total,
+                    Node {
+                        prefix: if common == 0 {
+                            0
+                        } else {
+                            min_lo >> (128 - common)
+                        },
+                        children: 0,
+                        field: f.index() as u8,
+                        bits: bits as u8,
+                        shift: top as u8,
+                        whole: common == 0,
+                    },
+                ));
+            }
+        }
+        best.map(|(_, _, node)| node)
+    }
+
+    fn build(
+        &mut self,
+        rules: &[Rule],
+        set: Vec<u32>,
+        region: &Region,
+        depth: u32,
+        budget: usize,
+    ) -> u32 {
+        if set.len() <= LEAF_RULES || depth >= MAX_DEPTH {
+            return self.new_leaf(&set);
+        }
+        let Some(mut node) = self.choose_cut(rules, &set, region, budget) else {
+            return self.new_leaf(&set);
+        };
+        let fanout = (1usize << node.bits) + 2;
+        let mut parts: Vec<Vec<u32>> = vec![Vec::new(); fanout];
+        let dim = &region[node.field as usize];
+        for &p in &set {
+            let s = span(&node, dim, &rules[p as usize]);
+            if let Some((a, b)) = s.inside {
+                for part in &mut parts[a..=b] {
+                    part.push(p);
+                }
+            }
+            if s.outside {
+                parts[node.outside()].push(p);
+            }
+            if s.absent {
+                parts[node.absent()].push(p);
+            }
+        }
+        drop(set);
+        let total: usize = parts.iter().map(Vec::len).sum();
+        node.children = self.refs.len() as u32;
+        self.refs.resize(self.refs.len() + fanout, EMPTY);
+        let id = self.nodes.len() as u32;
+        self.nodes.push(node);
+        for (idx, part) in parts.into_iter().enumerate() {
+            if part.is_empty() {
+                continue;
+            }
+            let sub = child_region(&node, region, idx);
+            let share = budget * part.len() / total.max(1);
+            let r = self.build(rules, part, &sub, depth + 1, share);
+            self.refs[node.children as usize + idx] = r;
+        }
+        id
+    }
+
+    fn walk_stats(&self, r: u32, depth: u32, s: &mut TreeStats) {
+        if r & LEAF != 0 {
+            let leaf = self.leaves[(r & !LEAF) as usize];
+            if leaf.len > 0 {
+                s.leaves += 1;
+                s.entries += leaf.len as usize;
+                s.max_leaf = s.max_leaf.max(leaf.len as usize);
+                s.max_depth = s.max_depth.max(depth);
+            }
+            return;
+        }
+        let node = self.nodes[r as usize];
+        for idx in 0..(1usize << node.bits) + 2 {
+            let c = self.refs[node.children as usize + idx];
+            if c != EMPTY {
+                self.walk_stats(c, depth + 1, s);
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn leaf_of(&self, mut r: u32, k: &PacketKey) -> &[u32] {
+        while r & LEAF == 0 {
+            let node = &self.nodes[r as usize];
+            r = self.refs[node.children as usize + node.child_of(k)];
+        }
+        let leaf = self.leaves[(r & !LEAF) as usize];
+        &self.entries[leaf.start as usize..(leaf.start + leaf.len) as usize]
+    }
+
+    fn group_class(&self, r: &Rule) -> u8 {
+        self.class_map[class_of(r) as usize]
+    }
+
+    /// Moves priority `p` from where `old` reached to where `new` reaches.
+    fn replace(&mut self, old: &Rule, new: &Rule, p: u32) {
+        let old_class = self.group_class(old);
+        if let Some(g) = self.groups.iter().position(|g| g.class == old_class) {
+            let root = self.groups[g].root;
+            self.remove(root, &full_region(), old, p);
+        }
+        let class = self.group_class(new);
+        let g = match self.groups.iter().position(|g| g.class == class) {
+            Some(g) => g,
+            None => {
+                self.groups.push(Group {
+                    class,
+                    root: EMPTY,
+                    min_priority: p,
+                });
+                self.groups.len() - 1
+            }
+        };
+        self.groups[g].min_priority = self.groups[g].min_priority.min(p);
+        let root = self.groups[g].root;
+        self.groups[g].root = self.insert(root, &full_region(), new, p);
+        self.groups.sort_by_key(|g| g.min_priority);
+    }
+
+    /// Children of node `id` a rule reaches, with their regions.
+    fn reached(&self, id: u32, region: &Region, r: &Rule) -> Vec<(usize, Region)> {
+        let node = self.nodes[id as usize];
+        let s = span(&node, &region[node.field as usize], r);
+        let mut out = Vec::new();
+        if let Some((a, b)) = s.inside {
+            out.extend((a..=b).map(|i| (i, child_region(&node, region, i))));
+        }
+        if s.outside {
+            out.push((node.outside(), child_region(&node, region, node.outside())));
+        }
+        if s.absent {
+            out.push((node.absent(), child_region(&node, region, node.absent())));
+        }
+        out
+    }
+
+    /// Inserts priority `p` under reference `r`; returns the (possibly new) reference.
+    fn insert(&mut self, r: u32, region: &Region, rule: &Rule, p: u32) -> u32 {
+        if r & LEAF != 0 {
+            let id = if r == EMPTY {
+                self.leaves.push(Leaf {
+                    start: self.entries.len() as u32,
+                    len: 0,
+                    cap: 0,
+                });
+                self.leaves.len() - 1
+            } else {
+                (r & !LEAF) as usize
+            };
+            self.leaf_insert(id, p);
+            return id as u32 | LEAF;
+        }
+        let node = self.nodes[r as usize];
+        for (idx, sub) in self.reached(r, region, rule) {
+            let at = node.children as usize + idx;
+            let c = self.insert(self.refs[at], &sub, rule, p);
+            self.refs[at] = c;
+        }
+        r
+    }
+
+    fn remove(&mut self, r: u32, region: &Region, rule: &Rule, p: u32) {
+        if r & LEAF != 0 {
+            if r != EMPTY {
+                let leaf = &mut self.leaves[(r & !LEAF) as usize];
+                let (start, len) = (leaf.start as usize, leaf.len as usize);
+                let list = &mut self.entries[start..start + len];
+                if let Ok(i) = list.binary_search(&p) {
+                    list.copy_within(i + 1.., i);
+                    leaf.len -= 1;
+                }
+            }
+            return;
+        }
+        let node = self.nodes[r as usize];
+        for (idx, sub) in self.reached(r, region, rule) {
+            self.remove(self.refs[node.children as usize + idx], &sub, rule, p);
+        }
+    }
+
+    fn leaf_insert(&mut self, id: usize, p: u32) {
+        let mut leaf = self.leaves[id];
+        if leaf.len == leaf.cap {
+            // Move to the end of the arena with room to grow (the old place stays unused
+            // until the next full build).
+            let cap = (leaf.cap * 2).max(4);
+            let start = self.entries.len();
+            self.entries
+                .extend_from_within(leaf.start as usize..(leaf.start + leaf.len) as usize);
+            self.entries.resize(start + cap as usize, 0);
+            leaf.start = start as u32;
+            leaf.cap = cap;
+        }
+        let (start, len) = (leaf.start as usize, leaf.len as usize);
+        let list = &mut self.entries[start..start + len + 1];
+        let i = list[..len].partition_point(|&q| q < p);
+        if i < len && list[i] == p {
+            return;
+        }
+        list.copy_within(i..len, i + 1);
+        list[i] = p;
+        leaf.len += 1;
+        self.leaves[id] = leaf;
+    }
+}
+
+/// Work one cut-tree lookup did (for benchmarks and tuning).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TreeWork {
+    /// Priority tiers searched.
+    pub tiers: u32,
+    /// Trees walked to a leaf.
+    pub trees: u32,
+    /// Interior nodes visited.
+    pub nodes: u32,
+    /// Leaf entries whose compact copy was checked.
+    pub entries: u32,
+    /// Full rule checks.
+    pub full_checks: u32,
+}
+
+impl CutTree {
+    /// [`Classifier::classify`], also reporting the work done.
+    pub fn classify_counting(&self, key: &PacketKey) -> (Option<u32>, TreeWork) {
+        let mut w = TreeWork::default();
+        for tier in &self.tiers {
+            w.tiers += 1;
+            let mut best = u32::MAX;
+            for g in &tier.groups {
+                w.trees += 1;
+                let mut r = g.root;
+                while r & LEAF == 0 {
+                    w.nodes += 1;
+                    let node = &tier.nodes[r as usize];
+                    r = tier.refs[node.children as usize + node.child_of(key)];
+                }
+                let leaf = tier.leaves[(r & !LEAF) as usize];
+                for &p in &tier.entries[leaf.start as usize..(leaf.start + leaf.len) as usize] {
+                    if p >= best {
+                        break;
+                    }
+                    w.entries += 1;
+                    let hit = match self.compact[p as usize].verdict(key) {
+                        0 => false,
+                        1 => true,
+                        _ => {
+                            w.full_checks += 1;
+                            self.rules[p as usize].matches(key)
+                        }
+                    };
+                    if hit {
+                        best = p;
+                        break;
+                    }
+                }
+            }
+            if best != u32::MAX {
+                return (Some(best), w);
+            }
+        }
+        (None, w)
+    }
+}
+
+impl Classifier for CutTree {
+    #[inline]
+    fn classify(&self, key: &PacketKey) -> Option<u32> {
+        for tier in &self.tiers {
+            let best = self.first_in(tier, key);
+            if best != u32::MAX {
+                return Some(best);
+            }
+        }
+        None
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation
+    }
+}
