@@ -1,34 +1,13 @@
 //! The `rdx` binary end to end on objects clang compiled from `bpf/examples/`.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use rdx_test_support::{Rdx, ScratchDir};
 
-fn rdx(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rdx"))
-        .args(args)
-        .output()
-        .expect("rdx runs")
+fn rdx() -> Rdx {
+    Rdx::new(env!("CARGO_BIN_EXE_rdx"))
 }
 
 fn object(name: &str) -> String {
     rdx_testdata::object_path(name).display().to_string()
-}
-
-fn stdout(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "rdx failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
-
-fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rdx-cli-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    std::fs::write(&path, bytes).unwrap();
-    path
 }
 
 /// An Ethernet frame of `len` bytes carrying IPv4 (EtherType 0x0800).
@@ -40,7 +19,7 @@ fn frame(len: usize) -> Vec<u8> {
 
 #[test]
 fn inspect_lists_programs_maps_relocations_and_code() {
-    let text = stdout(&rdx(&["inspect", &object("examples/multi")]));
+    let text = rdx().ok(&["inspect", &object("examples/multi")]);
     for needle in [
         "3 programs, 6 maps",
         "classify",
@@ -58,11 +37,7 @@ fn inspect_lists_programs_maps_relocations_and_code() {
 
 #[test]
 fn inspect_json_describes_the_object() {
-    let json = stdout(&rdx(&[
-        "inspect",
-        "--json",
-        &object("examples/legacy_maps"),
-    ]));
+    let json = rdx().ok(&["inspect", "--json", &object("examples/legacy_maps")]);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let maps = v["maps"].as_array().unwrap();
     assert_eq!(maps.len(), 2);
@@ -81,23 +56,18 @@ fn inspect_json_describes_the_object() {
 #[test]
 fn run_hello_follows_the_packet_length() {
     // hello returns skb->len > 64; the skb model strips the 14-byte Ethernet header.
-    let long = temp_file("long.bin", &frame(100));
-    let short = temp_file("short.bin", &frame(70));
+    let dir = ScratchDir::new("cli-test");
+    let long = dir.write("long.bin", frame(100));
+    let short = dir.write("short.bin", frame(70));
     let hello = object("examples/hello");
-    let out = stdout(&rdx(&[
-        "run",
-        &hello,
-        "--packet",
-        long.to_str().unwrap(),
-        "--json",
-    ]));
+    let out = rdx().ok(&["run", &hello, "--packet", long.to_str().unwrap(), "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["r0"], 1);
     assert_eq!(v["ctx_model"], "skb");
     assert_eq!(v["map_changes"][0]["map"], "packets");
     assert_eq!(v["map_changes"][0]["after"], "0100000000000000");
 
-    let out = stdout(&rdx(&[
+    let out = rdx().ok(&[
         "run",
         &hello,
         "--prog",
@@ -106,7 +76,7 @@ fn run_hello_follows_the_packet_length() {
         short.to_str().unwrap(),
         "--repeat",
         "3",
-    ]));
+    ]);
     assert!(out.contains("r0 = 0 (0x0)"), "{out}");
     assert!(out.contains("packets[00000000]"), "{out}");
     assert!(out.contains("[0 -> 3]"), "{out}");
@@ -117,8 +87,9 @@ fn run_xdp_program_uses_the_xdp_model() {
     // xdp_gate drops (XDP_DROP = 1) frames whose byte 13 is the configured protocol (17).
     let mut udp = frame(60);
     udp[13] = 17;
-    let path = temp_file("udp.bin", &udp);
-    let out = stdout(&rdx(&[
+    let dir = ScratchDir::new("cli-test");
+    let path = dir.write("udp.bin", udp);
+    let out = rdx().ok(&[
         "run",
         &object("examples/multi"),
         "--prog",
@@ -126,7 +97,7 @@ fn run_xdp_program_uses_the_xdp_model() {
         "--packet",
         path.to_str().unwrap(),
         "--json",
-    ]));
+    ]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["ctx_model"], "xdp");
     assert_eq!(v["r0"], 1);
@@ -136,10 +107,11 @@ fn run_xdp_program_uses_the_xdp_model() {
 fn run_hook_program_with_raw_context() {
     // on_request: hook_calls++ (.bss), then mix(ctx[0], hook_calls) in .text:
     // (a ^ (b << 7)) + (b >> 3). With ctx[0] = 5: run 1 -> 5 ^ 128, run 2 -> 5 ^ 256.
-    let ctx = temp_file("ctx.bin", &5u64.to_le_bytes());
+    let dir = ScratchDir::new("cli-test");
+    let ctx = dir.write("ctx.bin", 5u64.to_le_bytes());
     let multi = object("examples/multi");
     let ctx = ctx.to_str().unwrap();
-    let out = stdout(&rdx(&[
+    let out = rdx().ok(&[
         "run",
         &multi,
         "--prog",
@@ -147,12 +119,12 @@ fn run_hook_program_with_raw_context() {
         "--ctx",
         ctx,
         "--json",
-    ]));
+    ]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["ctx_model"], "raw");
     assert_eq!(v["r0"], 5 ^ 128);
     assert_eq!(v["trace"][0], "request 1");
-    let out = stdout(&rdx(&[
+    let out = rdx().ok(&[
         "run",
         &multi,
         "--prog",
@@ -162,7 +134,7 @@ fn run_hook_program_with_raw_context() {
         "--repeat",
         "2",
         "--json",
-    ]));
+    ]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["r0"], 5 ^ 256);
     let bss = v["map_changes"]
@@ -176,24 +148,25 @@ fn run_hook_program_with_raw_context() {
 
 #[test]
 fn errors_name_the_problem_and_fail() {
-    let bad = temp_file("bad.o", b"definitely not ELF");
-    let out = rdx(&["inspect", bad.to_str().unwrap()]);
+    let dir = ScratchDir::new("cli-test");
+    let bad = dir.write("bad.o", b"definitely not ELF");
+    let out = rdx().output(&["inspect", bad.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.starts_with("rdx: cannot load "), "{err}");
     assert!(err.contains("not an ELF file"), "{err}");
 
-    let out = rdx(&["run", &object("examples/multi")]);
+    let out = rdx().output(&["run", &object("examples/multi")]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("choose one with --prog NAME"), "{err}");
     assert!(err.contains("xdp_gate (xdp)"), "{err}");
 
-    let out = rdx(&["run", &object("examples/multi"), "--prog", "missing"]);
+    let out = rdx().output(&["run", &object("examples/multi"), "--prog", "missing"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("no program or section named missing"));
 
     // on_request dereferences its context; without one the checked interpreter stops it.
-    let out = rdx(&["run", &object("examples/multi"), "--prog", "on_request"]);
+    let out = rdx().output(&["run", &object("examples/multi"), "--prog", "on_request"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -2,71 +2,8 @@
 //! runtime, declares `on_request` and serves requests in-process); every deploy, rollback,
 //! detach and map operation is a separate `rdx` process writing into its region.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
-
-use rdx_runtime::{HookSpec, Runtime};
-
-const EIM: &str = "\
-version: 1
-hooks:
-  - name: on_request
-    context:
-      size: 16
-      fields:
-        - {name: value, offset: 0, size: 8, access: read}
-        - {name: out, offset: 8, size: 8, access: read_write}
-classes:
-  - name: default
-    hook: on_request
-    context: {read: [value, out], write: [out]}
-    helpers: [map_lookup_elem, map_update_elem, map_delete_elem, ringbuf_output]
-    instructions: 100000
-    xstate_bytes: 1048576
-";
-
-#[repr(C)]
-struct Ctx {
-    value: u64,
-    out: u64,
-}
-
-struct Env {
-    state: PathBuf,
-}
-
-impl Env {
-    fn rdx(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_rdx"))
-            .args(args)
-            .arg("--state-dir")
-            .arg(&self.state)
-            .output()
-            .expect("rdx runs")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.rdx(args);
-        assert!(
-            out.status.success(),
-            "rdx {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.rdx(args);
-        assert!(!out.status.success(), "rdx {args:?} should fail");
-        String::from_utf8(out.stderr).unwrap()
-    }
-
-    fn json(&self, args: &[&str]) -> serde_json::Value {
-        let mut a = args.to_vec();
-        a.push("--json");
-        serde_json::from_str(&self.ok(&a)).expect("valid JSON")
-    }
-}
+use rdx_test_support::eim::{self, MAP_AND_RINGBUF_HELPERS};
+use rdx_test_support::{LocalHost, Rdx};
 
 fn object(name: &str) -> String {
     rdx_testdata::object_path(&format!("control/{name}"))
@@ -76,34 +13,12 @@ fn object(name: &str) -> String {
 
 #[test]
 fn every_control_plane_command_against_a_live_host() {
-    let tag = std::process::id();
-    let region = format!("/dev/shm/rdx-cli-control-{tag}");
-    let rt = Runtime::builder()
-        .path(&region)
-        .eim_spec(EIM)
-        .code_size(1 << 20)
-        .scratch_size(1 << 20)
-        .thread_slots(4)
-        .hook(
-            "on_request",
-            HookSpec::for_context::<Ctx>().default_return(0),
-        )
-        .build()
-        .unwrap();
-    rt.register().unwrap();
-    let hook = rt.hook("on_request").unwrap();
-    let request = |value: u64| {
-        let mut c = Ctx { value, out: 0 };
-        let r0 = hook.run(&mut c);
-        (r0, c.out)
-    };
-    let env = Env {
-        state: std::env::temp_dir().join(format!("rdx-cli-control-state-{tag}")),
-    };
-    let _ = std::fs::remove_dir_all(&env.state);
+    let host = LocalHost::start("cli-control", &eim::on_request(&MAP_AND_RINGBUF_HELPERS));
+    let request = |value: u64| host.request(value);
+    let env = Rdx::with_state(env!("CARGO_BIN_EXE_rdx"), "cli-control-state");
 
     // node add / ls
-    let added = env.ok(&["node", "add", "kv", &format!("shm:{region}")]);
+    let added = env.ok(&["node", "add", "kv", &host.address()]);
     assert!(added.contains("hooks: on_request"), "{added}");
     let nodes = env.json(&["node", "ls"]);
     assert_eq!(nodes[0]["name"], "kv");
@@ -267,8 +182,7 @@ fn every_control_plane_command_against_a_live_host() {
 
     // two control planes: while this process holds the lease, the CLI is refused
     let mut holder =
-        rdx_control::create_codeflow(&format!("shm:{region}"), rdx_control::ExtSpec::default())
-            .unwrap();
+        rdx_control::create_codeflow(&host.address(), rdx_control::ExtSpec::default()).unwrap();
     holder.mutual_excl().unwrap();
     let err = env.fails(&["rollback", "--node", "kv", "--hook", "on_request"]);
     assert!(err.contains("leased by another control plane"), "{err}");
@@ -277,7 +191,6 @@ fn every_control_plane_command_against_a_live_host() {
     env.ok(&["rollback", "--node", "kv", "--hook", "on_request"]);
     assert_eq!(request(3), (2, 6));
 
-    rt.teardown(std::time::Duration::from_millis(100)).unwrap();
-    rt.unlink().unwrap();
-    let _ = std::fs::remove_dir_all(&env.state);
+    host.teardown(std::time::Duration::from_millis(100))
+        .unwrap();
 }

@@ -3,81 +3,17 @@
 //! watch and migration is a separate `rdx` process working on its region.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdx_runtime::{HookSpec, Runtime};
+use rdx_runtime::Runtime;
+use rdx_test_support::eim::{self, MAP_HELPERS};
+use rdx_test_support::{LocalHost, Rdx, ShmPath, ValueOut};
 
-const EIM: &str = "\
-version: 1
-hooks:
-  - name: on_request
-    context:
-      size: 16
-      fields:
-        - {name: value, offset: 0, size: 8, access: read}
-        - {name: out, offset: 8, size: 8, access: read_write}
-classes:
-  - name: default
-    hook: on_request
-    context: {read: [value, out], write: [out]}
-    helpers: [map_lookup_elem, map_update_elem, map_delete_elem]
-    instructions: 100000
-    xstate_bytes: 1048576
-";
-
-#[repr(C)]
-struct Ctx {
-    value: u64,
-    out: u64,
-}
-
-struct Env {
-    state: PathBuf,
-}
-
-impl Env {
-    fn new(tag: &str) -> Env {
-        let state =
-            std::env::temp_dir().join(format!("rdx-cli-fleet-state-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&state);
-        Env { state }
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_rdx"));
-        c.args(args).arg("--state-dir").arg(&self.state);
-        c
-    }
-
-    fn rdx(&self, args: &[&str]) -> Output {
-        self.command(args).output().expect("rdx runs")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.rdx(args);
-        assert!(
-            out.status.success(),
-            "rdx {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.rdx(args);
-        assert!(!out.status.success(), "rdx {args:?} should fail");
-        String::from_utf8(out.stderr).unwrap()
-    }
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.state);
-    }
+fn rdx(tag: &str) -> Rdx {
+    Rdx::with_state(env!("CARGO_BIN_EXE_rdx"), &format!("cli-fleet-state-{tag}"))
 }
 
 fn object(name: &str) -> String {
@@ -86,24 +22,11 @@ fn object(name: &str) -> String {
         .to_string()
 }
 
-fn host(tag: &str) -> (Runtime, String) {
-    let region = format!("/dev/shm/rdx-cli-fleet-{tag}-{}", std::process::id());
-    let _ = std::fs::remove_file(&region);
-    let rt = Runtime::builder()
-        .path(&region)
-        .eim_spec(EIM)
-        .code_size(1 << 20)
-        .scratch_size(1 << 20)
-        .thread_slots(4)
-        .hold_timeout(Duration::from_secs(1))
-        .hook(
-            "on_request",
-            HookSpec::for_context::<Ctx>().default_return(0),
-        )
-        .build()
-        .unwrap();
-    rt.register().unwrap();
-    (rt, region)
+fn host(tag: &str) -> LocalHost {
+    let region = ShmPath::new(&format!("cli-fleet-{tag}"));
+    let builder = LocalHost::builder(&region, &eim::on_request(&MAP_HELPERS))
+        .hold_timeout(Duration::from_secs(1));
+    LocalHost::with(region, builder)
 }
 
 /// Requests run on a thread of the host until dropped; counts what each run stamped.
@@ -122,7 +45,7 @@ impl Traffic {
             let hook = rt.hook("on_request").unwrap();
             let mut i = 0;
             while !s.load(Ordering::Relaxed) {
-                let mut c = Ctx { value: i, out: 0 };
+                let mut c = ValueOut { value: i, out: 0 };
                 hook.run(&mut c);
                 r[(c.out as usize).min(3)].fetch_add(1, Ordering::Relaxed);
                 i += 1;
@@ -153,10 +76,9 @@ impl Drop for Traffic {
 
 #[test]
 fn watch_rolls_a_faulting_release_back() {
-    let (rt, region) = host("watch");
-    let rt = Arc::new(rt);
-    let env = Env::new("watch");
-    env.ok(&["node", "add", "kv", &format!("shm:{region}")]);
+    let host = host("watch");
+    let env = rdx("watch");
+    env.ok(&["node", "add", "kv", &host.address()]);
     assert!(env.fails(&["watch", "kv"]).contains("is not NODE/HOOK"));
     assert!(env
         .fails(&["watch", "kv/on_request", "--max-failure-ratio", "2"])
@@ -169,7 +91,7 @@ fn watch_rolls_a_faulting_release_back() {
         "--hook",
         "on_request",
     ]);
-    let traffic = Traffic::start(&rt);
+    let traffic = Traffic::start(host.runtime());
     let mut watcher = env
         .command(&[
             "watch",
@@ -230,16 +152,14 @@ fn watch_rolls_a_faulting_release_back() {
     let history = env.ok(&["history", "--node", "kv"]);
     assert!(history.contains("rollback"), "{history}");
     drop(traffic);
-    rt.unlink().unwrap();
 }
 
 #[test]
 fn migrate_moves_the_program_and_its_map_contents() {
-    let (src, src_region) = host("mig-s");
-    let (dst, dst_region) = host("mig-t");
-    let env = Env::new("migrate");
-    env.ok(&["node", "add", "s", &format!("shm:{src_region}")]);
-    env.ok(&["node", "add", "t", &format!("shm:{dst_region}")]);
+    let (src, dst) = (host("mig-s"), host("mig-t"));
+    let env = rdx("migrate");
+    env.ok(&["node", "add", "s", &src.address()]);
+    env.ok(&["node", "add", "t", &dst.address()]);
     assert!(env
         .fails(&[
             "migrate",
@@ -259,10 +179,7 @@ fn migrate_moves_the_program_and_its_map_contents() {
         "--hook",
         "on_request",
     ]);
-    let run = |rt: &Runtime| {
-        let mut c = Ctx { value: 0, out: 0 };
-        rt.hook("on_request").unwrap().run(&mut c)
-    };
+    let run = |h: &LocalHost| h.request(0).0;
     for _ in 0..25 {
         assert_eq!(run(&src), 1);
     }
@@ -294,26 +211,26 @@ fn migrate_moves_the_program_and_its_map_contents() {
     assert_eq!(hits, 26, "25 updates made on the source, 1 on the target");
     let history = env.ok(&["history", "--node", "s"]);
     assert!(history.contains("detach"), "{history}");
-    src.unlink().unwrap();
-    dst.unlink().unwrap();
 }
 
 #[test]
 fn broadcast_drains_a_declared_flow_and_refuses_a_bad_one() {
-    let (a, a_region) = host("flow-a");
-    let (b, b_region) = host("flow-b");
-    let env = Env::new("flow");
-    std::fs::create_dir_all(&env.state).unwrap();
+    let (a, b) = (host("flow-a"), host("flow-b"));
+    let env = rdx("flow");
     let plan = |entry_node: &str, only: &str| {
-        let p = env.state.join(format!("plan-{entry_node}-{only}.yaml"));
+        let p = env
+            .state_dir()
+            .join(format!("plan-{entry_node}-{only}.yaml"));
         std::fs::write(
             &p,
             format!(
-                "nodes:\n  - {{name: a, address: 'shm:{a_region}'}}\n  \
-                 - {{name: b, address: 'shm:{b_region}'}}\n\
+                "nodes:\n  - {{name: a, address: '{}'}}\n  \
+                 - {{name: b, address: '{}'}}\n\
                  updates:\n  - {{hook: on_request, object: '{}', nodes: [{only}]}}\n\
                  flows:\n  - {{entry: {{node: {entry_node}, hook: on_request}}, \
                  exit: {{node: b, hook: on_request}}}}\n",
+                a.address(),
+                b.address(),
                 object("stamp_v2")
             ),
         )
@@ -327,10 +244,7 @@ fn broadcast_drains_a_declared_flow_and_refuses_a_bad_one() {
     );
     let out = env.ok(&["broadcast", &plan("a", "a, b"), "--durability", "machine"]);
     assert!(out.contains("of which drain"), "{out}");
-    for rt in [&a, &b] {
-        let mut c = Ctx { value: 0, out: 0 };
-        assert_eq!(rt.hook("on_request").unwrap().run(&mut c), 2);
+    for h in [&a, &b] {
+        assert_eq!(h.request(0).0, 2);
     }
-    a.unlink().unwrap();
-    b.unlink().unwrap();
 }

@@ -29,9 +29,9 @@ pub struct LocalHost {
 impl LocalHost {
     /// The usual test region: `eim`, 1 MiB of code and of scratchpad, 4 thread slots and
     /// `on_request`. Add to it and pass it to [`LocalHost::with`].
-    pub fn builder(region: &ShmPath, eim: &str) -> RuntimeBuilder {
+    pub fn builder(region: impl AsRef<Path>, eim: &str) -> RuntimeBuilder {
         Runtime::builder()
-            .path(region.path())
+            .path(region)
             .eim_spec(eim)
             .code_size(1 << 20)
             .scratch_size(1 << 20)
