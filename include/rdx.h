@@ -47,10 +47,11 @@ typedef struct rdx_options {
 /* Counters of one hook, summed over threads. */
 typedef struct rdx_hook_stats {
 	uint64_t runs;          /* runs of extension code */
-	uint64_t failures;      /* runs stopped (instruction budget spent) */
+	uint64_t failures;      /* runs stopped (instruction budget spent, failed helper, deopt) */
 	uint64_t errors;        /* invalid slot contents refused */
 	uint64_t hold_timeouts; /* callers that stopped waiting on a held hook */
 	uint64_t active;        /* the slot's active word (version << 32 | entry offset) */
+	uint64_t deopts;        /* runs of elite code stopped at a failed guard (also failures) */
 } rdx_hook_stats;
 
 /* ctx_init: creates and maps the region. */

@@ -143,9 +143,10 @@ static void serve(int fd)
 		char body[256];
 		rdx_hook_get_stats(request_hook, &s);
 		snprintf(body, sizeof body,
-			 "requests %llu runs %llu failures %llu errors %llu\n",
+			 "requests %llu runs %llu failures %llu errors %llu deopts %llu\n",
 			 (unsigned long long)atomic_load(&request_count), (unsigned long long)s.runs,
-			 (unsigned long long)s.failures, (unsigned long long)s.errors);
+			 (unsigned long long)s.failures, (unsigned long long)s.errors,
+			 (unsigned long long)s.deopts);
 		reply(fd, 200, body);
 	} else {
 		reply(fd, 404, "not found\n");

@@ -10,7 +10,8 @@
 //!
 //! `cargo bench -p rdx-runtime --bench hook_overhead` (x86-64; root for the kernel baselines).
 //! Each figure is the fastest of many timed windows of at most 10 000 operations
-//! ([`best_ns`]), in nanoseconds per operation.
+//! ([`best_ns`]), in nanoseconds per operation. `RDX_BENCH=hook` (or `maps`) runs one half
+//! only, without the kernel baselines: for `perf record` and quick before/after checks.
 
 use rdx_region::layout::{active_word, offsets, MapType, SectionId};
 use rdx_runtime::{helper_ids, HookSpec, Runtime, HELPERS};
@@ -108,6 +109,61 @@ fn uprobe_ns(iters: u64) -> Result<f64, String> {
     }))
 }
 
+/// The hook rows: direct call, empty hook, trivial program, its entry without the hook, and
+/// (with `baselines`) the kernel uprobe.
+fn hook_rows(
+    empty: &rdx_runtime::Hook<'_>,
+    trivial: &rdx_runtime::Hook<'_>,
+    ctx: &mut Ctx,
+    entry: rdx_region::abi::EntryFn,
+    baselines: bool,
+) {
+    const N: u64 = 20_000_000;
+    let target: extern "C" fn(&mut Ctx) -> u64 = black_box(rdx_bench_target);
+    println!("hook overhead, ns per call (fastest {WINDOW}-call window of {N} calls)");
+    let direct = best_ns(N, || {
+        black_box(target(black_box(ctx)));
+    });
+    row("direct call of the hooked function", direct, "baseline");
+    let e = best_ns(N, || {
+        black_box(empty.run(black_box(ctx)));
+    });
+    row(
+        "rdx hook, nothing attached",
+        e,
+        &format!("target < 2 ns; {:+.2} ns vs direct", e - direct),
+    );
+    let t = best_ns(N, || {
+        black_box(trivial.run(black_box(ctx)));
+    });
+    row(
+        "rdx hook, trivial program",
+        t,
+        &format!("target < 10 ns; {:+.2} ns vs direct", t - direct),
+    );
+    let p = best_ns(N, || {
+        let mut run = rdx_region::abi::RunState::new(u64::MAX);
+        // SAFETY: see above; ctx and run are live.
+        black_box(unsafe { entry(black_box(ctx as *mut Ctx as *mut u8), &mut run) });
+    });
+    row(
+        "trivial program's entry called directly (no hook)",
+        p,
+        &format!("hook bookkeeping: {:+.2} ns", t - p),
+    );
+    if !baselines {
+        return;
+    }
+    match uprobe_ns(200_000) {
+        Ok(u) => row(
+            "kernel uprobe, trivial eBPF program",
+            u,
+            &format!("{:.0}x the rdx hook with a trivial program", u / t),
+        ),
+        Err(why) => println!("  kernel uprobe: not measured: {why}"),
+    }
+}
+
 fn main() {
     let rt = Runtime::builder()
         .thread_slots(4)
@@ -149,53 +205,26 @@ fn main() {
     let trivial = rt.hook("trivial").unwrap();
     let mut ctx = Ctx { value: 1, out: 0 };
     assert_eq!(trivial.run(&mut ctx), 42);
-    let target: extern "C" fn(&mut Ctx) -> u64 = black_box(rdx_bench_target);
-
-    const N: u64 = 20_000_000;
-    println!("hook overhead, ns per call (fastest {WINDOW}-call window of {N} calls)");
-    let direct = best_ns(N, || {
-        black_box(target(black_box(&mut ctx)));
-    });
-    row("direct call of the hooked function", direct, "baseline");
-    let e = best_ns(N, || {
-        black_box(empty.run(black_box(&mut ctx)));
-    });
-    row(
-        "rdx hook, nothing attached",
-        e,
-        &format!("target < 2 ns; {:+.2} ns vs direct", e - direct),
-    );
-    let t = best_ns(N, || {
-        black_box(trivial.run(black_box(&mut ctx)));
-    });
-    row(
-        "rdx hook, trivial program",
-        t,
-        &format!("target < 10 ns; {:+.2} ns vs direct", t - direct),
-    );
     // The same native entry called without the hook, to split program cost from hook cost.
     // SAFETY: the entry was just published in this runtime's code arena, mapped executable
     // in this process; it follows the EntryFn ABI.
     let entry: rdx_region::abi::EntryFn = unsafe {
         std::mem::transmute((rt.base_address() + code_at + linked.entry_offset as u64) as usize)
     };
-    let p = best_ns(N, || {
-        let mut run = rdx_region::abi::RunState::new(u64::MAX);
-        // SAFETY: see above; ctx and run are live.
-        black_box(unsafe { entry(black_box(&mut ctx as *mut Ctx as *mut u8), &mut run) });
-    });
-    row(
-        "trivial program's entry called directly (no hook)",
-        p,
-        &format!("hook bookkeeping: {:+.2} ns", t - p),
-    );
-    match uprobe_ns(200_000) {
-        Ok(u) => row(
-            "kernel uprobe, trivial eBPF program",
-            u,
-            &format!("{:.0}x the rdx hook with a trivial program", u / t),
-        ),
-        Err(why) => println!("  kernel uprobe: not measured: {why}"),
+
+    let (hooks, maps, baselines) = match std::env::var("RDX_BENCH").as_deref() {
+        Ok("hook") => (true, false, false),
+        Ok("maps") => (false, true, false),
+        _ => (true, true, true),
+    };
+    if hooks {
+        hook_rows(&empty, &trivial, &mut ctx, entry, baselines);
+    }
+    if !maps {
+        drop(cp);
+        rt.teardown(std::time::Duration::from_millis(100)).unwrap();
+        rt.unlink().unwrap();
+        return;
     }
 
     // XState maps through the helpers extension code calls (this thread already ran a hook
@@ -374,55 +403,65 @@ fn main() {
         black_box(xstate::lookup(&cp, &hash, &keys64[next()].to_le_bytes(), &mut out).unwrap());
     });
 
-    let kernel = rdx_kernel::probe().and_then(|_| {
-        let ka =
-            rdx_kernel::KernelMap::create(&rdx_kernel::MapSpec::array("bench_array", 4, 8, 1024))?;
-        let kh =
-            rdx_kernel::KernelMap::create(&rdx_kernel::MapSpec::hash("bench_hash", 8, 8, 1024))?;
-        for k in 0..1000u64 {
-            kh.update(&k.to_le_bytes(), &k.to_le_bytes(), 0)?;
-        }
-        // BPF_MAP_TYPE_LPM_TRIE, which the kernel requires with BPF_F_NO_PREALLOC.
-        let kl = rdx_kernel::KernelMap::create(&rdx_kernel::MapSpec {
-            name: "bench_lpm".into(),
-            map_type: MapType::LpmTrie as u32,
-            key_size: 8,
-            value_size: 8,
-            max_entries: 1024,
-            flags: 1,
-        })?;
-        for (i, p) in prefixes.iter().enumerate() {
-            kl.update(p, &(i as u64).to_le_bytes(), 0)?;
-        }
-        const K: u64 = 200_000;
-        let mut j = 0usize;
-        let mut next = || {
-            j = if j == 999 { 0 } else { j + 1 };
-            j
-        };
-        Ok([
-            best_ns(K, || {
-                black_box(ka.lookup(&keys32[next()].to_le_bytes()).unwrap());
-            }),
-            best_ns(K, || {
-                black_box(kh.lookup(&keys64[next()].to_le_bytes()).unwrap());
-            }),
-            best_ns(K, || {
-                ka.update(&keys32[next()].to_le_bytes(), &value.to_le_bytes(), 0)
-                    .unwrap()
-            }),
-            best_ns(K, || {
-                kh.update(&keys64[next()].to_le_bytes(), &value.to_le_bytes(), 0)
-                    .unwrap()
-            }),
-            best_ns(K, || {
-                black_box(kl.lookup(&lpm_lookups[next()]).unwrap());
-            }),
-        ])
+    let kernel = baselines.then(|| {
+        rdx_kernel::probe().and_then(|_| {
+            let ka = rdx_kernel::KernelMap::create(&rdx_kernel::MapSpec::array(
+                "bench_array",
+                4,
+                8,
+                1024,
+            ))?;
+            let kh = rdx_kernel::KernelMap::create(&rdx_kernel::MapSpec::hash(
+                "bench_hash",
+                8,
+                8,
+                1024,
+            ))?;
+            for k in 0..1000u64 {
+                kh.update(&k.to_le_bytes(), &k.to_le_bytes(), 0)?;
+            }
+            // BPF_MAP_TYPE_LPM_TRIE, which the kernel requires with BPF_F_NO_PREALLOC.
+            let kl = rdx_kernel::KernelMap::create(&rdx_kernel::MapSpec {
+                name: "bench_lpm".into(),
+                map_type: MapType::LpmTrie as u32,
+                key_size: 8,
+                value_size: 8,
+                max_entries: 1024,
+                flags: 1,
+            })?;
+            for (i, p) in prefixes.iter().enumerate() {
+                kl.update(p, &(i as u64).to_le_bytes(), 0)?;
+            }
+            const K: u64 = 200_000;
+            let mut j = 0usize;
+            let mut next = || {
+                j = if j == 999 { 0 } else { j + 1 };
+                j
+            };
+            Ok([
+                best_ns(K, || {
+                    black_box(ka.lookup(&keys32[next()].to_le_bytes()).unwrap());
+                }),
+                best_ns(K, || {
+                    black_box(kh.lookup(&keys64[next()].to_le_bytes()).unwrap());
+                }),
+                best_ns(K, || {
+                    ka.update(&keys32[next()].to_le_bytes(), &value.to_le_bytes(), 0)
+                        .unwrap()
+                }),
+                best_ns(K, || {
+                    kh.update(&keys64[next()].to_le_bytes(), &value.to_le_bytes(), 0)
+                        .unwrap()
+                }),
+                best_ns(K, || {
+                    black_box(kl.lookup(&lpm_lookups[next()]).unwrap());
+                }),
+            ])
+        })
     });
     let vs = |ours: f64, i: usize| match &kernel {
-        Ok(k) => format!("kernel map via bpf(): {:.1} ns ({:.0}x)", k[i], k[i] / ours),
-        Err(_) => String::new(),
+        Some(Ok(k)) => format!("kernel map via bpf(): {:.1} ns ({:.0}x)", k[i], k[i] / ours),
+        _ => String::new(),
     };
     row("rdx array lookup (helper 1)", al, &vs(al, 0));
     row(
@@ -442,7 +481,7 @@ fn main() {
         remote,
         "consistent copy, seqlock-checked",
     );
-    if let Err(e) = &kernel {
+    if let Some(Err(e)) = &kernel {
         println!("  kernel maps: not measured: {e}");
     }
     drop(cp);

@@ -356,6 +356,8 @@ pub struct RdxHookStats {
     pub errors: u64,
     pub hold_timeouts: u64,
     pub active: u64,
+    /// Runs of elite code that stopped at a failed guard (also counted in `failures`).
+    pub deopts: u64,
 }
 
 /// # Safety
@@ -373,6 +375,7 @@ pub unsafe extern "C" fn rdx_hook_get_stats(hook: *const RdxHook, out: *mut RdxH
             errors: s.errors,
             hold_timeouts: s.hold_timeouts,
             active: s.active,
+            deopts: s.deopts,
         }
     };
     0

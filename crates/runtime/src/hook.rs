@@ -76,6 +76,8 @@ pub struct Hook<'rt> {
     slot: &'rt HookSlot,
     index: u32,
     empty_return: u64,
+    /// `inner.id`, one load closer for the hot path.
+    runtime_id: u64,
 }
 
 impl std::fmt::Debug for Hook<'_> {
@@ -108,6 +110,7 @@ impl<'rt> Hook<'rt> {
             slot: inner.slot(index),
             index,
             empty_return,
+            runtime_id: inner.id,
         }
     }
 
@@ -139,24 +142,103 @@ impl<'rt> Hook<'rt> {
 
     /// The attached path, out of line so that the empty path stays one load and a branch
     /// at the call site (inlining this saves about 2 ns per attached run but costs the
-    /// empty path a frame). The rare paths (first run on a thread, nested runs, holds, new
-    /// words, invalid words) are out of line and cold.
+    /// empty path a frame).
+    ///
+    /// The common case (this thread ran this hook's current word before, not nested, not
+    /// sampled for timing, ended `Ok`) is written out here; everything else (first run on a
+    /// thread, nested runs, holds, new or invalid words, timed runs, tail calls, abnormal
+    /// ends) goes through [`Hook::run_other`] or [`Hook::finish_cold`], out of line and cold,
+    /// into [`Hook::run_with`] and [`Hook::finish`]. Keeping the rare cases out of this
+    /// function is what makes it cheap: they would keep more values in callee-saved
+    /// registers (saved and restored on every run). The run state's budget and status are
+    /// rewritten only when they differ (a load is cheaper than a store here).
     #[inline(never)]
     fn run_attached(&self, ctx: *mut u8) -> u64 {
-        let inner = self.inner;
-        if inner.torn_down.load(Ordering::Relaxed) {
+        let ts = thread::current_ptr();
+        // SAFETY: CURRENT is null or points to a live state of this thread.
+        if ts.is_null()
+            || unsafe { (*ts).runtime_id } != self.runtime_id
+            || self.inner.torn_down.load(Ordering::Relaxed)
+        {
+            return self.run_other(ctx);
+        }
+        // SAFETY: this thread's live state; the reference ends before the entry call.
+        let t = unsafe { &mut *ts };
+        let epoch = &t.slot().epoch;
+        let e = epoch.load(Ordering::Relaxed);
+        if e & 1 == 1 {
+            return self.run_other(ctx);
+        }
+        // A plain store plus a compiler fence, as in `ThreadState::enter`.
+        epoch.store(e + 1, Ordering::Relaxed);
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        // Reload after announcing the epoch: this is the word whose code we may run.
+        let word = self.slot.active.load(Ordering::Acquire);
+        // SAFETY: `index < max_hooks`, the length of `seen`.
+        let (seen_word, entry) = *unsafe { t.seen.get_unchecked(self.index as usize) };
+        let counters = t.counters(self.index);
+        let n = counters.runs.load(Ordering::Relaxed);
+        // `seen_word` never has the hold bit, except the never-run placeholder.
+        if word != seen_word || word & ACTIVE_HOLD != 0 || n.is_multiple_of(TIME_SAMPLE_PERIOD) {
+            epoch.store(e + 2, Ordering::Release);
+            return self.run_other(ctx);
+        }
+        counters.runs.store(n + 1, Ordering::Relaxed);
+        let run = &mut t.own_run.run;
+        let budget = self.slot.budget.load(Ordering::Relaxed);
+        if run.budget != budget {
+            run.budget = budget;
+        }
+        if run.status != RunStatus::Ok as u32 {
+            run.status = RunStatus::Ok as u32;
+        }
+        let state: *mut RunState = run;
+        // SAFETY: as in `run_with`: `entry` is the one this thread validated (and
+        // synchronised its instruction stream for) when it last ran `word`, which is still
+        // published; the epoch is odd; `state` is this thread's own run state.
+        let r0 = unsafe { entry(ctx, state) };
+        // SAFETY: this thread's live state; the entry call (and every helper it made) has
+        // returned.
+        let t = unsafe { &mut *ts };
+        if t.tail_result.is_some() || t.own_run.run.status != RunStatus::Ok as u32 {
+            return self.finish_cold(ts, entry, r0);
+        }
+        t.leave_outermost();
+        r0
+    }
+
+    /// [`Hook::finish`] for a fast-path run that made a tail call or ended abnormally.
+    #[cold]
+    #[inline(never)]
+    fn finish_cold(&self, ts: *mut ThreadState, entry: EntryFn, r0: u64) -> u64 {
+        let run = Prepared {
+            entry,
+            // SAFETY: this thread's live state.
+            state: unsafe { std::ptr::addr_of_mut!((*ts).own_run.run) },
+            timed: None,
+        };
+        self.finish::<false>(ts, &run, r0)
+    }
+
+    /// Every run the fast path does not cover: torn down, first run on this thread (or a
+    /// run from inside another runtime's hook), a nested run, a new, held or invalid word,
+    /// a timed run.
+    #[cold]
+    #[inline(never)]
+    fn run_other(&self, ctx: *mut u8) -> u64 {
+        if self.inner.torn_down.load(Ordering::Relaxed) {
             return self.empty_return;
         }
         let current = thread::current_ptr();
         // SAFETY: CURRENT is null or points to a live state of this thread.
-        if !current.is_null() && unsafe { (*current).runtime_id } == inner.id {
-            // SAFETY: as above.
-            if unsafe { (*current).in_run() } {
-                return self.run_nested(current, ctx);
-            }
-            return self.run_with::<false>(current, ctx);
+        if current.is_null() || unsafe { (*current).runtime_id } != self.inner.id {
+            return self.run_switching(current, ctx);
         }
-        self.run_switching(current, ctx)
+        // SAFETY: as above.
+        if unsafe { (*current).in_run() } {
+            return self.run_nested(current, ctx);
+        }
+        self.run_with::<false>(current, ctx)
     }
 
     /// First run of this thread in this runtime, or a run of it from inside another

@@ -16,10 +16,10 @@ use std::sync::Arc;
 #[repr(C, align(64))]
 pub(crate) struct ThreadState {
     pub runtime_id: u64,
-    /// The value this thread last stored in its slot's epoch word (only this thread writes
-    /// it, so the hook path never reads the shared word back). Odd while inside extension
-    /// code; a nested run (a host function running another hook) finds it odd already.
-    pub epoch: u64,
+    /// This thread's slot in the region. Its epoch word is odd while the thread runs
+    /// extension code (a nested run, a host function running another hook, finds it odd
+    /// already). Only this thread writes that word, so it also reads it back instead of
+    /// keeping a private copy: a load costs less than the extra stores a copy needs.
     pub slot: *const ThreadSlot,
     /// This thread's row of [`HookCounters`] in the region (`max_hooks` cells).
     pub counters: *const HookCounters,
@@ -70,7 +70,7 @@ impl ThreadState {
     /// Whether this thread is running extension code now.
     #[inline]
     pub fn in_run(&self) -> bool {
-        self.epoch & 1 == 1
+        self.slot().epoch.load(Ordering::Relaxed) & 1 == 1
     }
 
     #[inline]
@@ -94,46 +94,44 @@ impl ThreadState {
     /// epoch is odd already and the outermost run makes it even again).
     #[inline(always)]
     pub fn enter(&mut self) -> u64 {
-        let e = self.epoch;
+        let epoch = &self.slot().epoch;
+        let e = epoch.load(Ordering::Relaxed);
         if e & 1 == 1 {
             return 0;
         }
         let inside = e + 1;
-        self.epoch = inside;
         // A plain store plus a compiler fence: the control plane's remote barrier provides
         // the hardware ordering (see docs/region.md, "Epochs").
-        self.slot().epoch.store(inside, Ordering::Relaxed);
+        epoch.store(inside, Ordering::Relaxed);
         std::sync::atomic::compiler_fence(Ordering::SeqCst);
         inside
     }
 
-    /// Ends what the [`ThreadState::enter`] that returned `inside` began. Taking the value
-    /// back (instead of re-reading it) keeps the two stores of a run off one dependency
-    /// chain through memory.
+    /// Ends what the [`ThreadState::enter`] that returned `inside` began.
     #[inline(always)]
     pub fn leave(&mut self, inside: u64) {
         if inside != 0 {
-            self.epoch = inside + 1;
             self.slot().epoch.store(inside + 1, Ordering::Release);
         }
     }
-}
 
-impl ThreadState {
-    /// [`ThreadState::leave`] for the outermost run, whose `enter` value `epoch` still holds.
+    /// [`ThreadState::leave`] for the outermost run, whose `enter` value the slot's epoch
+    /// word still holds (a nested run in between leaves it as it found it).
     #[inline(always)]
     pub fn leave_outermost(&mut self) {
-        debug_assert_eq!(self.epoch % 2, 1);
-        self.epoch += 1;
-        self.slot().epoch.store(self.epoch, Ordering::Release);
+        let epoch = &self.slot().epoch;
+        let inside = epoch.load(Ordering::Relaxed);
+        debug_assert_eq!(inside % 2, 1);
+        epoch.store(inside + 1, Ordering::Release);
     }
 }
 
 impl Drop for ThreadState {
     fn drop(&mut self) {
         let s = self.slot();
-        if self.epoch % 2 == 1 {
-            s.epoch.store(self.epoch + 1, Ordering::Release);
+        let epoch = s.epoch.load(Ordering::Relaxed);
+        if epoch % 2 == 1 {
+            s.epoch.store(epoch + 1, Ordering::Release);
         }
         s.owner.store(0, Ordering::Release);
         CURRENT.with(|c| {
@@ -204,7 +202,6 @@ fn claim(inner: &Arc<Inner>) -> Option<ThreadState> {
                 slot_index: i,
                 slot: s as *const ThreadSlot,
                 counters: inner.counters(i, 0) as *const HookCounters,
-                epoch,
                 seen: vec![(NEVER_SEEN, never_entered as EntryFn); inner.info.max_hooks as usize]
                     .into_boxed_slice(),
                 tail_result: None,
