@@ -12,6 +12,12 @@ pub struct Cfg {
     pub prune: Vec<bool>,
     /// True when some jump goes backwards (a loop).
     pub has_loops: bool,
+    /// Targets of backward jumps: every cycle of the control flow passes through one (a
+    /// function's cycle needs a jump backwards, and recursion is refused), so widening there
+    /// alone is enough to make a loop's exploration converge.
+    pub loop_head: Vec<bool>,
+    /// Jump targets: where paths from different branches meet.
+    pub join: Vec<bool>,
 }
 
 fn err(pc: usize, rule: Rule, msg: String) -> VerifyError {
@@ -75,6 +81,8 @@ impl Cfg {
             subprogs,
             prune: vec![false; len],
             has_loops: false,
+            loop_head: vec![false; len],
+            join: vec![false; len],
         };
         for &s in &cfg.subprogs {
             cfg.prune[s] = true;
@@ -115,8 +123,10 @@ impl Cfg {
                 }
                 if t <= pc {
                     cfg.has_loops = true;
+                    cfg.loop_head[t] = true;
                 }
                 cfg.prune[t] = true;
+                cfg.join[t] = true;
                 if matches!(insn, Insn::Jmp { .. }) {
                     cfg.prune[next] = true;
                 }

@@ -2,7 +2,7 @@
 //! changes the state: a failed check is a [`Violation`] naming the rule.
 
 use crate::assertions::{Access, Assertion};
-use crate::env::{FieldKind, Perm};
+use crate::env::{CtxField, FieldKind, Perm};
 use crate::error::{Rule, Violation};
 use crate::explore::Explorer;
 use crate::helpers::{Arg, HelperProto};
@@ -236,11 +236,9 @@ impl Explorer<'_> {
     fn check_exit(&self, st: &State) -> Result<(), Violation> {
         let r0 = st.reg(0);
         if st.frames.len() > 1 {
+            // As in the kernel, a subprogram may return without setting r0 (a `void`
+            // function): the caller gets an uninitialised r0, which it may not read.
             return match r0 {
-                Value::Uninit => Err(v(
-                    Rule::UninitRegister,
-                    "r0 is not set when the function returns",
-                )),
                 Value::Ptr(p)
                     if p.kind
                         == (PtrKind::Stack {
@@ -499,6 +497,18 @@ impl Explorer<'_> {
                 let start = p.off + off;
                 let layout = &self.env.ctx;
                 let Some(f) = layout.field_at(start, size as u32) else {
+                    if self.env.eim {
+                        if let Some(span) = layout.fields_spanning(start, size as u32) {
+                            // One access covering whole adjacent fields (a store the
+                            // compiler merged): each field needs the access.
+                            for f in &span {
+                                self.ctx_perm(f, write)?;
+                            }
+                            return Ok(Region::Ctx {
+                                offset: span[0].offset,
+                            });
+                        }
+                    }
                     return Err(v(
                         Rule::CtxAccess,
                         format!(
@@ -527,32 +537,38 @@ impl Explorer<'_> {
                         format!("access of {size} bytes at offset {start} does not match field `{}` ({} bytes at {})", f.name, f.size, f.offset),
                     ));
                 }
-                let perm = if write { f.write } else { f.read };
-                match perm {
-                    Perm::Allowed => Ok(Region::Ctx { offset: f.offset }),
-                    Perm::NotInHook => Err(v(
-                        if write {
-                            Rule::ReadOnly
-                        } else {
-                            Rule::CtxAccess
-                        },
-                        format!(
-                            "field `{}` of {} is not {}",
-                            f.name,
-                            self.env.name,
-                            if write { "writable" } else { "readable" }
-                        ),
-                    )),
-                    Perm::NotInClass => Err(v(
-                        Rule::EimContext,
-                        format!(
-                            "the extension class does not grant {} access to field `{}`",
-                            if write { "write" } else { "read" },
-                            f.name
-                        ),
-                    )),
-                }
+                self.ctx_perm(f, write)
+                    .map(|_| Region::Ctx { offset: f.offset })
             }
+        }
+    }
+
+    /// Whether the class may read (or write) context field `f`.
+    fn ctx_perm(&self, f: &CtxField, write: bool) -> Result<(), Violation> {
+        let perm = if write { f.write } else { f.read };
+        match perm {
+            Perm::Allowed => Ok(()),
+            Perm::NotInHook => Err(v(
+                if write {
+                    Rule::ReadOnly
+                } else {
+                    Rule::CtxAccess
+                },
+                format!(
+                    "field `{}` of {} is not {}",
+                    f.name,
+                    self.env.name,
+                    if write { "writable" } else { "readable" }
+                ),
+            )),
+            Perm::NotInClass => Err(v(
+                Rule::EimContext,
+                format!(
+                    "the extension class does not grant {} access to field `{}`",
+                    if write { "write" } else { "read" },
+                    f.name
+                ),
+            )),
         }
     }
 

@@ -55,6 +55,26 @@ pub struct CtxLayout {
 }
 
 impl CtxLayout {
+    /// Two or more adjacent scalar fields of at most 8 bytes each that together cover
+    /// exactly `size` bytes at `off`, with no gap, for a naturally aligned access.
+    pub fn fields_spanning(&self, off: i64, size: u32) -> Option<Vec<&CtxField>> {
+        if size == 0 || off < 0 || off % size as i64 != 0 {
+            return None;
+        }
+        let end = off + size as i64;
+        let mut at = off;
+        let mut span = Vec::new();
+        while at < end {
+            let f = self.fields.iter().find(|f| f.offset as i64 == at)?;
+            if f.kind != FieldKind::Scalar || f.is_array() || f.size == 0 {
+                return None;
+            }
+            at += f.size as i64;
+            span.push(f);
+        }
+        (at == end && span.len() >= 2).then_some(span)
+    }
+
     pub fn field_at(&self, off: i64, size: u32) -> Option<&CtxField> {
         self.fields
             .iter()

@@ -14,6 +14,7 @@ use crate::check::{implies_le, operand_value, Region};
 use crate::env::{Env, FieldKind};
 use crate::error::{Rule, VerifyError, Violation};
 use crate::helpers::Ret;
+use crate::liveness::{Liveness, RegSet};
 use crate::scalar::Scalar;
 use crate::state::{ByteState, Frame, Ptr, PtrKind, Slot, State, Value};
 use crate::{Limits, LogLevel, MemFact};
@@ -31,8 +32,20 @@ const STATES_PER_PC: usize = 32;
 /// Instructions a path runs between two stored states.
 const MIN_STORE_DISTANCE: u64 = 8;
 
+/// Stack slots of one frame, bit `k` for slot `k` (bytes `[-8(k+1), -8k)`): 64 slots make
+/// the 512-byte frame.
+type SlotSet = u64;
+const ALL_SLOTS: SlotSet = u64::MAX;
+
 struct Checkpoint {
     state: State,
+    /// Per frame: stack slots some path from this checkpoint read before overwriting them.
+    /// Complete once the checkpoint is fully explored, which is when it may prune: slots
+    /// outside it are not compared.
+    read: [SlotSet; MAX_FRAMES],
+    /// Per frame: slots fully overwritten between the parent checkpoint and this one (or
+    /// frames created there), where a read found here stops going up.
+    written_before: [SlotSet; MAX_FRAMES],
     parent: Option<usize>,
     /// Paths through this checkpoint still being explored.
     branches: u32,
@@ -54,6 +67,8 @@ struct Path {
     /// Path length at the last stored checkpoint: storing one every few instructions is
     /// enough, and storing one at every loop iteration costs more than it prunes.
     last_store: u64,
+    /// Per frame: slots fully overwritten since `cp` was taken.
+    written: [SlotSet; MAX_FRAMES],
 }
 
 enum Step {
@@ -71,6 +86,7 @@ pub(crate) struct Explorer<'a> {
     pub(crate) maps: &'a [MapDef],
     pub(crate) env: &'a Env,
     cfg: Cfg,
+    live: Liveness,
     /// The assertions of every instruction, listed once up front.
     required: Vec<Vec<assertions::Assertion>>,
     limits: Limits,
@@ -104,6 +120,7 @@ impl<'a> Explorer<'a> {
     ) -> Self {
         Explorer {
             required: insns.iter().map(assertions::of).collect(),
+            live: Liveness::compute(insns, env),
             insns,
             maps,
             env,
@@ -150,6 +167,7 @@ impl<'a> Explorer<'a> {
             cp: None,
             len: 0,
             last_store: 0,
+            written: [0; MAX_FRAMES],
         });
         while let Some(p) = self.work.pop() {
             self.run_path(p)?;
@@ -184,9 +202,97 @@ impl<'a> Explorer<'a> {
         }
     }
 
+    /// Live registers of each frame of `st` at `pc`: the current frame's at `pc`, a caller's
+    /// after its call.
+    fn live_regs(&self, pc: usize, st: &State) -> [RegSet; MAX_FRAMES] {
+        let mut regs = [RegSet::MAX; MAX_FRAMES];
+        let n = st.frames.len().min(MAX_FRAMES);
+        for (i, r) in regs.iter_mut().enumerate().take(n) {
+            *r = if i + 1 == n {
+                self.live.at(pc)
+            } else {
+                self.live.after_call(st.frames[i + 1].callsite)
+            };
+        }
+        regs
+    }
+
+    /// Records that the path reads `slots` of frame `frame` now: every checkpoint up the
+    /// path whose value of them the read sees (no full overwrite in between) learns they are
+    /// live.
+    fn mark_read(&mut self, p: &Path, frame: usize, slots: SlotSet) {
+        if frame >= MAX_FRAMES {
+            return;
+        }
+        let mut m = slots & !p.written[frame];
+        let mut cur = p.cp;
+        while m != 0 {
+            let Some(i) = cur else { break };
+            let c = &mut self.cps[i];
+            if c.state.frames.len() <= frame {
+                break;
+            }
+            // Slots already marked here were passed further up when they were marked.
+            let new = m & !c.read[frame];
+            c.read[frame] |= m;
+            m = new & !c.written_before[frame];
+            cur = c.parent;
+        }
+    }
+
+    /// The path continues as every path from `cp` did: what those read, it reads now.
+    fn inherit_reads(&mut self, p: &Path, cp: usize) {
+        let read = self.cps[cp].read;
+        let frames = self.cps[cp].state.frames.len().min(MAX_FRAMES);
+        for (f, slots) in read.iter().enumerate().take(frames) {
+            self.mark_read(p, f, *slots);
+        }
+    }
+
+    /// The stack slots `insn` reads in `st` (checked already), by frame.
+    fn stack_reads(&self, insn: &Insn, st: &State, mut f: impl FnMut(usize, SlotSet)) {
+        let stack_ptr = |r: Reg| match st.reg(r.index()) {
+            Value::Ptr(Ptr {
+                kind: PtrKind::Stack { frame },
+                off,
+                ..
+            }) => Some((frame as usize, off)),
+            _ => None,
+        };
+        match *insn {
+            Insn::Load {
+                base, off, size, ..
+            }
+            | Insn::Atomic {
+                base, off, size, ..
+            } => {
+                if let Some((frame, o)) = stack_ptr(base) {
+                    let start = o + off as i64;
+                    let (hi, _) = Frame::locate(start);
+                    let (lo, _) = Frame::locate(start + size.bytes() as i64 - 1);
+                    f(frame, slot_range(lo, hi));
+                }
+            }
+            Insn::Call(CallTarget::Helper(id)) => {
+                let n = self.env.helpers.get(&id).map_or(5, |h| h.args.len().min(5));
+                for r in 1..=n {
+                    // A buffer starts at the pointer and goes up toward the frame pointer.
+                    if let Some((frame, o)) = stack_ptr(Reg(r as u8)) {
+                        if o < 0 {
+                            f(frame, slot_range(0, Frame::locate(o).0));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// At a prune point: ends the path if an explored state covers it, else records it.
     fn visit(&mut self, p: &mut Path) -> Result<bool, VerifyError> {
         let pc = p.pc;
+        let regs = self.live_regs(pc, &p.state);
+        let all_slots = [ALL_SLOTS; MAX_FRAMES];
         let mut in_progress = 0;
         let mut last_in_progress = None;
         let mut pruned_by = None;
@@ -195,9 +301,10 @@ impl<'a> Explorer<'a> {
         for (slot, &i) in self.by_pc[pc].iter().enumerate() {
             let c = &mut self.cps[i];
             if c.branches == 0 {
-                if c.state.subsumes(&p.state) {
+                // Fully explored: its read marks are complete, so only live state matters.
+                if c.state.subsumes_live(&p.state, &regs, &c.read) {
                     c.hits += 1;
-                    pruned_by = Some(c.max_end.saturating_sub(c.len));
+                    pruned_by = Some((i, c.max_end.saturating_sub(c.len)));
                     break;
                 }
                 c.misses += 1;
@@ -205,10 +312,12 @@ impl<'a> Explorer<'a> {
                     evict.push(slot);
                 }
             } else {
+                // An ancestor still being explored: its read marks are not complete yet, so
+                // the whole stack is compared (registers by the static liveness).
                 in_progress += 1;
                 last_in_progress = Some(i);
-                if c.state.subsumes(&p.state) {
-                    looping = Some(c.state == p.state);
+                if c.state.subsumes_live(&p.state, &regs, &all_slots) {
+                    looping = Some(p.state.subsumes_live(&c.state, &regs, &all_slots));
                 } else {
                     c.misses += 1;
                     if c.misses > c.hits * 3 + 3 {
@@ -220,7 +329,8 @@ impl<'a> Explorer<'a> {
         for slot in evict.into_iter().rev() {
             self.by_pc[pc].swap_remove(slot);
         }
-        if let Some(tail) = pruned_by {
+        if let Some((by, tail)) = pruned_by {
+            self.inherit_reads(p, by);
             self.finish(p.cp, p.len + tail);
             return Ok(true);
         }
@@ -228,6 +338,10 @@ impl<'a> Explorer<'a> {
             // The path came back to a state no better than one of its own ancestors: nothing
             // forces progress, so it may loop forever.
             if self.env.allow_budgeted_loops {
+                // What the ancestor's continuation reads is not known yet: everything.
+                for f in 0..p.state.frames.len().min(MAX_FRAMES) {
+                    self.mark_read(p, f, ALL_SLOTS);
+                }
                 self.unbounded = true;
                 self.finish(p.cp, p.len);
                 return Ok(true);
@@ -243,7 +357,11 @@ impl<'a> Explorer<'a> {
                 ));
             }
         }
-        if self.env.allow_budgeted_loops && in_progress >= 1 {
+        // Widening only at loop heads: elsewhere it would lose precision on straight-line
+        // branches inside a loop's body (and at every call of a function from a loop) for
+        // nothing, since every cycle passes a loop head.
+        let widen_here = self.env.allow_budgeted_loops && self.cfg.loop_head[pc];
+        if widen_here && in_progress >= 1 {
             if let Some(i) = last_in_progress {
                 if let Some(w) = widen(&self.cps[i].state, &p.state) {
                     p.state = w;
@@ -252,11 +370,15 @@ impl<'a> Explorer<'a> {
         }
         let due = p.cp.is_none()
             || p.len - p.last_store >= MIN_STORE_DISTANCE
-            || self.cfg.subprogs.contains(&pc);
+            || self.cfg.subprogs.contains(&pc)
+            || self.cfg.join[pc]
+            || widen_here;
         if due && self.by_pc[pc].len() < STATES_PER_PC && self.cps.len() < self.limits.max_states {
             p.last_store = p.len;
             self.cps.push(Checkpoint {
                 state: p.state.clone(),
+                read: [0; MAX_FRAMES],
+                written_before: p.written,
                 parent: p.cp,
                 branches: 1,
                 len: p.len,
@@ -267,6 +389,7 @@ impl<'a> Explorer<'a> {
             let idx = self.cps.len() - 1;
             self.by_pc[pc].push(idx);
             p.cp = Some(idx);
+            p.written = [0; MAX_FRAMES];
         }
         Ok(false)
     }
@@ -314,6 +437,7 @@ impl<'a> Explorer<'a> {
                 }
             }
             let pc = p.pc;
+            self.note_stack_use(&mut p, &insn);
             match self
                 .step(pc, &insn, &mut p.state)
                 .map_err(|v| self.error(v, pc, &p.state))?
@@ -347,10 +471,55 @@ impl<'a> Explorer<'a> {
                         cp: p.cp,
                         len: p.len,
                         last_store: p.last_store,
+                        written: p.written,
                     });
                     p.pc = fall;
                 }
             }
+        }
+    }
+
+    /// Stack liveness bookkeeping for `insn` about to run on `p`: the slots it reads are
+    /// marked up the path, the slots it overwrites whole (aligned 8-byte stores) and the
+    /// frame a call creates stop later reads from going further up.
+    fn note_stack_use(&mut self, p: &mut Path, insn: &Insn) {
+        let mut reads = [0 as SlotSet; MAX_FRAMES];
+        self.stack_reads(insn, &p.state, |f, m| {
+            if f < MAX_FRAMES {
+                reads[f] |= m;
+            }
+        });
+        for (f, m) in reads.into_iter().enumerate() {
+            if m != 0 {
+                self.mark_read(p, f, m);
+            }
+        }
+        match *insn {
+            Insn::Store {
+                size: Size::DW,
+                base,
+                off,
+                ..
+            } => {
+                if let Value::Ptr(Ptr {
+                    kind: PtrKind::Stack { frame },
+                    off: o,
+                    ..
+                }) = p.state.reg(base.index())
+                {
+                    let start = o + off as i64;
+                    if start.rem_euclid(8) == 0 && (frame as usize) < MAX_FRAMES {
+                        p.written[frame as usize] |= 1 << Frame::locate(start).0;
+                    }
+                }
+            }
+            Insn::Call(CallTarget::Local(_)) => {
+                let callee = p.state.frames.len();
+                if callee < MAX_FRAMES {
+                    p.written[callee] = ALL_SLOTS;
+                }
+            }
+            _ => {}
         }
     }
 
@@ -972,6 +1141,20 @@ impl<'a> Explorer<'a> {
             _ => Some(out),
         }
     }
+}
+
+/// Slots `lo..=hi` of a frame.
+fn slot_range(lo: usize, hi: usize) -> SlotSet {
+    if lo > hi || lo >= 64 {
+        return 0;
+    }
+    let hi = hi.min(63);
+    let upto = if hi == 63 {
+        u64::MAX
+    } else {
+        (1u64 << (hi + 1)) - 1
+    };
+    upto & !((1u64 << lo) - 1)
 }
 
 fn set_scalar(st: &mut State, r: usize, val: Scalar, id: u32) {

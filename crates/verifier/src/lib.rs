@@ -33,6 +33,7 @@ pub mod env;
 pub mod error;
 mod explore;
 pub mod helpers;
+pub mod liveness;
 pub mod scalar;
 pub mod state;
 pub mod tnum;

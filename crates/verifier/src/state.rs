@@ -246,6 +246,14 @@ impl State {
     /// True when every concrete state `other` describes is also described by `self`, so that
     /// a path reaching `other` behaves as some path already verified from `self`.
     pub fn subsumes(&self, other: &State) -> bool {
+        self.subsumes_live(other, &[u16::MAX; 8], &[u64::MAX; 8])
+    }
+
+    /// [`State::subsumes`] restricted to what is live: in frame `i`, only the registers in
+    /// `regs[i]` (bit `r` for `r`) and the stack slots in `slots[i]` (bit `k` for slot `k`)
+    /// are compared; the others may differ, because no path from here reads them before
+    /// overwriting them. Frames beyond the masks' length compare in full.
+    pub fn subsumes_live(&self, other: &State, regs: &[u16], slots: &[u64]) -> bool {
         if self.frames.len() != other.frames.len() || self.refs.len() != other.refs.len() {
             return false;
         }
@@ -255,16 +263,22 @@ impl State {
                 return false;
             }
         }
-        for (fa, fb) in self.frames.iter().zip(&other.frames) {
+        for (i, (fa, fb)) in self.frames.iter().zip(&other.frames).enumerate() {
             if fa.callsite != fb.callsite || fa.subprog != fb.subprog {
                 return false;
             }
-            for (a, b) in fa.regs.iter().zip(&fb.regs) {
-                if !value_subsumes(a, b, &mut ids) {
+            let live_regs = regs.get(i).copied().unwrap_or(u16::MAX);
+            let live_slots = slots.get(i).copied().unwrap_or(u64::MAX);
+            for (r, (a, b)) in fa.regs.iter().zip(&fb.regs).enumerate() {
+                if live_regs & (1 << r) != 0 && !value_subsumes(a, b, &mut ids) {
                     return false;
                 }
             }
             for k in 0..fa.stack.len() {
+                // A frame has at most 64 slots (512 bytes).
+                if k < 64 && live_slots & (1 << k) == 0 {
+                    continue;
+                }
                 if !slot_subsumes(&fa.slot(k), &fb.slot(k), &mut ids) {
                     return false;
                 }
