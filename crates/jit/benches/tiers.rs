@@ -17,7 +17,7 @@ use rdx_bpf::helpers::{native_helper, Helpers};
 use rdx_bpf::interp::{Config, Input, Vm, XdpMd};
 use rdx_bpf::isa::{AluOp, Insn, JmpCond, Operand, Reg, Width};
 use rdx_bpf::maps::MapSet;
-use rdx_jit::{Arch, CompileOptions, Compiler, ExecutableCode, Symbol};
+use rdx_jit::{Arch, CompileOptions, Compiler, ExecutableCode, Pipeline, Symbol};
 use rdx_kernel::{KernelObject, TestRunInput};
 use rdx_region::abi::RunState;
 
@@ -234,11 +234,12 @@ fn main() {
     };
 
     println!(
-        "\n{:<11} {:>6} {:>10} {:>10} {:>11} {:>11} {:>10} {:>9} {:>9} {:>9}",
+        "\n{:<11} {:>6} {:>10} {:>10} {:>10} {:>11} {:>11} {:>10} {:>9} {:>9} {:>9}",
         "kernel",
         "insns",
         "rdx JIT",
         "JIT-call",
+        "JIT-fast",
         "interp",
         "kernel JIT",
         "C -O2",
@@ -247,8 +248,8 @@ fn main() {
         "JIT/C"
     );
     println!(
-        "{:<11} {:>6} {:>10} {:>10} {:>11} {:>11} {:>10} {:>9} {:>9} {:>9}",
-        "", "", "ns/run", "ns/run", "ns/run", "ns/run", "ns/run", "JIT", "JIT", ""
+        "{:<11} {:>6} {:>10} {:>10} {:>10} {:>11} {:>11} {:>10} {:>9} {:>9} {:>9}",
+        "", "", "ns/run", "ns/run", "ns/run", "ns/run", "ns/run", "ns/run", "JIT", "JIT", ""
     );
     let mut compile_total = Duration::ZERO;
     let mut compile_insns = 0usize;
@@ -297,6 +298,20 @@ fn main() {
         let mut jit_run = || unsafe { code.call(ctx.as_mut_ptr().cast(), &mut run) };
         let jit_first = jit_run() as u32;
 
+        // The same build through Cranelift's fast pipeline.
+        let mut fast_opts = opts.clone();
+        fast_opts.pipeline = Pipeline::Fast;
+        let fast_maps = MapSet::new(&object.maps).unwrap();
+        let fast_syms = symbols_for(&fast_maps);
+        let (fast_artifact, _) = compiler.compile(&prog.insns, &fast_opts).expect("compile");
+        let fast_code = ExecutableCode::load(&fast_artifact, &fast_syms).expect("load");
+        let mut fast_ctx = packet.xdp_md();
+        let mut fast_run_state = RunState::new(0);
+        // SAFETY: as for the inlined build above.
+        let mut fast_run =
+            || unsafe { fast_code.call(fast_ctx.as_mut_ptr().cast(), &mut fast_run_state) };
+        let fast_first = fast_run() as u32;
+
         // Interpreter.
         let interp_maps = MapSet::new(&object.maps).unwrap();
         let vm = Vm::new(
@@ -325,17 +340,19 @@ fn main() {
                 .retval
         });
 
-        let mut agree = jit_first == interp_first && call_first == jit_first;
+        let mut agree =
+            jit_first == interp_first && call_first == jit_first && fast_first == jit_first;
         agree &= c_first.is_none_or(|c| c == jit_first);
         agree &= kernel_first.is_none_or(|k| k == jit_first);
         if !agree {
             println!(
-                "{name}: RESULTS DIFFER: jit {jit_first:#x} jit-call {call_first:#x} interp {interp_first:#x} C {c_first:x?} kernel {kernel_first:x?}"
+                "{name}: RESULTS DIFFER: jit {jit_first:#x} jit-call {call_first:#x} jit-fast {fast_first:#x} interp {interp_first:#x} C {c_first:x?} kernel {kernel_first:x?}"
             );
         }
 
         let jit = time_per_run(&mut jit_run);
         let jit_call = time_per_run(&mut call_run);
+        let jit_fast = time_per_run(&mut fast_run);
         let interp = time_per_run(|| {
             let mut xdp = XdpMd::new(frame.clone());
             // SAFETY: verified by the kernel and already run in checked mode.
@@ -359,11 +376,12 @@ fn main() {
             a.map_or("-".to_string(), |a| format!("{:.2}x", ns(a) / ns(b)))
         };
         println!(
-            "{:<11} {:>6} {:>10.1} {:>10.1} {:>11.1} {:>11} {:>10} {:>9} {:>9} {:>9}",
+            "{:<11} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>11.1} {:>11} {:>10} {:>9} {:>9} {:>9}",
             name,
             prog.insns.len(),
             ns(jit),
             ns(jit_call),
+            ns(jit_fast),
             ns(interp),
             fmt(kern),
             fmt(c),
@@ -372,32 +390,82 @@ fn main() {
             c.map_or("-".to_string(), |c| format!("{:.2}x", ns(jit) / ns(c))),
         );
     }
-    println!("(rdx JIT inlines array lookups; JIT-call is the same JIT calling the lookup helper)");
+    println!("(rdx JIT inlines array lookups; JIT-call is the same JIT calling the lookup helper;");
+    println!(" JIT-fast is rdx JIT's build through Cranelift's fast pipeline, Pipeline::Fast)");
     println!("(interp/JIT and kernel/JIT above 1 mean rdx's JIT is faster; JIT/C is rdx's JIT time over gcc -O2's)");
     println!("(the interpreter's time includes building its xdp_md context model for each run)");
 
     println!("(user-space tiers in thread CPU time; the kernel's own timer excludes rescheduling)");
-    println!("\ncompile time (Cranelift, opt_level=speed, {host}, thread CPU time):");
+    println!("\ncompile time ({host}, thread CPU time, best of 5; ms per 1K eBPF insns):");
     println!(
-        "  bench kernels: {} insns in {:.3} ms = {:.3} ms per 1K insns",
+        "  first compile of the bench kernels above: {} insns in {:.3} ms = {:.3} ms per 1K",
         compile_insns,
         compile_total.as_secs_f64() * 1e3,
         compile_total.as_secs_f64() * 1e3 / compile_insns as f64 * 1000.0
     );
-    for n in [1_000usize, 10_000] {
-        let prog = synthetic(n);
-        let mut best = Duration::MAX;
-        for _ in 0..5 {
-            let t = CpuClock::now();
-            compiler
-                .compile(&prog, &CompileOptions::new(host))
-                .expect("compile synthetic");
-            best = best.min(t.elapsed());
+    // Real clang output: the bench kernels and every program of bpf/tests.
+    let mut real: Vec<(Vec<Insn>, CompileOptions)> = Vec::new();
+    let mut add_object = |obj: &rdx_bpf::program::Object| {
+        for p in &obj.programs {
+            let mut o = CompileOptions::new(host);
+            o.inline_array_lookups(&obj.maps);
+            real.push((p.insns.clone(), o));
         }
+    };
+    add_object(&object);
+    for name in rdx_testdata::objects_in("tests") {
+        let bytes = rdx_testdata::object(&name);
+        if let Ok(obj) = rdx_bpf::loader::load(&bytes) {
+            add_object(&obj);
+        }
+    }
+    let real_insns: usize = real.iter().map(|(p, _)| p.len()).sum();
+    let synth: Vec<(usize, Vec<Insn>)> = [1_000usize, 10_000]
+        .into_iter()
+        .map(|n| (n, synthetic(n)))
+        .collect();
+    println!("  {:<38} {:>12} {:>12}", "", "optimizing", "fast");
+    let best_of_5 = |f: &mut dyn FnMut()| {
+        (0..5)
+            .map(|_| {
+                let t = CpuClock::now();
+                f();
+                t.elapsed()
+            })
+            .min()
+            .unwrap()
+    };
+    let per_1k = |d: Duration, n: usize| d.as_secs_f64() * 1e3 / n as f64 * 1000.0;
+    let row = |label: String, n: usize, progs: &[(Vec<Insn>, CompileOptions)]| {
+        let times: Vec<Duration> = [Pipeline::Optimizing, Pipeline::Fast]
+            .into_iter()
+            .map(|pipeline| {
+                best_of_5(&mut || {
+                    for (p, o) in progs {
+                        let mut o = o.clone();
+                        o.pipeline = pipeline;
+                        compiler.compile(p, &o).expect("compile");
+                    }
+                })
+            })
+            .collect();
         println!(
-            "  synthetic {n} insns: {:.3} ms = {:.3} ms per 1K insns (best of 5)",
-            best.as_secs_f64() * 1e3,
-            best.as_secs_f64() * 1e3 / prog.len() as f64 * 1000.0
+            "  {:<38} {:>12.3} {:>12.3}",
+            label,
+            per_1k(times[0], n),
+            per_1k(times[1], n)
+        );
+    };
+    row(
+        format!("{} clang programs ({real_insns} insns)", real.len()),
+        real_insns,
+        &real,
+    );
+    for (n, prog) in &synth {
+        row(
+            format!("synthetic {n}-insn function"),
+            prog.len(),
+            &[(prog.clone(), CompileOptions::new(host))],
         );
     }
     let other = if host == Arch::X86_64 {

@@ -1,5 +1,5 @@
 //! Compiles the benchmark kernels and a synthetic program in a loop, for profiling the
-//! compiler with `perf record`: `cargo run --release -p rdx-jit --example compile_loop -- SECONDS`.
+//! compiler with `perf record`: `cargo run --release -p rdx-jit --example compile_loop -- SECONDS [real|synthetic] [fast|optimizing] [DUMP_DIR]`.
 
 use std::time::{Duration, Instant};
 
@@ -68,17 +68,46 @@ fn main() {
         .unwrap_or(5.0);
     let host = Arch::host().unwrap();
     let object = rdx_bpf::loader::load(&rdx_testdata::object("jit/bench")).unwrap();
-    let mut progs: Vec<Vec<Insn>> = object.programs.iter().map(|p| p.insns.clone()).collect();
-    progs.push(synthetic(1000));
+    // Real clang output (the bench kernels and every program of bpf/tests) or, with
+    // `synthetic` as the second argument, one synthetic 1K-instruction function.
+    let mut progs: Vec<(Vec<Insn>, CompileOptions)> = Vec::new();
+    if std::env::args().nth(2).as_deref() == Some("synthetic") {
+        progs.push((synthetic(1000), CompileOptions::new(host)));
+    } else {
+        let mut add = |obj: &rdx_bpf::program::Object| {
+            for p in &obj.programs {
+                let mut o = CompileOptions::new(host);
+                o.inline_array_lookups(&obj.maps);
+                progs.push((p.insns.clone(), o));
+            }
+        };
+        add(&object);
+        for name in rdx_testdata::objects_in("tests") {
+            if let Ok(obj) = rdx_bpf::loader::load(&rdx_testdata::object(&name)) {
+                add(&obj);
+            }
+        }
+    }
+    if std::env::args().nth(3).as_deref() == Some("fast") {
+        for (_, o) in &mut progs {
+            o.pipeline = rdx_jit::Pipeline::Fast;
+        }
+    }
     let compiler = Compiler::new(host).unwrap();
-    let mut opts = CompileOptions::new(host);
-    opts.inline_array_lookups(&object.maps);
+    // `DUMP_DIR` as the fourth argument: write each program's machine code there once (for
+    // objdump -D -b binary).
+    if let Some(dir) = std::env::args().nth(4) {
+        for (i, (p, opts)) in progs.iter().enumerate() {
+            let (artifact, _) = compiler.compile(p, opts).unwrap();
+            std::fs::write(format!("{dir}/{i:02}_{}.bin", p.len()), &artifact.code).unwrap();
+        }
+    }
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let (mut insns, mut took, mut rounds) = (0usize, Duration::ZERO, 0);
     while Instant::now() < deadline {
-        for p in &progs {
+        for (p, opts) in &progs {
             let t = cpu_now();
-            compiler.compile(p, &opts).unwrap();
+            compiler.compile(p, opts).unwrap();
             took += cpu_now() - t;
             insns += p.len();
         }

@@ -5,7 +5,8 @@
  *
  * Protocol (see docs/jit.md):
  *   rdx_harness symbols      prints one "<symbol> 0x<address>" line per symbol it exports
- *                            (the helpers and the helper table); the test links against them.
+ *                            (the helpers, the helper table and an 8-entry array map); the
+ *                            test links against them.
  *   rdx_harness run FILE     runs every job of FILE and prints "<name> 0x<r0> <status> <pc>"
  *                            (<pc>: the deoptimisation slot an elite artifact stored, else 0).
  *
@@ -61,10 +62,19 @@ static uint64_t helper_mix(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint6
 #define TABLE_LEN 16
 static helper_fn helper_table[TABLE_LEN];
 
+/* An array map for inlined lookups (map 0): 8 values of 8 bytes, value i = 3 * i + 1. Inlined
+ * code reads mapvalue:0 + 8 * key and never calls a helper; map:0, the map object the
+ * program loads into r1, is only an address to it. */
+#define ARRAY_ENTRIES 8
+static uint64_t array_values[ARRAY_ENTRIES];
+static uint64_t array_object[4];
+
 static void init_table(void)
 {
     helper_table[5] = helper_unwind;
     helper_table[9] = helper_mix;
+    for (int i = 0; i < ARRAY_ENTRIES; i++)
+        array_values[i] = 3 * (uint64_t)i + 1;
 }
 
 static int print_symbols(void)
@@ -73,6 +83,8 @@ static int print_symbols(void)
     printf("helper:5 0x%" PRIxPTR "\n", (uintptr_t)helper_unwind);
     printf("helper:9 0x%" PRIxPTR "\n", (uintptr_t)helper_mix);
     printf("var:rdx_helper_table 0x%" PRIxPTR "\n", (uintptr_t)helper_table);
+    printf("map:0 0x%" PRIxPTR "\n", (uintptr_t)array_object);
+    printf("mapvalue:0 0x%" PRIxPTR "\n", (uintptr_t)array_values);
     return 0;
 }
 

@@ -3,7 +3,7 @@
 //! out as one relocatable [`Artifact`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use cranelift_codegen::control::ControlPlane;
@@ -109,6 +109,21 @@ impl InlineArray {
     }
 }
 
+/// How much work Cranelift spends on each function.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Pipeline {
+    /// `opt_level=speed` (e-graph rewriting, GVN, LICM) and the backtracking register
+    /// allocator: the fastest code.
+    #[default]
+    Optimizing,
+    /// `opt_level=none` and the single-pass register allocator: about 2.5x less compile time,
+    /// code 2 to 3x slower (`benches/tiers.rs` measures both). For large, cold programs.
+    Fast,
+    /// [`Pipeline::Fast`] for eBPF functions longer than this many slots, optimizing for the
+    /// others.
+    FastAbove(u32),
+}
+
 /// Everything besides the bytecode that decides the generated code. Part of the artifact's
 /// options hash.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -133,6 +148,8 @@ pub struct CompileOptions {
     /// what the helper returns. Only for plain arrays (one copy per element), linked against
     /// maps created from the same definitions. Empty by default.
     pub inline_arrays: BTreeMap<u32, InlineArray>,
+    /// Cranelift's pipeline (optimizing by default).
+    pub pipeline: Pipeline,
 }
 
 impl CompileOptions {
@@ -147,6 +164,7 @@ impl CompileOptions {
             speculation: None,
             branch_counters: None,
             inline_arrays: BTreeMap::new(),
+            pipeline: Pipeline::Optimizing,
         }
     }
 
@@ -191,6 +209,9 @@ impl CompileOptions {
             for (i, a) in &self.inline_arrays {
                 text.push_str(&format!("{i}:{}x{},", a.max_entries, a.value_size));
             }
+        }
+        if self.pipeline != Pipeline::Optimizing {
+            text.push_str(&format!(";pipeline={:?}", self.pipeline));
         }
         sha256(&[text.as_bytes()])
     }
@@ -242,6 +263,8 @@ pub struct CompileStats {
 /// between threads).
 pub struct Compiler {
     isa: OwnedTargetIsa,
+    /// The same target with [`Pipeline::Fast`] settings, built on first use.
+    fast_isa: OnceLock<Result<OwnedTargetIsa, String>>,
     arch: Arch,
     /// Cranelift's per-function working memory, kept between compilations so that each one
     /// does not allocate it afresh. A thread that finds it in use makes its own.
@@ -256,28 +279,37 @@ struct Scratch {
 
 impl Compiler {
     pub fn new(arch: Arch) -> Result<Self, CompileError> {
-        let isa_err = |reason: String| CompileError::Isa { arch, reason };
-        let triple: Triple = arch.triple().parse().map_err(|e| isa_err(format!("{e}")))?;
-        let mut flags = settings::builder();
-        for (k, v) in [
-            ("opt_level", "speed"),
-            // Every address the code uses is an absolute relocation the linker fills in, so
-            // code can be placed anywhere; no GOT, no PLT.
-            ("is_pic", "false"),
-            ("enable_verifier", "false"),
-            ("preserve_frame_pointers", "true"),
-        ] {
-            flags.set(k, v).map_err(|e| isa_err(format!("{k}: {e}")))?;
-        }
-        let builder = isa::lookup(triple).map_err(|e| isa_err(e.to_string()))?;
-        let isa = builder
-            .finish(settings::Flags::new(flags))
-            .map_err(|e| isa_err(e.to_string()))?;
         Ok(Self {
-            isa,
+            isa: build_isa(arch, Pipeline::Optimizing)?,
+            fast_isa: OnceLock::new(),
             arch,
             scratch: Mutex::new(Scratch::default()),
         })
+    }
+
+    fn isa_for(
+        &self,
+        pipeline: Pipeline,
+        slots: usize,
+    ) -> Result<&dyn isa::TargetIsa, CompileError> {
+        let fast = match pipeline {
+            Pipeline::Optimizing => false,
+            Pipeline::Fast => true,
+            Pipeline::FastAbove(n) => slots > n as usize,
+        };
+        if !fast {
+            return Ok(&*self.isa);
+        }
+        match self
+            .fast_isa
+            .get_or_init(|| build_isa(self.arch, Pipeline::Fast).map_err(|e| e.to_string()))
+        {
+            Ok(isa) => Ok(&**isa),
+            Err(reason) => Err(CompileError::Isa {
+                arch: self.arch,
+                reason: reason.clone(),
+            }),
+        }
     }
 
     pub fn arch(&self) -> Arch {
@@ -339,11 +371,12 @@ impl Compiler {
         let ctx = ctx.get_or_insert_with(cranelift_codegen::Context::new);
 
         for (fi, plan) in plans.iter().enumerate() {
+            let isa = self.isa_for(opts.pipeline, plan.end - plan.start)?;
             ctx.clear();
             live_slots += translate::translate_function(
                 &mut ctx.func,
                 fctx,
-                &*self.isa,
+                isa,
                 insns,
                 &plans,
                 fi,
@@ -351,14 +384,14 @@ impl Compiler {
                 &mut symbols,
             )?;
             if opts.verify_ir {
-                ctx.verify(&*self.isa).map_err(|e| CompileError::Codegen {
+                ctx.verify(isa).map_err(|e| CompileError::Codegen {
                     function: plan.start,
                     reason: format!("IR verifier: {e}"),
                 })?;
             }
             let names = ctx.func.params.user_named_funcs().clone();
             let compiled = ctx
-                .compile(&*self.isa, &mut ControlPlane::default())
+                .compile(isa, &mut ControlPlane::default())
                 .map_err(|e| CompileError::Codegen {
                     function: plan.start,
                     reason: format!("{:?}", e.inner),
@@ -475,6 +508,31 @@ impl Compiler {
         };
         Ok((artifact, stats))
     }
+}
+
+fn build_isa(arch: Arch, pipeline: Pipeline) -> Result<OwnedTargetIsa, CompileError> {
+    let isa_err = |reason: String| CompileError::Isa { arch, reason };
+    let triple: Triple = arch.triple().parse().map_err(|e| isa_err(format!("{e}")))?;
+    let mut flags = settings::builder();
+    let (opt_level, regalloc) = match pipeline {
+        Pipeline::Fast => ("none", "single_pass"),
+        _ => ("speed", "backtracking"),
+    };
+    for (k, v) in [
+        ("opt_level", opt_level),
+        ("regalloc_algorithm", regalloc),
+        // Every address the code uses is an absolute relocation the linker fills in, so
+        // code can be placed anywhere; no GOT, no PLT.
+        ("is_pic", "false"),
+        ("enable_verifier", "false"),
+        ("preserve_frame_pointers", "true"),
+    ] {
+        flags.set(k, v).map_err(|e| isa_err(format!("{k}: {e}")))?;
+    }
+    let builder = isa::lookup(triple).map_err(|e| isa_err(e.to_string()))?;
+    builder
+        .finish(settings::Flags::new(flags))
+        .map_err(|e| isa_err(e.to_string()))
 }
 
 /// Compiles a program for `opts.arch` with a fresh [`Compiler`].

@@ -34,7 +34,7 @@ mod translate;
 pub use artifact::{Artifact, ArtifactError, Symbol};
 pub use compile::{
     branch_sites, compile, BranchCounters, CompileError, CompileOptions, CompileStats, Compiler,
-    EntryAbi, Expect, HelperCalls, InlineArray, Speculation,
+    EntryAbi, Expect, HelperCalls, InlineArray, Pipeline, Speculation,
 };
 pub use exec::{ExecError, ExecutableCode};
 pub use link::{LinkError, LinkTarget, LinkedCode, SymbolResolver};

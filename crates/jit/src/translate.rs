@@ -18,8 +18,8 @@ use cranelift_codegen::ir::immediates::Imm64;
 use cranelift_codegen::ir::types::{I16, I32, I64, I8};
 use cranelift_codegen::ir::{
     AbiParam, AtomicRmwOp, Block, ExtFuncData, ExternalName, FuncRef, Function, GlobalValue,
-    GlobalValueData, InstBuilder, MemFlagsData, SigRef, Signature, StackSlot, StackSlotData,
-    StackSlotKind, Type, UserExternalName, UserFuncName, Value,
+    GlobalValueData, InstBuilder, InstructionData, MemFlagsData, Opcode, SigRef, Signature,
+    StackSlot, StackSlotData, StackSlotKind, Type, UserExternalName, UserFuncName, Value,
 };
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -94,6 +94,13 @@ struct Translator<'a, 'b> {
     /// Slots of this function that are compiled: reachable from its start without taking a
     /// guard's cold direction.
     live: Vec<bool>,
+    /// Slots some jump from the same or a later slot targets (loop heads): their blocks are
+    /// sealed only once the whole body is lowered. Every other block's predecessors are all
+    /// lowered by the time the body reaches it, so it is sealed then, which spares the SSA
+    /// builder provisional block parameters for every variable read in it.
+    loop_heads: Vec<bool>,
+    /// Values known to be non-NULL pointers (see [`Translator::null_test_outcome`]).
+    non_null: std::collections::HashSet<Value>,
     /// Registers live on entry to each slot (elite code only; see [`live_registers`]).
     live_regs: Vec<u16>,
     /// Index of each conditional jump in [`crate::branch_sites`] order (for counters).
@@ -339,6 +346,7 @@ pub(crate) fn translate_function(
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
     b.switch_to_block(entry);
+    b.seal_block(entry);
     let params = b.block_params(entry).to_vec();
     let zero = b.ins().iconst(I64, 0);
     for r in &regs[..10] {
@@ -418,6 +426,18 @@ pub(crate) fn translate_function(
         promoted,
         live,
         live_regs,
+        non_null: Default::default(),
+        loop_heads: {
+            let mut heads = vec![false; plan.end - plan.start];
+            for (pc, insn) in insns.iter().enumerate().take(plan.end).skip(plan.start) {
+                if let Some(t) = insn.jump_target(pc) {
+                    if t as usize <= pc {
+                        heads[t as usize - plan.start] = true;
+                    }
+                }
+            }
+            heads
+        },
         branch_index,
         blocks,
         exhausted: None,
@@ -473,6 +493,9 @@ impl Translator<'_, '_> {
                     self.b.ins().jump(block, &[]);
                 }
                 self.b.switch_to_block(block);
+                if !self.loop_heads[pc - self.plan.start] {
+                    self.b.seal_block(block);
+                }
                 open = true;
             }
             let insn = self.insns[pc];
@@ -528,13 +551,24 @@ impl Translator<'_, '_> {
                         pc,
                     });
                 }
-                let c = self.condition(width, cond, dst, src);
-                self.count_branch(pc, c);
                 let guard = self
                     .opts
                     .speculation
                     .as_ref()
                     .and_then(|s| s.guards.get(&pc).copied());
+                if guard.is_none() && self.opts.branch_counters.is_none() {
+                    if let Some(taken) = self.null_test_outcome(width, cond, dst, src) {
+                        let dest = if taken {
+                            self.edge(pc, target)
+                        } else {
+                            self.block_at(pc + 1)
+                        };
+                        self.b.ins().jump(dest, &[]);
+                        return Ok(false);
+                    }
+                }
+                let c = self.condition(width, cond, dst, src);
+                self.count_branch(pc, c);
                 let exit = guard.map(|_| {
                     let b = self.b.create_block();
                     self.b.set_cold_block(b);
@@ -994,6 +1028,70 @@ impl Translator<'_, '_> {
         self.set(dst, out);
     }
 
+    /// Whether `value` is certainly below `bound` (unsigned): a constant, a mask with a small
+    /// constant, or either seen through extensions and truncations, looking at most `depth`
+    /// definitions back.
+    fn known_below(&self, value: Value, bound: u64, depth: u32) -> bool {
+        let dfg = &self.b.func.dfg;
+        let Some(inst) = dfg.value_def(value).inst() else {
+            return false;
+        };
+        let bits = dfg.value_type(value).bits();
+        let mask = if bits >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << bits) - 1
+        };
+        let constant = |v: Value| match dfg.value_def(v).inst().map(|i| &dfg.insts[i]) {
+            Some(InstructionData::UnaryImm {
+                opcode: Opcode::Iconst,
+                imm,
+            }) => Some(imm.bits() as u64),
+            _ => None,
+        };
+        match &dfg.insts[inst] {
+            InstructionData::UnaryImm {
+                opcode: Opcode::Iconst,
+                imm,
+            } => (imm.bits() as u64 & mask) < bound,
+            InstructionData::Unary {
+                opcode: Opcode::Uextend | Opcode::Ireduce,
+                arg,
+            } => depth > 0 && self.known_below(*arg, bound, depth - 1),
+            InstructionData::Binary {
+                opcode: Opcode::Band,
+                args,
+            } => args.iter().any(|a| {
+                constant(*a).is_some_and(|c| (c & mask) < bound)
+                    || (depth > 0 && self.known_below(*a, bound, depth - 1))
+            }),
+            _ => false,
+        }
+    }
+
+    /// The outcome of `jeq`/`jne dst, 0` (64-bit) when `dst` holds a pointer known not to be
+    /// NULL: an inlined lookup whose key is in range by construction.
+    fn null_test_outcome(
+        &mut self,
+        width: Width,
+        cond: JmpCond,
+        dst: Reg,
+        src: Operand,
+    ) -> Option<bool> {
+        if width != Width::W64 || src != Operand::Imm(0) || self.non_null.is_empty() {
+            return None;
+        }
+        let v = self.reg(dst);
+        if !self.non_null.contains(&v) {
+            return None;
+        }
+        match cond {
+            JmpCond::Eq => Some(false),
+            JmpCond::Ne => Some(true),
+            _ => None,
+        }
+    }
+
     fn condition(&mut self, width: Width, cond: JmpCond, dst: Reg, src: Operand) -> Value {
         let a = self.dst_value(width, dst);
         let s = self.operand(width, src);
@@ -1202,15 +1300,24 @@ impl Translator<'_, '_> {
                         self.b.ins().uload32(mem(), key_ptr, 0)
                     }
                 };
-                let in_range =
-                    self.b
-                        .ins()
-                        .icmp_imm_u(IntCC::UnsignedLessThan, key, array.max_entries as i64);
                 let base = self.symbol_value(Symbol::MapValue(index), 0);
                 let offset = self.b.ins().imul_imm_u(key, array.value_stride() as i64);
                 let addr = self.b.ins().iadd(base, offset);
-                let null = self.b.ins().iconst(I64, 0);
-                let r0 = self.b.ins().select(in_range, addr, null);
+                let r0 = if self.known_below(key, array.max_entries as u64, 8) {
+                    // The key is in range by construction (masked, or a constant): the
+                    // result is the value's address, never NULL, and a NULL test of it
+                    // right after is decided here (see `Insn::Jmp`).
+                    self.non_null.insert(addr);
+                    addr
+                } else {
+                    let in_range = self.b.ins().icmp_imm_u(
+                        IntCC::UnsignedLessThan,
+                        key,
+                        array.max_entries as i64,
+                    );
+                    let null = self.b.ins().iconst(I64, 0);
+                    self.b.ins().select(in_range, addr, null)
+                };
                 self.set(Reg(0), r0);
             }
             CallTarget::Helper(id) => {

@@ -224,6 +224,45 @@ fn conformance_vectors_pass_on_aarch64_under_qemu() {
         });
     }
 
+    // Inlined array lookups (the harness's map 0: 8 values, value i = 3 * i + 1): a hit, a miss
+    // (NULL, then 99), and a masked key whose range check and NULL test the compiler drops.
+    let mut inline_opts = CompileOptions::new(Arch::Aarch64);
+    inline_opts.entry_abi = EntryAbi::WithLength;
+    inline_opts.inline_arrays.insert(
+        0,
+        rdx_jit::InlineArray {
+            max_entries: 8,
+            value_size: 8,
+        },
+    );
+    for (name, mask, key, want) in [
+        ("inline-array-hit", None, 3u32, 10u64),
+        ("inline-array-miss", None, 8, 99),
+        ("inline-array-masked", Some(7), 13, 16),
+    ] {
+        let (artifact, _) = compiler
+            .compile(&array_lookup_program(mask), &inline_opts)
+            .unwrap();
+        assert!(!artifact.symbols.contains(&Symbol::Helper(1)), "{name}");
+        let linked = link_bytes(
+            &artifact.to_bytes(),
+            LinkTarget::new(Arch::Aarch64),
+            &syms,
+            CODE_BASE,
+        )
+        .unwrap();
+        jobs.push(Job {
+            name: name.into(),
+            code: linked.code,
+            entry: linked.entry_offset,
+            mem: Some(key.to_le_bytes().to_vec()),
+            budget: 0,
+            want_r0: want,
+            want_status: 0,
+            want_pc: 0,
+        });
+    }
+
     let job_file = dir.join("aarch64_jobs.bin");
     write_jobs(&jobs, &job_file);
     let out = Command::new(&qemu)
@@ -269,4 +308,62 @@ fn conformance_vectors_pass_on_aarch64_under_qemu() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// `key = *(u32 *)r1 [& mask]`, passed through the stack; `v = bpf_map_lookup_elem(map 0,
+/// &key)`; `return v ? *v : 99`.
+fn array_lookup_program(mask: Option<i32>) -> Vec<Insn> {
+    use rdx_bpf::isa::{AluOp, ImmKind, JmpCond, Operand, Reg, Size, Width};
+    let alu = |op, dst, src| Insn::Alu {
+        width: Width::W64,
+        op,
+        dst: Reg(dst),
+        src,
+    };
+    let mut p = vec![Insn::Load {
+        size: Size::W,
+        sign_extend: false,
+        dst: Reg(3),
+        base: Reg(1),
+        off: 0,
+    }];
+    if let Some(m) = mask {
+        p.push(alu(AluOp::And, 3, Operand::Imm(m)));
+    }
+    p.extend([
+        Insn::Store {
+            size: Size::W,
+            base: Reg(10),
+            off: -4,
+            src: Operand::Reg(Reg(3)),
+        },
+        alu(AluOp::Mov, 2, Operand::Reg(Reg(10))),
+        alu(AluOp::Add, 2, Operand::Imm(-4)),
+        Insn::LoadImm64 {
+            dst: Reg(1),
+            kind: ImmKind::MapIdx,
+            imm_lo: 0,
+            imm_hi: 0,
+        },
+        Insn::LoadImm64Hi,
+        Insn::Call(CallTarget::Helper(1)),
+        Insn::Jmp {
+            width: Width::W64,
+            cond: JmpCond::Ne,
+            dst: Reg(0),
+            src: Operand::Imm(0),
+            off: 2,
+        },
+        alu(AluOp::Mov, 0, Operand::Imm(99)),
+        Insn::Exit,
+        Insn::Load {
+            size: Size::DW,
+            sign_extend: false,
+            dst: Reg(0),
+            base: Reg(0),
+            off: 0,
+        },
+        Insn::Exit,
+    ]);
+    p
 }

@@ -186,3 +186,86 @@ fn clang_array_lookups_are_inlined() {
     assert!(artifact.symbols.contains(&Symbol::MapValue(hits)));
     assert!(artifact.symbols.contains(&Symbol::Helper(1)));
 }
+
+/// `key = ctx[0] & mask` through a stack slot, as clang writes it; `v = lookup(&key)`;
+/// `return v ? v : 7`.
+fn masked_key_program(mask: i32) -> Vec<Insn> {
+    let mut p = vec![
+        Insn::Load {
+            size: rdx_bpf::isa::Size::W,
+            sign_extend: false,
+            dst: Reg(3),
+            base: Reg(1),
+            off: 0,
+        },
+        Insn::Alu {
+            width: Width::W64,
+            op: AluOp::And,
+            dst: Reg(3),
+            src: Operand::Imm(mask),
+        },
+        Insn::Store {
+            size: rdx_bpf::isa::Size::W,
+            base: Reg(10),
+            off: -4,
+            src: Operand::Reg(Reg(3)),
+        },
+        mov64_reg(2, 10),
+        Insn::Alu {
+            width: Width::W64,
+            op: AluOp::Add,
+            dst: Reg(2),
+            src: Operand::Imm(-4),
+        },
+    ];
+    p.extend(lddw_map(1, 0));
+    p.push(Insn::Call(CallTarget::Helper(1)));
+    p.push(Insn::Jmp {
+        width: Width::W64,
+        cond: rdx_bpf::isa::JmpCond::Ne,
+        dst: Reg(0),
+        src: Operand::Imm(0),
+        off: 1,
+    });
+    p.push(Insn::Alu {
+        width: Width::W64,
+        op: AluOp::Mov,
+        dst: Reg(0),
+        src: Operand::Imm(7),
+    });
+    p.push(Insn::Exit);
+    p
+}
+
+#[test]
+fn masked_keys_in_a_promoted_stack_slot() {
+    let values = vec![0u8; (MAX_ENTRIES as u64 * STRIDE) as usize];
+    VALUES_BASE.store(values.as_ptr() as u64, Ordering::Relaxed);
+    let map_object = [0u64; 4];
+    let mut syms = HashMap::new();
+    syms.insert(Symbol::Helper(1), lookup_helper as *const () as u64);
+    syms.insert(Symbol::Map(0), map_object.as_ptr() as u64);
+    syms.insert(Symbol::MapValue(0), values.as_ptr() as u64);
+    let compiler = Compiler::new(options(false).arch).unwrap();
+    // Mask 3: every key is in range, so the compiler drops the range check and the NULL
+    // test. Mask 7: keys 5..7 are out of range and must still give NULL (then 7).
+    for mask in [3, 7] {
+        let prog = masked_key_program(mask);
+        let (inline_artifact, _) = compiler.compile(&prog, &options(true)).unwrap();
+        let (call_artifact, _) = compiler.compile(&prog, &options(false)).unwrap();
+        assert!(!inline_artifact.symbols.contains(&Symbol::Helper(1)));
+        let inline = ExecutableCode::load(&inline_artifact, &syms).unwrap();
+        let call = ExecutableCode::load(&call_artifact, &syms).unwrap();
+        for key in 0..20u32 {
+            let expected = run(&call, key);
+            assert_eq!(run(&inline, key), expected, "mask {mask} key {key}");
+            let k = key & mask as u32;
+            let want = if k < MAX_ENTRIES {
+                values.as_ptr() as u64 + k as u64 * STRIDE
+            } else {
+                7
+            };
+            assert_eq!(expected, want, "mask {mask} key {key}");
+        }
+    }
+}
