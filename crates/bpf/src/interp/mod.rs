@@ -52,8 +52,7 @@ use crate::helpers::{HelperEnv, HelperError, HelperImpl, Helpers};
 use crate::isa::{ImmKind, Reg};
 use crate::maps::{MapSet, ResolveError};
 
-/// Deepest nesting of local calls (frames, including the entry function), as in the kernel.
-pub const MAX_FRAMES: usize = 8;
+pub use rdx_exec::machine::{ResumeFrame, MAX_FRAMES};
 
 /// Run-time limits and settings of a [`Vm`].
 #[derive(Clone, Debug)]
@@ -112,6 +111,8 @@ pub enum PrepareErrorKind {
     Map(ResolveError),
     #[error("malformed instruction: {0}")]
     Malformed(&'static str),
+    #[error("lddw of kind {kind:?} (index {index}) has no linked address")]
+    Unlinked { kind: ImmKind, index: i32 },
 }
 
 /// Why a run stopped with an error.
@@ -151,16 +152,6 @@ pub enum RunErrorKind {
     FellOff,
 }
 
-/// A caller frame of a resumed run: where it continues when its callee returns, and its
-/// callee-saved registers at the call.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ResumeFrame {
-    /// Slot after the call instruction.
-    pub ret: usize,
-    /// `r6`..`r9` at the call.
-    pub saved: [u64; 4],
-}
-
 /// The exact eBPF state a run continues from ([`Vm::resume_checked`]).
 ///
 /// The stack is `MAX_FRAMES * 512` bytes, 16-byte aligned, frame `k` occupying the 512 bytes
@@ -192,10 +183,29 @@ pub enum ResumeError {
     Run(#[from] RunError),
 }
 
+/// Lowers a program for a fallback image (`rdx_exec::image`): validated as [`Vm::new`]
+/// validates, map references (`lddw` of [`ImmKind::MapIdx`] / [`ImmKind::MapIdxValue`])
+/// resolved by `link(kind, map index, value offset)` to the addresses the native link gives
+/// them, helper calls left as ids (a host calls them through its helper table). One op per
+/// slot.
+pub fn lower_linked(
+    insns: &[crate::isa::Insn],
+    mut link: impl FnMut(ImmKind, i32, i32) -> Option<u64>,
+) -> Result<Vec<rdx_exec::Op>, PrepareError> {
+    let (ops, _) = ops::lower(
+        insns,
+        |kind, index, offset| {
+            link(kind, index, offset).ok_or(PrepareErrorKind::Unlinked { kind, index })
+        },
+        |_| Ok(0),
+    )?;
+    Ok(ops)
+}
+
 /// A prepared program with its maps and helpers.
 pub struct Vm {
-    ops: Box<[ops::Op]>,
-    masks: Box<[ops::RegMasks]>,
+    ops: Box<[rdx_exec::Op]>,
+    masks: Box<[rdx_exec::RegMasks]>,
     helper_table: Box<[HelperImpl]>,
     helpers: Helpers,
     maps: MapSet,
@@ -279,53 +289,19 @@ impl Vm {
 
     /// Refuses a state the dispatch loop could not continue from safely.
     fn check_resume(&self, state: &Resume<'_>) -> Result<(), ResumeError> {
-        let slots = self.ops.len() - 1;
-        let bad = |what: String| Err(ResumeError::BadState(what));
-        if state.stack.len() != MAX_FRAMES * crate::isa::STACK_SIZE {
-            return bad(format!(
-                "stack is {} bytes, a resumed run needs {}",
-                state.stack.len(),
-                MAX_FRAMES * crate::isa::STACK_SIZE
-            ));
-        }
-        if !(state.stack.as_ptr() as usize).is_multiple_of(16) {
-            return bad("stack is not 16-byte aligned".into());
-        }
-        if state.frames.len() >= MAX_FRAMES {
-            return bad(format!(
-                "{} caller frames (at most {})",
-                state.frames.len(),
-                MAX_FRAMES - 1
-            ));
-        }
-        let resumable = |pc: usize| pc < slots && self.ops[pc].code != ops::Code::LdImm64Hi;
-        if !resumable(state.pc) {
-            return bad(format!(
-                "pc {} is not an instruction of the {slots}-slot program",
-                state.pc
-            ));
-        }
-        if let Some((k, f)) = state
-            .frames
-            .iter()
-            .enumerate()
-            .find(|(_, f)| !resumable(f.ret))
-        {
-            return bad(format!(
-                "frame {k} returns to {}, not an instruction",
-                f.ret
-            ));
-        }
         let top = state.stack.as_ptr() as u64 + state.stack.len() as u64;
-        let fp = top - (state.frames.len() * crate::isa::STACK_SIZE) as u64;
-        if state.regs[10] != fp {
-            return bad(format!(
-                "r10 is {:#x}, but frame {} of this stack starts at {fp:#x}",
-                state.regs[10],
-                state.frames.len()
-            ));
-        }
-        Ok(())
+        let start = rdx_exec::machine::Start {
+            pc: state.pc,
+            regs: state.regs,
+            init: rdx_exec::machine::ALL_REGS,
+            frames: state.frames,
+            stack_top: top,
+            budget: 0,
+        };
+        let is_insn = |pc: usize| self.ops[pc].code != rdx_exec::Code::LdImm64Hi;
+        let stack = (state.stack.as_ptr() as u64, state.stack.len());
+        rdx_exec::machine::check_resume(self.ops.len() - 1, is_insn, &start, stack)
+            .map_err(ResumeError::BadState)
     }
 
     /// The maps the program uses (shared with every other user of the same [`MapSet`]).

@@ -1,6 +1,6 @@
-//! The pre-decoded form the interpreter dispatches on: one flat 16-byte [`Op`] per slot, with
-//! the operation, width and operand kind folded into a single opcode, immediates already
-//! sign- or zero-extended, jump targets absolute and map references resolved.
+//! Lowering: slot-indexed instructions to the flat op form of `rdx_exec::op` that the
+//! dispatch loop runs, for the interpreter (maps of a [`MapSet`], helpers of a [`Helpers`])
+//! and for fallback images (maps at their linked addresses, helpers by id).
 
 use super::{PrepareError, PrepareErrorKind};
 use crate::helpers::{HelperImpl, Helpers};
@@ -8,76 +8,7 @@ use crate::isa::{
     AluOp, AtomicOp, ByteOrder, CallTarget, ImmKind, Insn, JmpCond, Operand, Size, Width,
 };
 use crate::maps::MapSet;
-
-macro_rules! opcodes {
-    ($($(#[$m:meta])* $name:ident),* $(,)?) => {
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        #[repr(u8)]
-        #[allow(clippy::upper_case_acronyms)]
-        pub(crate) enum Code { $($(#[$m])* $name),* }
-    };
-}
-
-opcodes! {
-    Add64I, Sub64I, Mul64I, Div64I, SDiv64I, Or64I, And64I, Lsh64I, Rsh64I, Mod64I, SMod64I,
-    Xor64I, Mov64I, Arsh64I,
-    Add64R, Sub64R, Mul64R, Div64R, SDiv64R, Or64R, And64R, Lsh64R, Rsh64R, Mod64R, SMod64R,
-    Xor64R, Mov64R, Arsh64R,
-    Add32I, Sub32I, Mul32I, Div32I, SDiv32I, Or32I, And32I, Lsh32I, Rsh32I, Mod32I, SMod32I,
-    Xor32I, Mov32I, Arsh32I,
-    Add32R, Sub32R, Mul32R, Div32R, SDiv32R, Or32R, And32R, Lsh32R, Rsh32R, Mod32R, SMod32R,
-    Xor32R, Mov32R, Arsh32R,
-    Neg64, Neg32, MovSx8To64, MovSx16To64, MovSx32To64, MovSx8To32, MovSx16To32,
-    Le16, Le32, Le64, Be16, Be32, Be64, Swap16, Swap32, Swap64,
-    Ja,
-    Jeq64I, Jgt64I, Jge64I, Jset64I, Jne64I, Jsgt64I, Jsge64I, Jlt64I, Jle64I, Jslt64I, Jsle64I,
-    Jeq64R, Jgt64R, Jge64R, Jset64R, Jne64R, Jsgt64R, Jsge64R, Jlt64R, Jle64R, Jslt64R, Jsle64R,
-    Jeq32I, Jgt32I, Jge32I, Jset32I, Jne32I, Jsgt32I, Jsge32I, Jlt32I, Jle32I, Jslt32I, Jsle32I,
-    Jeq32R, Jgt32R, Jge32R, Jset32R, Jne32R, Jsgt32R, Jsge32R, Jlt32R, Jle32R, Jslt32R, Jsle32R,
-    LdxB, LdxH, LdxW, LdxDW, LdxSB, LdxSH, LdxSW,
-    StB, StH, StW, StDW, StxB, StxH, StxW, StxDW,
-    AtomicW, AtomicDW,
-    LdImm64, CallHelper, CallLocal, CallX, Exit,
-    /// The second slot of an `lddw`: never executed (validated at preparation).
-    LdImm64Hi,
-    /// One past the last instruction: reaching it means the program fell off its end.
-    FellOff,
-}
-
-/// One pre-decoded slot.
-///
-/// `aux` is the absolute jump/call target, the memory offset (as `i32` bits), the helper
-/// table index or the atomic sub-operation; `imm` the extended immediate or resolved `lddw`
-/// value.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Op {
-    pub code: Code,
-    pub dst: u8,
-    pub src: u8,
-    pub aux: u32,
-    pub imm: u64,
-}
-
-const _: () = assert!(std::mem::size_of::<Op>() == 16);
-
-/// Atomic sub-operations packed into `aux`.
-pub(crate) mod atomic {
-    pub const ADD: u32 = 0;
-    pub const OR: u32 = 1;
-    pub const AND: u32 = 2;
-    pub const XOR: u32 = 3;
-    pub const XCHG: u32 = 4;
-    pub const CMPXCHG: u32 = 5;
-    pub const FETCH: u32 = 8;
-}
-
-/// Register masks per slot, for checked mode: registers read (must be initialised) and
-/// written.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct RegMasks {
-    pub reads: u16,
-    pub writes: u16,
-}
+use rdx_exec::op::{atomic, Code, Op, RegMasks};
 
 const fn bit(r: u8) -> u16 {
     1 << r
@@ -193,6 +124,39 @@ pub(crate) fn compile(
     maps: &MapSet,
     helpers: &Helpers,
 ) -> Result<Compiled, PrepareError> {
+    let mut helper_table: Vec<HelperImpl> = Vec::new();
+    let (mut ops, mut masks) = lower(
+        insns,
+        |kind, lo, hi| {
+            maps.resolve_lddw(kind, lo, hi)
+                .map_err(PrepareErrorKind::Map)
+        },
+        |id| {
+            let f = helpers
+                .get(id)
+                .ok_or(PrepareErrorKind::UnknownHelper(id as i64))?;
+            helper_table.push(f);
+            Ok(helper_table.len() as u32 - 1)
+        },
+    )?;
+    ops.push(Op::new(Code::FellOff));
+    masks.push(RegMasks::default());
+    Ok(Compiled {
+        ops: ops.into_boxed_slice(),
+        masks: masks.into_boxed_slice(),
+        helpers: helper_table.into_boxed_slice(),
+    })
+}
+
+/// Lowers and validates `insns` as [`compile`] does, resolving `lddw` values (of kinds
+/// [`ImmKind::Imm`], [`ImmKind::MapIdx`], [`ImmKind::MapIdxValue`]) with `resolve_lddw`
+/// and numbering helper calls with `helper` (its result goes to [`Op::aux`]; the id is in
+/// [`Op::imm`]). Returns one op and one register mask per slot.
+pub(crate) fn lower(
+    insns: &[Insn],
+    mut resolve_lddw: impl FnMut(ImmKind, i32, i32) -> Result<u64, PrepareErrorKind>,
+    mut helper: impl FnMut(i32) -> Result<u32, PrepareErrorKind>,
+) -> Result<(Vec<Op>, Vec<RegMasks>), PrepareError> {
     let len = insns.len();
     let err = |pc: usize, kind| PrepareError { pc, kind };
     if len == 0 {
@@ -208,17 +172,10 @@ pub(crate) fn compile(
         }
         Ok(t as u32)
     };
-    let mut helper_table: Vec<HelperImpl> = Vec::new();
     let mut ops = Vec::with_capacity(len + 1);
     let mut masks = Vec::with_capacity(len + 1);
     for (pc, insn) in insns.iter().enumerate() {
-        let mut op = Op {
-            code: Code::FellOff,
-            dst: 0,
-            src: 0,
-            aux: 0,
-            imm: 0,
-        };
+        let mut op = Op::new(Code::FellOff);
         let mut m = RegMasks::default();
         match *insn {
             Insn::Alu {
@@ -317,13 +274,9 @@ pub(crate) fn compile(
                 }
             }
             Insn::Call(CallTarget::Helper(id)) => {
-                let f = helpers
-                    .get(id)
-                    .ok_or(err(pc, PrepareErrorKind::UnknownHelper(id as i64)))?;
                 op.code = Code::CallHelper;
-                op.aux = helper_table.len() as u32;
+                op.aux = helper(id).map_err(|kind| err(pc, kind))?;
                 op.imm = id as i64 as u64;
-                helper_table.push(f);
             }
             Insn::Call(CallTarget::Local(rel)) => {
                 op.code = Code::CallLocal;
@@ -445,9 +398,10 @@ pub(crate) fn compile(
                 op.code = Code::LdImm64;
                 op.dst = dst.0;
                 op.imm = match kind {
-                    ImmKind::Imm | ImmKind::MapIdx | ImmKind::MapIdxValue => maps
-                        .resolve_lddw(kind, imm_lo, imm_hi)
-                        .map_err(|e| err(pc, PrepareErrorKind::Map(e)))?,
+                    ImmKind::Imm => Insn::imm64(imm_lo, imm_hi),
+                    ImmKind::MapIdx | ImmKind::MapIdxValue => {
+                        resolve_lddw(kind, imm_lo, imm_hi).map_err(|e| err(pc, e))?
+                    }
                     other => return Err(err(pc, PrepareErrorKind::UnsupportedLddw(other))),
                 };
                 m.writes = bit(dst.0);
@@ -480,17 +434,5 @@ pub(crate) fn compile(
         ops.push(op);
         masks.push(m);
     }
-    ops.push(Op {
-        code: Code::FellOff,
-        dst: 0,
-        src: 0,
-        aux: 0,
-        imm: 0,
-    });
-    masks.push(RegMasks::default());
-    Ok(Compiled {
-        ops: ops.into_boxed_slice(),
-        masks: masks.into_boxed_slice(),
-        helpers: helper_table.into_boxed_slice(),
-    })
+    Ok((ops, masks))
 }
