@@ -124,12 +124,8 @@ fn plan(nodes: &[(String, String)], program: &str) -> String {
 
 #[test]
 fn control_plane_cli_drives_three_nodes_over_the_fabric() {
-    let ns = match NetnsStar::create("rdxc", 232, NODES) {
-        Ok(ns) => ns,
-        Err(e) => {
-            eprintln!("SKIPPED: cannot set up network namespaces: {e}");
-            return;
-        }
+    let Some(ns) = NetnsStar::create_or_skip("rdxc", 232, NODES) else {
+        return;
     };
     let started = Instant::now();
     let dir = ScratchDir::new("cli-fabric");

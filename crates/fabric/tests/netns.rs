@@ -16,12 +16,8 @@ const PROVIDER: &str = "tcp;ofi_rxm";
 
 #[test]
 fn control_plane_drives_three_nodes_across_namespaces() {
-    let ns = match NetnsStar::create("rdxf", 231, NODES) {
-        Ok(ns) => ns,
-        Err(e) => {
-            eprintln!("SKIPPED: cannot set up network namespaces: {e}");
-            return;
-        }
+    let Some(ns) = NetnsStar::create_or_skip("rdxf", 231, NODES) else {
+        return;
     };
     let started = Instant::now();
     let dir = ScratchDir::new("fabric-netns");

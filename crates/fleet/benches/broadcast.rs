@@ -14,7 +14,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::{chain, extension, stamp_plan};
+use common::{chain, extension, spawn_watcher, stamp_plan};
 
 use rdx_control::{create_codeflow, ExtSpec, Extension};
 use rdx_fleet::{broadcast, Options, Plan, Session};
@@ -175,7 +175,7 @@ const WATCH_ROUNDS: usize = 5;
 /// faulty release (budget exhausted on every run) is deployed, the watcher (polling every
 /// 200 us) rolls it back.
 fn watch_phase() {
-    use rdx_fleet::watch::{watch, Event, Target, Thresholds, WatchOptions};
+    use rdx_fleet::watch::Event;
     let mut c = chain::Chain::start("bench-watch", 1, 100);
     let address = c.address(0);
     let (good, faulty) = (extension("stamp_v1"), extension("stamp_fault"));
@@ -187,28 +187,7 @@ fn watch_phase() {
     let (mut from_deploy, mut bound, mut detect) = (vec![], vec![], vec![]);
     for _ in 0..WATCH_ROUNDS {
         traffic.wait_for(100);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let target = Target {
-            node: "n0".into(),
-            address: address.clone(),
-            hook: "on_request".into(),
-        };
-        let watcher = std::thread::spawn(move || {
-            let opts = WatchOptions {
-                interval: std::time::Duration::from_micros(200),
-                thresholds: Thresholds {
-                    max_failure_ratio: 0.05,
-                    max_avg_ns: None,
-                    min_runs: 20,
-                },
-                duration: Some(std::time::Duration::from_secs(30)),
-                max_rollbacks: Some(1),
-            };
-            watch(&[target], &opts, |e| {
-                let _ = tx.send(e.clone());
-            })
-            .unwrap()
-        });
+        let (watcher, rx) = spawn_watcher(&address, std::time::Duration::from_micros(200));
         assert!(matches!(rx.recv().unwrap(), Event::Good { .. }));
         cf.deploy("on_request", &faulty, Some("default"), None)
             .unwrap();

@@ -7,7 +7,6 @@ mod common;
 use rdx_fleet::{broadcast, recover, FleetError, Options, Plan};
 use rdx_test_support::{HostProcess, ScratchDir, ShmPath};
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 /// A `fleet-host` declaring `hooks`, removed (process and region) on drop.
 fn host(tag: &str, hooks: &[&str]) -> HostProcess {
@@ -141,17 +140,11 @@ fn killed_control_plane_is_recovered_at_every_phase() {
         let plan_path = dir.join("plan.yaml");
         let text = plan_text(&hosts.iter().collect::<Vec<_>>(), 2, None);
         std::fs::write(&plan_path, text).unwrap();
-        let status = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "crash_child", "--include-ignored", "--nocapture"])
-            .env("FLEET_PLAN", &plan_path)
-            .env("FLEET_CRASH", phase)
-            .env("FLEET_STATE", dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(libc::SIGKILL), "{phase}: {status:?}");
+        let env = [
+            ("FLEET_PLAN", plan_path.as_os_str()),
+            ("FLEET_STATE", dir.path().as_os_str()),
+        ];
+        common::crash_at("crash_child", phase, &env);
         let words: Vec<u64> = hosts.iter().map(|h| active_word(&h.address())).collect();
         // (One hook, so one release level: after the first level nothing is held.)
         if ["held", "committed", "first-flip"].contains(&phase) {

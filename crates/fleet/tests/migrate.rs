@@ -11,7 +11,7 @@ use rdx_fleet::plan::NodeSpec;
 use rdx_fleet::Options;
 use rdx_test_support::{HostProcess, ScratchDir, ShmPath};
 use rdx_transport::xstate;
-use std::process::{Command, Stdio};
+use std::ffi::OsStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -208,18 +208,12 @@ fn a_killed_migration_is_recovered_at_every_phase() {
             assert_eq!(request(&mut source), 1);
         }
         let dir = state_dir(&format!("crash-{phase}"));
-        let status = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "migrate_crash_child", "--include-ignored"])
-            .env("FLEET_SOURCE", &s.address)
-            .env("FLEET_TARGET", &t.address)
-            .env("FLEET_CRASH", phase)
-            .env("FLEET_STATE", dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(libc::SIGKILL), "{phase}: {status:?}");
+        let env = [
+            ("FLEET_SOURCE", OsStr::new(&s.address)),
+            ("FLEET_TARGET", OsStr::new(&t.address)),
+            ("FLEET_STATE", dir.path().as_os_str()),
+        ];
+        common::crash_at("migrate_crash_child", phase, &env);
         let rec = rdx_fleet::recover(dir.path(), false).unwrap();
         assert_eq!(rec.len(), 1, "{phase}");
         assert_eq!(

@@ -6,10 +6,9 @@
 mod common;
 
 use common::chain::Chain;
-use common::extension;
+use common::{extension, spawn_watcher};
 use rdx_control::{create_codeflow, ExtSpec};
-use rdx_fleet::watch::{watch, Event, Target, Thresholds, WatchOptions};
-use std::sync::mpsc;
+use rdx_fleet::watch::Event;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -25,25 +24,7 @@ fn a_faulting_release_is_rolled_back_to_the_last_good_version() {
 
     let traffic = chain.traffic(16);
     traffic.wait_for(100);
-    let (tx, rx) = mpsc::channel();
-    let target = Target {
-        node: "n0".into(),
-        address: address.clone(),
-        hook: "on_request".into(),
-    };
-    let watcher = std::thread::spawn(move || {
-        let opts = WatchOptions {
-            interval: Duration::from_micros(500),
-            thresholds: Thresholds {
-                max_failure_ratio: 0.05,
-                max_avg_ns: None,
-                min_runs: 20,
-            },
-            duration: Some(Duration::from_secs(30)),
-            max_rollbacks: Some(1),
-        };
-        watch(&[target], &opts, |e| tx.send(e.clone()).unwrap()).unwrap()
-    });
+    let (watcher, rx) = spawn_watcher(&address, Duration::from_micros(500));
     match rx.recv_timeout(Duration::from_secs(10)).unwrap() {
         Event::Good { version, .. } => assert_eq!(version, v1),
         other => panic!("{other:?}"),

@@ -111,28 +111,41 @@ pub fn on_request(helpers: &[&str]) -> String {
 mod tests {
     use super::*;
 
-    /// The text the tests wrote out by hand before this crate existed.
-    const HAND_WRITTEN: &str = "\
-version: 1
-hooks:
-  - name: on_request
-    context:
-      size: 16
-      fields:
-        - {name: value, offset: 0, size: 8, access: read}
-        - {name: out, offset: 8, size: 8, access: read_write}
-classes:
-  - name: default
-    hook: on_request
-    context: {read: [value, out], write: [out]}
-    helpers: [map_lookup_elem, map_update_elem, map_delete_elem, ringbuf_output]
-    instructions: 100000
-    xstate_bytes: 1048576
-";
-
     #[test]
-    fn the_usual_spec_is_the_hand_written_one() {
-        assert_eq!(on_request(&MAP_AND_RINGBUF_HELPERS), HAND_WRITTEN);
+    fn the_usual_spec_is_what_the_verifier_reads() {
+        use rdx_verifier::eim::{AccessSpec, InstructionLimit};
+        let spec = rdx_verifier::EimSpec::from_yaml(&on_request(&MAP_AND_RINGBUF_HELPERS))
+            .expect("valid YAML");
+        spec.validate().expect("a valid spec");
+        let [hook] = &spec.hooks[..] else {
+            panic!("{:?}", spec.hooks)
+        };
+        assert_eq!((hook.name.as_str(), hook.context.size), ("on_request", 16));
+        let fields: Vec<_> = hook
+            .context
+            .fields
+            .iter()
+            .map(|f| (f.name.as_str(), f.offset, f.size, f.access))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                ("value", 0, 8, AccessSpec::Read),
+                ("out", 8, 8, AccessSpec::ReadWrite)
+            ]
+        );
+        let [class] = &spec.classes[..] else {
+            panic!("{:?}", spec.classes)
+        };
+        assert_eq!(
+            (class.name.as_str(), class.hook.as_str()),
+            ("default", "on_request")
+        );
+        assert_eq!(class.context.read, ["value", "out"]);
+        assert_eq!(class.context.write, ["out"]);
+        assert_eq!(class.helpers, MAP_AND_RINGBUF_HELPERS);
+        assert_eq!(class.instructions, InstructionLimit::Count(100_000));
+        assert_eq!(class.xstate_bytes, 1 << 20);
     }
 
     #[test]

@@ -1,11 +1,19 @@
 //! What the fleet tests and the broadcast benchmark share beyond `rdx-test-support`: the
-//! request chain, and plans and extensions built from `bpf/fleet/stamp_*.c`.
+//! request chain, plans and extensions built from `bpf/fleet/stamp_*.c`, and control planes
+//! crashed on purpose.
 
 #![allow(dead_code)]
 
 pub mod chain;
 
 use rdx_control::Extension;
+use rdx_fleet::watch::{watch, Event, Target, Thresholds, WatchOptions};
+use std::ffi::OsStr;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// `bpf/fleet/NAME.c` as an extension (its one program).
 pub fn extension(name: &str) -> Extension {
@@ -39,4 +47,48 @@ pub fn stamp_plan(
         );
     }
     text
+}
+
+/// Runs `child`, an ignored test of this test binary that runs a control-plane operation
+/// with `FLEET_CRASH=phase` (it SIGKILLs itself at that phase), with `env` added; panics
+/// unless it died of SIGKILL.
+pub fn crash_at(child: &str, phase: &str, env: &[(&str, &OsStr)]) {
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", child, "--include-ignored", "--nocapture"])
+        .env("FLEET_CRASH", phase)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{phase}: {status:?}");
+}
+
+/// Watches `on_request` at `address` (as node `n0`) on a thread of its own: it samples every
+/// `interval`, rolls back once when more than 5% of at least 20 runs failed, and stops after
+/// 30 s. Its events arrive on the receiver.
+pub fn spawn_watcher(address: &str, interval: Duration) -> (JoinHandle<()>, Receiver<Event>) {
+    let (tx, rx) = mpsc::channel();
+    let target = Target {
+        node: "n0".into(),
+        address: address.into(),
+        hook: "on_request".into(),
+    };
+    let watcher = std::thread::spawn(move || {
+        let opts = WatchOptions {
+            interval,
+            thresholds: Thresholds {
+                max_failure_ratio: 0.05,
+                max_avg_ns: None,
+                min_runs: 20,
+            },
+            duration: Some(Duration::from_secs(30)),
+            max_rollbacks: Some(1),
+        };
+        watch(&[target], &opts, |e| {
+            let _ = tx.send(e.clone());
+        })
+        .unwrap();
+    });
+    (watcher, rx)
 }
