@@ -74,9 +74,20 @@ pub(crate) unsafe extern "C" fn map_lookup_elem(map: u64, key: u64, _: u64, _: u
         // SAFETY: the verifier proved `key` readable for the map's key size.
         let key = unsafe { bytes(key, m.key_size as usize) };
         let copy = if m.copies > 1 { ts.slot_index } else { 0 };
-        match xstate::lookup_ref(&ts.inner.data, m, key, copy) {
-            Ok(Some(off)) => ts.inner.base + off,
-            _ => 0,
+        let found = match m.map_type {
+            MapType::Hash | MapType::PerThreadHash => {
+                xstate::hash::local::lookup_ref(&ts.inner.data, m, key, copy)
+            }
+            MapType::Array | MapType::PerThreadArray => {
+                xstate::array::local::lookup_ref(m, key, copy)
+            }
+            _ => xstate::lookup_ref(&ts.inner.data, m, key, copy)
+                .ok()
+                .flatten(),
+        };
+        match found {
+            Some(off) => ts.inner.base + off,
+            None => 0,
         }
     })
     .unwrap_or(0)
@@ -103,15 +114,17 @@ pub(crate) unsafe extern "C" fn map_update_elem(
         } else {
             Copies::All
         };
-        match xstate::update(
-            &ts.inner.data,
-            m,
-            key,
-            value,
-            flags,
-            copies,
-            host_token(ts.slot_index),
-        ) {
+        let (r, token) = (&ts.inner.data, host_token(ts.slot_index));
+        let done = match m.map_type {
+            MapType::Hash | MapType::PerThreadHash => {
+                xstate::hash::local::update(r, m, key, value, flags, copies, token)
+            }
+            MapType::Array | MapType::PerThreadArray => {
+                xstate::array::local::update(r, m, key, value, flags, copies, token)
+            }
+            _ => xstate::update(r, m, key, value, flags, copies, token),
+        };
+        match done {
             Ok(()) => 0,
             Err(e) => e.errno() as u64,
         }

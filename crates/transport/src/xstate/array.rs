@@ -208,3 +208,89 @@ impl MapOps for ArrayMap {
         Ok(true)
     }
 }
+
+/// Host-side fast paths for the runtime's map helpers on the host's own mapping: what
+/// [`ArrayMap`]'s `lookup_ref` and `update` do, without a bounds check per access (a checked
+/// [`MapRef`]'s elements lie inside the region) and without building a `Result` on the
+/// way. Seqlocked (wider than 8 bytes) values and bad arguments go to the generic code.
+pub mod local {
+    use super::{element, seqlocked_value};
+    use crate::local::LocalRegion;
+    use crate::xstate::{Copies, MapError, MapRef, UPDATE_EXIST, UPDATE_NOEXIST};
+    use crate::Transport;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// The element index a 4-byte key names, if in range.
+    #[inline(always)]
+    fn index(m: &MapRef, key: &[u8]) -> Option<u32> {
+        let i = u32::from_le_bytes(key.try_into().ok()?);
+        (i < m.max_entries).then_some(i)
+    }
+
+    /// Region offset of the value of `key` in copy `copy`, or `None`.
+    #[inline]
+    pub fn lookup_ref(m: &MapRef, key: &[u8], copy: u32) -> Option<u64> {
+        if key.len() != m.key_size as usize || copy >= m.copies {
+            return None;
+        }
+        Some(element(m, index(m, key)?, copy))
+    }
+
+    /// `bpf_map_update_elem` on the host, as [`super::ArrayMap`]'s `update`.
+    #[inline]
+    pub fn update(
+        r: &LocalRegion,
+        m: &MapRef,
+        key: &[u8],
+        value: &[u8],
+        flags: u64,
+        copies: Copies,
+        token: u64,
+    ) -> Result<(), MapError> {
+        let cp = match copies {
+            Copies::One(cp) => cp,
+            Copies::All if m.copies == 1 => 0,
+            Copies::All => return update_slow(r, m, key, value, flags, copies, token),
+        };
+        if key.len() != m.key_size as usize
+            || value.len() != m.value_size as usize
+            || flags > UPDATE_EXIST
+            || cp >= m.copies
+            || seqlocked_value(m.value_size)
+        {
+            return update_slow(r, m, key, value, flags, copies, token);
+        }
+        let Some(i) = index(m, key) else {
+            return Err(MapError::Full {
+                id: m.id,
+                max_entries: m.max_entries,
+            });
+        };
+        if flags == UPDATE_NOEXIST {
+            return Err(MapError::Exists);
+        }
+        let mut w = [0u8; 8];
+        w[..value.len()].copy_from_slice(value);
+        let at = element(m, i, cp);
+        debug_assert!(at.is_multiple_of(8) && at + 8 <= r.region_len());
+        // SAFETY: `i < max_entries` and `cp < copies`: an 8-byte-aligned element of a
+        // checked map, inside the region, which stays mapped while `r` is used.
+        let word = unsafe { &*(r.base().add(at as usize) as *const AtomicU64) };
+        word.store(u64::from_le_bytes(w), Ordering::Release);
+        Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn update_slow(
+        r: &LocalRegion,
+        m: &MapRef,
+        key: &[u8],
+        value: &[u8],
+        flags: u64,
+        copies: Copies,
+        token: u64,
+    ) -> Result<(), MapError> {
+        crate::xstate::update(r, m, key, value, flags, copies, token)
+    }
+}

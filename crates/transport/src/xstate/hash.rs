@@ -306,3 +306,436 @@ impl MapOps for HashMap {
         Ok(false)
     }
 }
+
+/// Host-side fast paths: the same protocol as [`HashMap`]'s `lookup_ref` and `update`, run
+/// directly on the host's own mapping of the region (the runtime's map helpers). A
+/// [`MapRef`] is checked when decoded (its data lies inside the region and its geometry is
+/// the one its sizes imply), so element offsets computed here stay inside the mapping
+/// without a bounds check per access, and no `Result` with a [`MapError`] is built on the
+/// way. Every case these do not finish (a busy element, a contended or breakable lock, an
+/// error) is handed to the generic code, which has the retry, lock-breaking and error
+/// logic.
+pub mod local {
+    use super::{elem, find, find_for_write, value_at, Slot};
+    use crate::local::LocalRegion;
+    use crate::xstate::{
+        hash_key, hash_key8, next_ctl, Copies, MapError, MapRef, TOKEN_HOST, UPDATE_EXIST,
+        UPDATE_NOEXIST,
+    };
+    use crate::Transport;
+    use rdx_region::layout::{offsets, ELEM_BUSY, ELEM_EMPTY, ELEM_LIVE, ELEM_STATE_MASK};
+    use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+    /// The word at region offset `at`.
+    ///
+    /// # Safety
+    /// `at` is 8-byte aligned and `at + 8` lies inside `r` (an element word of a checked
+    /// [`MapRef`] of this region, or its header's words).
+    #[inline(always)]
+    unsafe fn word(r: &LocalRegion, at: u64) -> &AtomicU64 {
+        debug_assert!(at.is_multiple_of(8) && at + 8 <= r.region_len());
+        // SAFETY: by the caller's contract; the region stays mapped while `r` is used and
+        // is only accessed atomically.
+        unsafe { &*(r.base().add(at as usize) as *const AtomicU64) }
+    }
+
+    /// Whether the key stored at element `e` (zero-padded to `key_stride`) is `key`. Loads
+    /// are acquire, so the caller's second load of the control word comes after them.
+    #[inline(always)]
+    fn key_matches(r: &LocalRegion, m: &MapRef, e: u64, key: &[u8]) -> bool {
+        let mut at = e + 8;
+        let mut chunks = key.chunks(8);
+        for _ in 0..m.key_stride / 8 {
+            let mut w = [0u8; 8];
+            if let Some(c) = chunks.next() {
+                w[..c.len()].copy_from_slice(c);
+            }
+            // SAFETY: inside element `e`'s key of a checked map.
+            if unsafe { word(r, at) }.load(Ordering::Acquire) != u64::from_le_bytes(w) {
+                return false;
+            }
+            at += 8;
+        }
+        true
+    }
+
+    /// Region offset of the value of `key` in copy `copy`, or `None` (no such key, or bad
+    /// arguments): what `bpf_map_lookup_elem` returns, as [`HashMap`]'s `lookup_ref`.
+    #[inline]
+    pub fn lookup_ref(r: &LocalRegion, m: &MapRef, key: &[u8], copy: u32) -> Option<u64> {
+        if key.len() != m.key_size as usize || copy >= m.copies {
+            return None;
+        }
+        if let Ok(k) = <[u8; 8]>::try_from(key) {
+            return lookup_ref8(r, m, u64::from_le_bytes(k), copy);
+        }
+        let mask = m.buckets as u64 - 1;
+        let mut idx = hash_key(key) & mask;
+        for _ in 0..m.buckets {
+            let e = elem(m, idx);
+            // SAFETY: `idx < buckets`: an element of a checked map.
+            let ctl = unsafe { word(r, e) };
+            let c = ctl.load(Ordering::Acquire);
+            match c & ELEM_STATE_MASK {
+                ELEM_EMPTY => return None,
+                ELEM_LIVE => {
+                    let same = key_matches(r, m, e, key);
+                    if ctl.load(Ordering::Acquire) != c {
+                        return lookup_ref_slow(r, m, key, copy);
+                    }
+                    if same {
+                        return Some(value_at(m, e, copy));
+                    }
+                }
+                ELEM_BUSY => return lookup_ref_slow(r, m, key, copy),
+                _ => {}
+            }
+            idx = (idx + 1) & mask;
+        }
+        None
+    }
+
+    /// [`lookup_ref`] of an 8-byte key `k` (its little-endian bytes): one load compares it.
+    #[inline(always)]
+    fn lookup_ref8(r: &LocalRegion, m: &MapRef, k: u64, copy: u32) -> Option<u64> {
+        let mask = m.buckets as u64 - 1;
+        let mut idx = hash_key8(k) & mask;
+        for _ in 0..m.buckets {
+            let e = elem(m, idx);
+            // SAFETY: `idx < buckets`: an element of a checked map, whose key (8 bytes,
+            // the key size) follows its control word.
+            let (ctl, stored) = unsafe { (word(r, e), word(r, e + 8)) };
+            let c = ctl.load(Ordering::Acquire);
+            match c & ELEM_STATE_MASK {
+                ELEM_EMPTY => return None,
+                ELEM_LIVE => {
+                    let same = stored.load(Ordering::Acquire) == k;
+                    if ctl.load(Ordering::Acquire) != c {
+                        return lookup_ref_slow(r, m, &k.to_le_bytes(), copy);
+                    }
+                    if same {
+                        return Some(value_at(m, e, copy));
+                    }
+                }
+                ELEM_BUSY => return lookup_ref_slow(r, m, &k.to_le_bytes(), copy),
+                _ => {}
+            }
+            idx = (idx + 1) & mask;
+        }
+        None
+    }
+
+    /// An element changed or was busy under the lookup: the generic search, which waits
+    /// and retries.
+    #[cold]
+    #[inline(never)]
+    fn lookup_ref_slow(r: &LocalRegion, m: &MapRef, key: &[u8], copy: u32) -> Option<u64> {
+        find(r, m, key)
+            .ok()
+            .flatten()
+            .map(|(e, _)| value_at(m, e, copy))
+    }
+
+    /// `bpf_map_update_elem` on the host: as [`HashMap`]'s `update`, `value` being
+    /// `value_size` bytes and `copies` in range (the helper's contract).
+    #[inline]
+    pub fn update(
+        r: &LocalRegion,
+        m: &MapRef,
+        key: &[u8],
+        value: &[u8],
+        flags: u64,
+        copies: Copies,
+        token: u64,
+    ) -> Result<(), MapError> {
+        // SAFETY: the lock word of a checked map's header.
+        let lock = unsafe { word(r, m.offset + offsets::MAP_LOCK) };
+        let copies_ok = match copies {
+            Copies::One(cp) => cp < m.copies,
+            Copies::All => true,
+        };
+        if key.len() != m.key_size as usize
+            || value.len() != m.value_size as usize
+            || flags > UPDATE_EXIST
+            || !copies_ok
+            || token & TOKEN_HOST == 0
+            || lock
+                .compare_exchange(0, token, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return update_slow(r, m, key, value, flags, copies, token);
+        }
+        let r0 = update_locked(r, m, key, value, flags, copies);
+        if lock
+            .compare_exchange(token, 0, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            // Broken as stale meanwhile: what the generic unlock reports.
+            return Err(MapError::Corrupt {
+                id: m.id,
+                reason: format!(
+                    "lock held by {:#x}, not by {token:#x} (broken as stale?)",
+                    lock.load(Ordering::Relaxed)
+                ),
+            });
+        }
+        r0
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn update_slow(
+        r: &LocalRegion,
+        m: &MapRef,
+        key: &[u8],
+        value: &[u8],
+        flags: u64,
+        copies: Copies,
+        token: u64,
+    ) -> Result<(), MapError> {
+        crate::xstate::update(r, m, key, value, flags, copies, token)
+    }
+
+    /// The update under the writer lock (the generic code's, with a fast search for the
+    /// key).
+    #[inline(always)]
+    fn update_locked(
+        r: &LocalRegion,
+        m: &MapRef,
+        key: &[u8],
+        value: &[u8],
+        flags: u64,
+        copies: Copies,
+    ) -> Result<(), MapError> {
+        let (e, c, fresh) = match find_for_write(r, m, key)? {
+            Slot::Found(e, c) => {
+                if flags == UPDATE_NOEXIST {
+                    return Err(MapError::Exists);
+                }
+                (e, c, false)
+            }
+            Slot::Free(e, c) => {
+                if flags == UPDATE_EXIST {
+                    return Err(MapError::NotFound);
+                }
+                if r.read_u64(m.offset + offsets::MAP_COUNT)? >= m.max_entries as u64 {
+                    return Err(MapError::Full {
+                        id: m.id,
+                        max_entries: m.max_entries,
+                    });
+                }
+                (e, c, true)
+            }
+            Slot::Full => {
+                return Err(MapError::Full {
+                    id: m.id,
+                    max_entries: m.max_entries,
+                })
+            }
+        };
+        // SAFETY: an element of a checked map.
+        let ctl = unsafe { word(r, e) };
+        let busy = next_ctl(c, ELEM_BUSY);
+        ctl.store(busy, Ordering::Release);
+        // Readers that see any of the stores below also see the element busy.
+        fence(Ordering::Release);
+        if fresh {
+            let mut at = e + 8;
+            let mut chunks = key.chunks(8);
+            for _ in 0..m.key_stride / 8 {
+                let mut w = [0u8; 8];
+                if let Some(k) = chunks.next() {
+                    w[..k.len()].copy_from_slice(k);
+                }
+                // SAFETY: inside element `e`'s key.
+                unsafe { word(r, at) }.store(u64::from_le_bytes(w), Ordering::Relaxed);
+                at += 8;
+            }
+            let values = m.value_stride as u64 * m.copies as u64;
+            for off in (0..values).step_by(8) {
+                // SAFETY: inside element `e`'s values.
+                unsafe { word(r, at + off) }.store(0, Ordering::Relaxed);
+            }
+        }
+        let write = |cp: u32| write_value(r, value_at(m, e, cp), value);
+        match copies {
+            Copies::One(cp) => write(cp),
+            Copies::All => (0..m.copies).for_each(write),
+        }
+        ctl.store(next_ctl(busy, ELEM_LIVE), Ordering::Release);
+        if fresh {
+            // SAFETY: the count word of a checked map's header.
+            unsafe { word(r, m.offset + offsets::MAP_COUNT) }.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    /// Writes `value` (at most `value_stride` bytes) at `at`, word by word; the bytes of a
+    /// last partial word beyond `value` are left as they are, as the generic write does.
+    #[inline(always)]
+    fn write_value(r: &LocalRegion, at: u64, value: &[u8]) {
+        let mut chunks = value.chunks_exact(8);
+        let mut off = at;
+        for c in &mut chunks {
+            // SAFETY: inside the element's value of `value_stride` bytes.
+            unsafe { word(r, off) }.store(
+                u64::from_le_bytes(c.try_into().expect("8 bytes")),
+                Ordering::Relaxed,
+            );
+            off += 8;
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            // Byte stores like the generic write, so the bytes after the value keep theirs.
+            let _ = r.write(off, rest);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::local::LocalRegion;
+    use crate::xstate::{self, hash_key, hash_key8, Copies, MapError, MapRef, MapSpec};
+    use crate::xstate::{array, hash, TOKEN_HOST, UPDATE_EXIST, UPDATE_NOEXIST};
+    use crate::Transport;
+    use proptest::prelude::*;
+    use rdx_region::geometry::{encode_header, HeaderInfo, RegionParams};
+    use rdx_region::layout::{Arch, MapType, SectionId};
+
+    struct Region {
+        _mem: Vec<u64>,
+        t: LocalRegion,
+        info: HeaderInfo,
+    }
+
+    fn region() -> Region {
+        let params = RegionParams {
+            scratch_size: 1 << 20,
+            code_size: 1 << 16,
+            thread_slots: 4,
+            ..RegionParams::default()
+        };
+        let (head, info) = encode_header(&params, Arch::X86_64, 0, 0, 0, 0, 0, 0, 0).unwrap();
+        let mut mem = vec![0u64; info.region_size as usize / 8];
+        // SAFETY: `mem` lives as long as the returned Region and is 8-aligned.
+        let t = unsafe { LocalRegion::from_raw(mem.as_mut_ptr() as *mut u8, info.region_size) };
+        t.write(0, &head).unwrap();
+        Region { _mem: mem, t, info }
+    }
+
+    fn map(r: &Region, id: u32, n: u64, map_type: MapType, key: u32, value: u32) -> MapRef {
+        let spec = MapSpec {
+            map_type,
+            key_size: key,
+            value_size: value,
+            max_entries: 64,
+            flags: 0,
+            name: String::new(),
+        };
+        let at = r.info.section(SectionId::Scratch).offset + n * 16384;
+        xstate::create(&r.t, &r.info, id, at, &spec).unwrap()
+    }
+
+    const HOST: u64 = TOKEN_HOST | 1;
+
+    fn errno(r: Result<(), MapError>) -> i64 {
+        r.err().map_or(0, |e| e.errno())
+    }
+
+    proptest! {
+        #[test]
+        fn hash_key8_is_hash_key(k: u64) {
+            prop_assert_eq!(hash_key8(k), hash_key(&k.to_le_bytes()));
+        }
+
+        /// The host's fast paths and the generic code, fed the same operations on two maps
+        /// of the same shape, answer alike and leave the same contents (read back with the
+        /// generic lookup, as a control plane would).
+        #[test]
+        fn local_paths_match_generic(
+            key_size in prop::sample::select(vec![4u32, 8, 12]),
+            value_size in prop::sample::select(vec![4u32, 8, 16]),
+            per_thread: bool,
+            ops in prop::collection::vec((0u8..3, 0u64..80, any::<u64>(), 0u64..4), 1..120),
+        ) {
+            let r = region();
+            let ty = if per_thread { MapType::PerThreadHash } else { MapType::Hash };
+            let (fast, slow) = (map(&r, 1, 0, ty, key_size, value_size), map(&r, 2, 1, ty, key_size, value_size));
+            let copies = if per_thread { Copies::One(2) } else { Copies::All };
+            let copy = if per_thread { 2 } else { 0 };
+            for (op, k, v, flags) in ops {
+                let key = &k.to_le_bytes().repeat(2)[..key_size as usize];
+                let value = &v.to_le_bytes().repeat(2)[..value_size as usize];
+                match op {
+                    0 | 1 => {
+                        let a = hash::local::update(&r.t, &fast, key, value, flags, copies, HOST);
+                        let b = xstate::update(&r.t, &slow, key, value, flags, copies, HOST);
+                        prop_assert_eq!(errno(a), errno(b));
+                    }
+                    _ => {
+                        let a = xstate::delete(&r.t, &fast, key, HOST);
+                        let b = xstate::delete(&r.t, &slow, key, HOST);
+                        prop_assert_eq!(errno(a), errno(b));
+                    }
+                }
+                let a = hash::local::lookup_ref(&r.t, &fast, key, copy).map(|o| o - fast.data);
+                let b = xstate::lookup_ref(&r.t, &slow, key, copy).unwrap().map(|o| o - slow.data);
+                prop_assert_eq!(a, b);
+                let (mut x, mut y) = (vec![0; fast.lookup_len()], vec![0; slow.lookup_len()]);
+                let fa = xstate::lookup(&r.t, &fast, key, &mut x).unwrap();
+                let fb = xstate::lookup(&r.t, &slow, key, &mut y).unwrap();
+                prop_assert_eq!((fa, x), (fb, y));
+            }
+            prop_assert_eq!(xstate::keys(&r.t, &fast).unwrap(), xstate::keys(&r.t, &slow).unwrap());
+        }
+
+        #[test]
+        fn local_array_paths_match_generic(
+            value_size in prop::sample::select(vec![4u32, 8, 16]),
+            per_thread: bool,
+            ops in prop::collection::vec((0u32..80, any::<u64>(), 0u64..4), 1..60),
+        ) {
+            let r = region();
+            let ty = if per_thread { MapType::PerThreadArray } else { MapType::Array };
+            let (fast, slow) = (map(&r, 1, 0, ty, 4, value_size), map(&r, 2, 1, ty, 4, value_size));
+            let copies = if per_thread { Copies::One(3) } else { Copies::All };
+            let copy = if per_thread { 3 } else { 0 };
+            for (i, v, flags) in ops {
+                let key = i.to_le_bytes();
+                let value = &v.to_le_bytes().repeat(2)[..value_size as usize];
+                let a = array::local::update(&r.t, &fast, &key, value, flags, copies, HOST);
+                let b = xstate::update(&r.t, &slow, &key, value, flags, copies, HOST);
+                prop_assert_eq!(errno(a), errno(b));
+                let a = array::local::lookup_ref(&fast, &key, copy).map(|o| o - fast.data);
+                let b = xstate::lookup_ref(&r.t, &slow, &key, copy).unwrap().map(|o| o - slow.data);
+                prop_assert_eq!(a, b);
+                let (mut x, mut y) = (vec![0; fast.lookup_len()], vec![0; slow.lookup_len()]);
+                let fa = xstate::lookup(&r.t, &fast, &key, &mut x).unwrap();
+                let fb = xstate::lookup(&r.t, &slow, &key, &mut y).unwrap();
+                prop_assert_eq!((fa, x), (fb, y));
+            }
+        }
+    }
+
+    #[test]
+    fn local_hash_update_leaves_a_held_lock_to_the_generic_path() {
+        let r = region();
+        let m = map(&r, 1, 0, MapType::Hash, 8, 8);
+        let k = 5u64.to_le_bytes();
+        // Another host thread holds the writer lock: the fast path does not write under it,
+        // it waits in the generic code and writes once the lock is released.
+        xstate::lock(&r.t, &m, TOKEN_HOST | 3).unwrap();
+        std::thread::scope(|s| {
+            let writer = s
+                .spawn(|| hash::local::update(&r.t, &m, &k, &k, UPDATE_NOEXIST, Copies::All, HOST));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert_eq!(hash::local::lookup_ref(&r.t, &m, &k, 0), None);
+            xstate::unlock(&r.t, &m, TOKEN_HOST | 3).unwrap();
+            writer.join().unwrap().unwrap();
+        });
+        assert!(hash::local::lookup_ref(&r.t, &m, &k, 0).is_some());
+        let e = hash::local::update(&r.t, &m, &k, &k, UPDATE_NOEXIST, Copies::All, HOST);
+        assert!(matches!(e, Err(MapError::Exists)));
+        hash::local::update(&r.t, &m, &k, &k, UPDATE_EXIST, Copies::All, HOST).unwrap();
+    }
+}

@@ -831,6 +831,9 @@ pub fn find<T: Transport + ?Sized>(
 /// Key hash shared by both sides (must never change without a layout version bump).
 #[inline]
 pub fn hash_key(key: &[u8]) -> u64 {
+    if let Ok(k) = <[u8; 8]>::try_from(key) {
+        return hash_key8(u64::from_le_bytes(k));
+    }
     let mut h: u64 = 0x243f_6a88_85a3_08d3 ^ key.len() as u64;
     let mut chunks = key.chunks_exact(8);
     for c in &mut chunks {
@@ -844,5 +847,14 @@ pub fn hash_key(key: &[u8]) -> u64 {
         h = (h ^ u64::from_le_bytes(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         h ^= h >> 29;
     }
+    h.wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ (h >> 31)
+}
+
+/// [`hash_key`] of an 8-byte key (the little-endian bytes of `k`): the same value, with
+/// the chunk loop unrolled away (the host's hash lookups are mostly of such keys).
+#[inline(always)]
+pub fn hash_key8(k: u64) -> u64 {
+    let mut h = ((0x243f_6a88_85a3_08d3 ^ 8) ^ k).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^= h >> 29;
     h.wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ (h >> 31)
 }
