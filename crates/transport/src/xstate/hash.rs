@@ -507,7 +507,7 @@ pub mod local {
         flags: u64,
         copies: Copies,
     ) -> Result<(), MapError> {
-        let (e, c, fresh) = match find_for_write(r, m, key)? {
+        let (e, c, fresh) = match find_for_write_local(r, m, key)? {
             Slot::Found(e, c) => {
                 if flags == UPDATE_NOEXIST {
                     return Err(MapError::Exists);
@@ -568,6 +568,51 @@ pub mod local {
             unsafe { word(r, m.offset + offsets::MAP_COUNT) }.fetch_add(1, Ordering::SeqCst);
         }
         Ok(())
+    }
+
+    /// The generic `find_for_write` with word loads (one per 8 key bytes), which needs no
+    /// seqlock check: the caller holds the writer lock, so no element changes meanwhile.
+    #[inline(always)]
+    fn find_for_write_local(r: &LocalRegion, m: &MapRef, key: &[u8]) -> Result<Slot, MapError> {
+        let word_key = <[u8; 8]>::try_from(key).ok().map(u64::from_le_bytes);
+        let mask = m.buckets as u64 - 1;
+        let mut idx = match word_key {
+            Some(k) => hash_key8(k),
+            None => hash_key(key),
+        } & mask;
+        let mut reusable = None;
+        for _ in 0..m.buckets {
+            let e = elem(m, idx);
+            // SAFETY: `idx < buckets`: an element of a checked map.
+            let c = unsafe { word(r, e) }.load(Ordering::Acquire);
+            match c & ELEM_STATE_MASK {
+                ELEM_EMPTY => {
+                    let (re, rc) = reusable.unwrap_or((e, c));
+                    return Ok(Slot::Free(re, rc));
+                }
+                ELEM_LIVE => {
+                    let same = match word_key {
+                        // SAFETY: the element's 8-byte key.
+                        Some(k) => unsafe { word(r, e + 8) }.load(Ordering::Acquire) == k,
+                        None => key_matches(r, m, e, key),
+                    };
+                    if same {
+                        return Ok(Slot::Found(e, c));
+                    }
+                }
+                ELEM_BUSY => return find_for_write(r, m, key), // reports the corruption
+                _ => {
+                    if reusable.is_none() {
+                        reusable = Some((e, c));
+                    }
+                }
+            }
+            idx = (idx + 1) & mask;
+        }
+        Ok(match reusable {
+            Some((e, c)) => Slot::Free(e, c),
+            None => Slot::Full,
+        })
     }
 
     /// Writes `value` (at most `value_stride` bytes) at `at`, word by word; the bytes of a
