@@ -215,7 +215,7 @@ fn main() {
     let five = five_tuple_rules(&rules[..rules.len().min(RTE_RULES)]);
     let five_table = TupleSpace::new(five.clone());
     let five_tree = CutTree::new(five.clone());
-    let harness = build_rte_harness();
+    let harness = if only_tree { None } else { build_rte_harness() };
     for (label, mix) in [
         (
             "skewed (80% on 64 hot flows)",
@@ -454,6 +454,8 @@ fn main() {
         ms(rebuild)
     );
 
+    specific_section(n_rules, &harness, timer_ns);
+
     // The same update on the cut tree: leaves change, nodes never do.
     let t = Instant::now();
     let mut tree_shadow = tree.clone();
@@ -503,6 +505,85 @@ fn main() {
         ms(tree_clone),
         ms(tree_build)
     );
+}
+
+/// The cut tree against the tuple space and rte_acl on rules that all pin their addresses
+/// ([`synth::specific_rules`]), where packets are decided anywhere in the table rather than
+/// by the broad rules near the top of [`synth::rules`].
+fn specific_section(n_rules: usize, harness: &Option<std::path::PathBuf>, timer_ns: f64) {
+    let rules = synth::specific_rules(n_rules, 3);
+    let t = Instant::now();
+    let tree = CutTree::new(rules.clone());
+    let tree_build = t.elapsed();
+    let ts = tree.stats();
+    let table = TupleSpace::new(rules.clone());
+    let linear = LinearScan::new(&rules);
+    println!(
+        "specific rules ({n_rules}, every sip a /24 or /32, every dip a /32): cut tree build {:.1} ms, {} tiers, {} trees, x{:.2} rule references per rule, largest leaf {}, {:.1} MB",
+        ms(tree_build),
+        ts.tiers,
+        ts.groups,
+        ts.entries as f64 / n_rules.max(1) as f64,
+        ts.max_leaf,
+        ts.bytes as f64 / 1e6
+    );
+    let five = five_tuple_rules(&rules[..rules.len().min(RTE_RULES)]);
+    let five_table = TupleSpace::new(five.clone());
+    let five_tree = CutTree::new(five.clone());
+    for (label, mix) in [
+        (
+            "skewed (80% on 64 hot flows)",
+            Mix::Skewed {
+                hot_pct: 80,
+                flows: 64,
+            },
+        ),
+        ("uniform", Mix::Uniform),
+    ] {
+        let packets = synth::traffic(&rules, PACKETS, mix, 4);
+        let mut answers: Vec<u32> = packets[..10_000]
+            .iter()
+            .map(|k| tree.classify(k).unwrap_or(u32::MAX))
+            .collect();
+        answers.sort_unstable();
+        println!(
+            "traffic {label} over specific rules: deciding rule p10 {} p50 {} p90 {}",
+            answers[1_000], answers[5_000], answers[9_000]
+        );
+        for k in &packets[..LINEAR_SAMPLE] {
+            assert_eq!(tree.classify(k), linear.classify(k), "cut tree disagrees");
+            assert_eq!(
+                table.classify(k),
+                linear.classify(k),
+                "tuple space disagrees"
+            );
+        }
+        let mut tw = [0u64; 3];
+        for k in &packets[..LATENCY_SAMPLE] {
+            let (_, w) = tree.classify_counting(k);
+            tw[0] += w.tiers as u64;
+            tw[1] += w.trees as u64;
+            tw[2] += w.entries as u64;
+        }
+        let per = |x: u64| x as f64 / LATENCY_SAMPLE as f64;
+        println!(
+            "  cut-tree work per packet: {:.2} tiers, {:.1} trees walked, {:.1} leaf entries checked",
+            per(tw[0]),
+            per(tw[1]),
+            per(tw[2])
+        );
+        let cut = measure(&packets, |k| tree.classify(k), timer_ns);
+        let mut cache = FlowCache::new(FLOW_SLOTS);
+        let cut_flow = measure(&packets, |k| cache.classify(&tree, k), timer_ns);
+        let tss = measure(&packets, |k| table.classify(k), timer_ns);
+        row("cut tree", &cut);
+        row(
+            &format!("cut tree + hot-flow table ({FLOW_SLOTS})"),
+            &cut_flow,
+        );
+        row("tuple space", &tss);
+        rte_compare(harness, &five, &five_table, &five_tree, &packets, timer_ns);
+    }
 }
 
 fn ms(d: Duration) -> f64 {

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::classify::{Classifier, FlowCache, TupleSpace};
+use crate::classify::{Classifier, CutTree, FlowCache};
 use crate::cm::{CmCounters, CmTable};
 use crate::compile::RuleSet;
 use crate::packet::{self, LinkType, Malformed, MalformedReason, Parsed};
@@ -71,16 +71,16 @@ impl Counters {
 /// The ACL state of one data-plane thread.
 pub struct Engine {
     rules: RuleSet,
-    table: TupleSpace,
+    table: CutTree,
     hot: Option<FlowCache>,
     cm: CmTable,
     counters: Counters,
 }
 
 impl Engine {
-    /// An engine over a compiled rule set (tuple-space classifier, no hot tier).
+    /// An engine over a compiled rule set (cut-tree classifier, no flow cache).
     pub fn new(rules: RuleSet) -> Engine {
-        let table = TupleSpace::new(rules.rules.clone());
+        let table = CutTree::new(rules.rules.clone());
         let per_policy = vec![0; rules.policy_names.len()];
         Engine {
             rules,

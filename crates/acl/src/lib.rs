@@ -7,7 +7,7 @@
 //! - [`cm`]: the per-connection state that gives RTU/REJ/DREQ/DREP their queue pairs;
 //! - [`rule`]: the fixed-size `#[repr(C)]` rule layout that lives in XState;
 //! - [`compile`]: policies to rules;
-//! - [`classify`]: the linear-scan oracle, the tuple-space classifier, the hot-rule tier and
+//! - [`classify`]: the linear-scan oracle, the cut-tree and tuple-space classifiers, the hot-rule tier and
 //!   the hot-flow table in front of it;
 //! - [`engine`]: the per-packet pipeline (parse, CM state, classify, count);
 //! - [`enforce`]: the contract with the eBPF enforcement program `bpf/acl/enforce.c` (its

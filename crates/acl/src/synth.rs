@@ -60,7 +60,23 @@ fn v4_prefix(rng: &mut Rng, len: u32) -> AddrRange {
 }
 
 /// `n` rules in priority order, seeded.
+///
+/// About one rule in 550 leaves sip, dip, dQPN, sport, opcode and VA all open, so the first
+/// such rule (near priority 500–900) decides nearly every packet that no earlier rule takes:
+/// traffic drawn from deep rules is still decided near the top. [`specific_rules`] has no
+/// such rules.
 pub fn rules(n: usize, seed: u64) -> Vec<Rule> {
+    shaped_rules(n, seed, false)
+}
+
+/// `n` rules in priority order, seeded, each pinning sip to a /24 or /32 and dip to a /32
+/// (the rest as in [`rules`]): a packet drawn from a rule is decided by that rule or by an
+/// earlier one overlapping it, anywhere in the table.
+pub fn specific_rules(n: usize, seed: u64) -> Vec<Rule> {
+    shaped_rules(n, seed, true)
+}
+
+fn shaped_rules(n: usize, seed: u64, specific: bool) -> Vec<Rule> {
     let mut rng = Rng::new(seed);
     let groups: Vec<Vec<u8>> = ["READ", "WRITE", "SEND", "ATOMIC", "CAS", "FAA"]
         .iter()
@@ -75,13 +91,21 @@ pub fn rules(n: usize, seed: u64) -> Vec<Rule> {
         };
         let mut r = Rule::any(action, i as u32, i as u32);
         let need = |r: &mut Rule, f: Field| r.absent_ok &= !(1 << f.index());
-        if rng.chance(90) {
-            let len = [16, 24, 32, 32][rng.below(4) as usize];
+        if specific || rng.chance(90) {
+            let len = if specific {
+                [24, 32][rng.below(2) as usize]
+            } else {
+                [16, 24, 32, 32][rng.below(4) as usize]
+            };
             r.sip = v4_prefix(&mut rng, len);
             need(&mut r, Field::Sip);
         }
-        if rng.chance(70) {
-            let len = [24, 32][rng.below(2) as usize];
+        if specific || rng.chance(70) {
+            let len = if specific {
+                32
+            } else {
+                [24, 32][rng.below(2) as usize]
+            };
             r.dip = v4_prefix(&mut rng, len);
             need(&mut r, Field::Dip);
         }

@@ -2,7 +2,7 @@
 //!
 //! - per-frame cost at the gateway's `acl_packet` hook (bpf/acl/enforce.c, verified,
 //!   JIT-compiled and deployed by the control plane) against the native pipeline of rdx-acl
-//!   (parse, CM state, tuple-space classifier) and against native parsing plus the linear
+//!   (parse, CM state, cut-tree classifier) and against native parsing plus the linear
 //!   scan (the algorithm the program runs), on synthetic rule sets and traffic;
 //! - the time to replace a 100-rule policy by another (write code and rule section, then the
 //!   publishing compare-and-swap), with a thread deciding frames meanwhile.
@@ -105,7 +105,7 @@ fn per_frame(gw: &Gateway, applier: &mut Applier) {
                 Gateway::decide(&hook, LinkType::Ethernet, f).outcome.action == Action::Allow
             });
             let mut engine = Engine::new(rules.clone());
-            measure("native engine (tuple space)", &frames, |f| {
+            measure("native engine (cut tree)", &frames, |f| {
                 engine.process(LinkType::Ethernet, f).action == Action::Allow
             });
             let mut cached = Engine::new(rules.clone()).with_flow_cache(1024);

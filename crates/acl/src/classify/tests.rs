@@ -472,8 +472,10 @@ proptest! {
         let rules = numbered(rules);
         let oracle = LinearScan::new(&rules);
         let tree = CutTree::new(rules.clone());
+        let tiered = CutTree::with_first_tier(rules.clone(), 9);
         for k in &packets {
             prop_assert_eq!(tree.classify(k), oracle.classify(k), "packet {:?}", k);
+            prop_assert_eq!(tiered.classify(k), oracle.classify(k), "packet {:?}", k);
         }
     }
 
@@ -485,8 +487,10 @@ proptest! {
         let rules = numbered(rules);
         let oracle = LinearScan::new(&rules);
         let tree = CutTree::new(rules.clone());
+        let tiered = CutTree::with_first_tier(rules.clone(), 13);
         for k in &packets {
             prop_assert_eq!(tree.classify(k), oracle.classify(k), "packet {:?}", k);
+            prop_assert_eq!(tiered.classify(k), oracle.classify(k), "packet {:?}", k);
         }
     }
 
@@ -498,7 +502,7 @@ proptest! {
         packets in proptest::collection::vec(any_field_packet(), 1..60),
     ) {
         let mut rules = numbered(rules);
-        let mut tree = CutTree::new(rules.clone());
+        let mut tree = CutTree::with_first_tier(rules.clone(), 11);
         let mut cache = FlowCache::new(16);
         for round in rounds {
             let mut updates = Vec::new();

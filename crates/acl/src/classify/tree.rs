@@ -242,6 +242,8 @@ struct Compact {
     dport_hi: u16,
     absent_ok: u16,
     flags: u16,
+    /// The rule's priority: leaves hold compact copies, not indexes.
+    priority: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<Compact>() == 64);
@@ -258,7 +260,7 @@ const INEXACT: u16 = 16;
 const MAPPED_HI: u128 = 0xffff;
 
 impl Compact {
-    fn of(r: &Rule) -> Compact {
+    fn of(r: &Rule, priority: u32) -> Compact {
         let mut flags = 0;
         let mut addr = |a: &crate::rule::AddrRange, v4: u16, any: u16| -> (u32, u32) {
             let (lo, hi) = (a.lo(), a.hi());
@@ -311,6 +313,7 @@ impl Compact {
             dport_hi: r.dport_hi,
             absent_ok: r.absent_ok,
             flags,
+            priority,
         }
     }
 
@@ -399,9 +402,8 @@ pub struct TreeStats {
 }
 
 /// Decision-tree classifier; see the module documentation.
-/// Rules in the first priority tier; each further tier holds [`TIER_GROWTH`] times as many.
+/// Rules in the first priority tier; the second holds the rest.
 const FIRST_TIER: usize = 1024;
-const TIER_GROWTH: usize = 16;
 
 /// The trees of the rules in one priority range.
 #[derive(Clone, Debug)]
@@ -417,61 +419,65 @@ struct Tier {
     nodes: Vec<Node>,
     refs: Vec<u32>,
     leaves: Vec<Leaf>,
-    /// Leaf contents: rule priorities, ascending within a leaf.
-    entries: Vec<u32>,
+    /// Leaf contents: compact rule copies, by ascending priority within a leaf (a rule
+    /// reaching several leaves is copied into each, so a leaf is one contiguous run).
+    entries: Vec<Compact>,
 }
 
 /// Decision-tree classifier; see the module documentation.
 ///
-/// The rules are also split by priority into tiers (the first 1,024 rules, the next 16,384,
-/// and so on), each with its own trees: a lookup stops at the first tier holding a match,
+/// The rules are also split by priority into two tiers (the first 1,024 rules and the rest),
+/// each with its own trees: a lookup stops at the first tier holding a match,
 /// since every rule of a later tier comes after it. Rule sets whose broad rules sit near the
 /// top — where most traffic is decided — are then classified from a few small, hot trees.
 #[derive(Clone, Debug)]
 pub struct CutTree {
     rules: Vec<Rule>,
-    compact: Vec<Compact>,
     tiers: Vec<Tier>,
     generation: u64,
 }
 
-fn class_of(r: &Rule) -> u8 {
+/// Bit `i` set: the rule leaves `GROUP_FIELDS[i]` wide. A `coarse` class stops at the first
+/// narrow field, so fewer groups (fewer walks per lookup) hold more replicated rules.
+fn class_of(r: &Rule, coarse: bool) -> u8 {
     let mut class = 0;
     for (i, (f, wide)) in GROUP_FIELDS.iter().enumerate() {
         let (lo, hi) = r.range(*f);
         if lo > hi || hi - lo >= *wide {
             class |= 1 << i;
+        } else if coarse {
+            break;
         }
     }
     class
 }
 
 /// Priority bounds of the tiers for `n` rules.
-fn tier_bounds(n: usize) -> Vec<(u32, u32)> {
-    let mut out = Vec::new();
-    let (mut lo, mut size) = (0usize, FIRST_TIER);
-    while lo < n {
-        let mut hi = (lo + size).min(n);
-        // A short last tier would cost every missing packet one more walk: fold it in.
-        if n - hi < size / 4 {
-            hi = n;
-        }
-        out.push((lo as u32, hi as u32));
-        lo = hi;
-        size *= TIER_GROWTH;
+fn tier_bounds(n: usize, first: usize) -> Vec<(u32, u32)> {
+    // A short second tier would cost every packet the first misses one more walk.
+    if n <= first + first / 4 {
+        return if n == 0 {
+            Vec::new()
+        } else {
+            vec![(0, n as u32)]
+        };
     }
-    out
+    vec![(0, first as u32), (first as u32, n as u32)]
 }
 
 impl CutTree {
     /// Builds the trees for rules in priority order (`rules[i].priority == i`).
     pub fn new(rules: Vec<Rule>) -> CutTree {
-        let tiers = tier_bounds(rules.len())
+        Self::with_first_tier(rules, FIRST_TIER)
+    }
+
+    /// [`CutTree::new`] with `first` rules in the first tier (tests use small tiers).
+    pub(crate) fn with_first_tier(rules: Vec<Rule>, first: usize) -> CutTree {
+        let tiers = tier_bounds(rules.len(), first)
             .into_iter()
             .map(|(lo, hi)| Tier::new(&rules, lo, hi))
             .collect();
         CutTree {
-            compact: rules.iter().map(Compact::of).collect(),
             rules,
             tiers,
             generation: super::tss::next_generation(),
@@ -498,9 +504,8 @@ impl CutTree {
             s.bytes += t.nodes.len() * std::mem::size_of::<Node>()
                 + t.refs.len() * 4
                 + t.leaves.len() * std::mem::size_of::<Leaf>()
-                + t.entries.len() * 4;
+                + t.entries.len() * std::mem::size_of::<Compact>();
         }
-        s.bytes += self.compact.len() * std::mem::size_of::<Compact>();
         s
     }
 
@@ -519,7 +524,6 @@ impl CutTree {
             };
             tier.replace(&old, new, p);
             self.rules[p as usize] = *new;
-            self.compact[p as usize] = Compact::of(new);
         }
     }
 
@@ -528,20 +532,21 @@ impl CutTree {
     /// misses overlap instead of waiting behind the leaf checks' branches.
     #[inline(always)]
     fn first_in(&self, tier: &Tier, key: &PacketKey) -> u32 {
-        let mut leaves: [&[u32]; 1 << GROUP_FIELDS.len()] = [&[]; 1 << GROUP_FIELDS.len()];
+        let mut leaves: [&[Compact]; 1 << GROUP_FIELDS.len()] = [&[]; 1 << GROUP_FIELDS.len()];
         for (leaf, g) in leaves.iter_mut().zip(&tier.groups) {
             *leaf = tier.leaf_of(g.root, key);
-            if let Some(&p) = leaf.first() {
-                prefetch_line((&self.compact[p as usize] as *const Compact).cast());
+            if let Some(c) = leaf.first() {
+                prefetch_line((c as *const Compact).cast());
             }
         }
         let mut best = u32::MAX;
         for leaf in &leaves[..tier.groups.len()] {
-            for &p in *leaf {
+            for c in *leaf {
+                let p = c.priority;
                 if p >= best {
                     break;
                 }
-                let hit = match self.compact[p as usize].verdict(key) {
+                let hit = match c.verdict(key) {
                     0 => false,
                     1 => true,
                     _ => self.rules[p as usize].matches(key),
@@ -575,7 +580,7 @@ impl Tier {
         const ALL_WIDE: u8 = (1 << GROUP_FIELDS.len()) - 1;
         let mut counts = [0usize; 1 << GROUP_FIELDS.len()];
         for p in lo..hi {
-            counts[class_of(&rules[p as usize]) as usize] += 1;
+            counts[class_of(&rules[p as usize], t.coarse()) as usize] += 1;
         }
         for (class, n) in counts.iter().enumerate() {
             // Only in the first tier, where a merged tree stays small whatever its shape.
@@ -607,12 +612,13 @@ impl Tier {
         t
     }
 
-    fn new_leaf(&mut self, set: &[u32]) -> u32 {
+    fn new_leaf(&mut self, rules: &[Rule], set: &[u32]) -> u32 {
         if set.is_empty() {
             return EMPTY;
         }
         let start = self.entries.len() as u32;
-        self.entries.extend_from_slice(set);
+        self.entries
+            .extend(set.iter().map(|&p| Compact::of(&rules[p as usize], p)));
         self.leaves.push(Leaf {
             start,
             len: set.len() as u32,
@@ -743,10 +749,10 @@ impl Tier {
         budget: usize,
     ) -> u32 {
         if set.len() <= LEAF_RULES || depth >= MAX_DEPTH {
-            return self.new_leaf(&set);
+            return self.new_leaf(rules, &set);
         }
         let Some(mut node) = self.choose_cut(rules, &set, region, budget) else {
-            return self.new_leaf(&set);
+            return self.new_leaf(rules, &set);
         };
         let fanout = (1usize << node.bits) + 2;
         let mut parts: Vec<Vec<u32>> = vec![Vec::new(); fanout];
@@ -804,7 +810,7 @@ impl Tier {
     }
 
     #[inline(always)]
-    fn leaf_of(&self, mut r: u32, k: &PacketKey) -> &[u32] {
+    fn leaf_of(&self, mut r: u32, k: &PacketKey) -> &[Compact] {
         while r & LEAF == 0 {
             let node = &self.nodes[r as usize];
             r = self.refs[node.children as usize + node.child_of(k)];
@@ -813,8 +819,13 @@ impl Tier {
         &self.entries[leaf.start as usize..(leaf.start + leaf.len) as usize]
     }
 
+    /// The first tier is small whatever its shape: there fewer trees beat less replication.
+    fn coarse(&self) -> bool {
+        (self.hi - self.lo) as usize <= FIRST_TIER
+    }
+
     fn group_class(&self, r: &Rule) -> u8 {
-        self.class_map[class_of(r) as usize]
+        self.class_map[class_of(r, self.coarse()) as usize]
     }
 
     /// Moves priority `p` from where `old` reached to where `new` reaches.
@@ -842,21 +853,14 @@ impl Tier {
         self.groups.sort_by_key(|g| g.min_priority);
     }
 
-    /// Children of node `id` a rule reaches, with their regions.
-    fn reached(&self, id: u32, region: &Region, r: &Rule) -> Vec<(usize, Region)> {
+    /// Children of node `id` a rule reaches (their regions come from [`child_region`]).
+    fn reached(&self, id: u32, region: &Region, r: &Rule) -> impl Iterator<Item = usize> {
         let node = self.nodes[id as usize];
         let s = span(&node, &region[node.field as usize], r);
-        let mut out = Vec::new();
-        if let Some((a, b)) = s.inside {
-            out.extend((a..=b).map(|i| (i, child_region(&node, region, i))));
-        }
-        if s.outside {
-            out.push((node.outside(), child_region(&node, region, node.outside())));
-        }
-        if s.absent {
-            out.push((node.absent(), child_region(&node, region, node.absent())));
-        }
-        out
+        let (a, b) = s.inside.map_or((1, 0), |(a, b)| (a, b));
+        (a..=b)
+            .chain(s.outside.then_some(node.outside()))
+            .chain(s.absent.then_some(node.absent()))
     }
 
     /// Inserts priority `p` under reference `r`; returns the (possibly new) reference.
@@ -872,11 +876,12 @@ impl Tier {
             } else {
                 (r & !LEAF) as usize
             };
-            self.leaf_insert(id, p);
+            self.leaf_insert(id, Compact::of(rule, p));
             return id as u32 | LEAF;
         }
         let node = self.nodes[r as usize];
-        for (idx, sub) in self.reached(r, region, rule) {
+        for idx in self.reached(r, region, rule) {
+            let sub = child_region(&node, region, idx);
             let at = node.children as usize + idx;
             let c = self.insert(self.refs[at], &sub, rule, p);
             self.refs[at] = c;
@@ -890,7 +895,7 @@ impl Tier {
                 let leaf = &mut self.leaves[(r & !LEAF) as usize];
                 let (start, len) = (leaf.start as usize, leaf.len as usize);
                 let list = &mut self.entries[start..start + len];
-                if let Ok(i) = list.binary_search(&p) {
+                if let Ok(i) = list.binary_search_by_key(&p, |c| c.priority) {
                     list.copy_within(i + 1.., i);
                     leaf.len -= 1;
                 }
@@ -898,12 +903,14 @@ impl Tier {
             return;
         }
         let node = self.nodes[r as usize];
-        for (idx, sub) in self.reached(r, region, rule) {
+        for idx in self.reached(r, region, rule) {
+            let sub = child_region(&node, region, idx);
             self.remove(self.refs[node.children as usize + idx], &sub, rule, p);
         }
     }
 
-    fn leaf_insert(&mut self, id: usize, p: u32) {
+    fn leaf_insert(&mut self, id: usize, entry: Compact) {
+        let p = entry.priority;
         let mut leaf = self.leaves[id];
         if leaf.len == leaf.cap {
             // Move to the end of the arena with room to grow (the old place stays unused
@@ -912,18 +919,20 @@ impl Tier {
             let start = self.entries.len();
             self.entries
                 .extend_from_within(leaf.start as usize..(leaf.start + leaf.len) as usize);
-            self.entries.resize(start + cap as usize, 0);
+            self.entries
+                .resize(start + cap as usize, Compact::default());
             leaf.start = start as u32;
             leaf.cap = cap;
         }
         let (start, len) = (leaf.start as usize, leaf.len as usize);
         let list = &mut self.entries[start..start + len + 1];
-        let i = list[..len].partition_point(|&q| q < p);
-        if i < len && list[i] == p {
+        let i = list[..len].partition_point(|c| c.priority < p);
+        if i < len && list[i].priority == p {
+            list[i] = entry;
             return;
         }
         list.copy_within(i..len, i + 1);
-        list[i] = p;
+        list[i] = entry;
         leaf.len += 1;
         self.leaves[id] = leaf;
     }
@@ -960,12 +969,13 @@ impl CutTree {
                     r = tier.refs[node.children as usize + node.child_of(key)];
                 }
                 let leaf = tier.leaves[(r & !LEAF) as usize];
-                for &p in &tier.entries[leaf.start as usize..(leaf.start + leaf.len) as usize] {
+                for c in &tier.entries[leaf.start as usize..(leaf.start + leaf.len) as usize] {
+                    let p = c.priority;
                     if p >= best {
                         break;
                     }
                     w.entries += 1;
-                    let hit = match self.compact[p as usize].verdict(key) {
+                    let hit = match c.verdict(key) {
                         0 => false,
                         1 => true,
                         _ => {
