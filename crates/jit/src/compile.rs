@@ -631,3 +631,29 @@ fn max_call_depth(plans: &[FuncPlan], insns: &[Insn]) -> Result<usize, CompileEr
 pub(crate) fn callee_index(plans: &[FuncPlan], start: usize) -> usize {
     function_index(plans, start)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compiler_is_shareable_between_threads() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<Compiler>();
+    }
+
+    #[test]
+    fn threads_compile_with_one_compiler() {
+        let compiler = Compiler::new(Arch::X86_64).unwrap();
+        let prog = rdx_bpf::asm::assemble("mov %r0, 7\nexit").unwrap();
+        let opts = CompileOptions::new(Arch::X86_64);
+        let code = |c: &Compiler| c.compile(&prog, &opts).unwrap().0.code;
+        let alone = code(&compiler);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4).map(|_| s.spawn(|| code(&compiler))).collect();
+            for h in handles {
+                assert_eq!(h.join().unwrap(), alone);
+            }
+        });
+    }
+}
