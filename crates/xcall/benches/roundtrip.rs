@@ -1,20 +1,32 @@
-//! Round-trip latency of a cross-sandbox call against a Unix-domain-socket round trip, with
-//! 0%, 50%, 90% and 100% of the cores busy, all in one run.
+//! Round-trip latency of a cross-sandbox call against two IPC baselines — iceoryx2's
+//! request-response and a Unix-domain-socket round trip — with 0%, 50%, 90% and 100% of the
+//! cores kept busy by `stress-ng`, all in one run.
 //!
 //! Two operations: `empty` (the callee does nothing) and `lookup` (an 8-byte key in a hash
 //! table, the 8-byte value back). The xcall side calls a storage sandbox in a child process
-//! through `rdx_xcall::call::call` (the same function the `call` helper is); the baseline
-//! sends the request over a connected `SOCK_STREAM` Unix socket to a server process that
-//! answers from a `HashMap`. Busy cores are threads of this process that spin for the given
-//! share of every 10 ms period.
+//! through `rdx_xcall::call::call` (the same function the `call` helper is). Each baseline is
+//! a separate server process that blocks until a request arrives, as a deployed service
+//! would, and answers from a `HashMap`:
+//! - iceoryx2: a request-response service (`[op, key]` → value) plus one event service per
+//!   direction; the client sends the request and notifies, the server wakes on its listener,
+//!   answers and notifies back, the client blocks on its listener until the response is there;
+//! - Unix socket: a connected `SOCK_STREAM` socket, 16-byte request, 8-byte reply.
 //!
-//! Every sample is one round trip timed with two `Instant::now()` reads; the clock's own
-//! cost is printed as the first line. iceoryx2's request-response is not measured here (see
-//! docs/xcall.md).
+//! Load: `stress-ng --cpu <cores> --cpu-load <percent>` (a separate process whose workers
+//! compete with the servers for the CPU under the default scheduler; Debian package
+//! `stress-ng`).
 //!
-//! Run: `cargo bench -p rdx-xcall --bench roundtrip` (`XCALL_BENCH_SAMPLES` to change the
-//! sample count, default 20000).
+//! Timing: each sample is read with the cheapest per-call counter available — `rdtsc` /
+//! `rdtscp` (fenced) on x86_64 when the TSC is invariant, calibrated against the monotonic
+//! clock at start; `cntvct_el0` on aarch64 (frequency from `cntfrq_el0`); `clock_gettime`
+//! otherwise. The timer's own cost (an empty timed region) is measured at every load level
+//! and printed; every row shows raw percentiles and the same minus that level's timer p50.
+//!
+//! Run: `cargo bench -p rdx-xcall --bench roundtrip` (`XCALL_BENCH_SAMPLES` changes the
+//! sample count, default 20000; `XCALL_BENCH_PROFILE=<seconds>` only runs xcall lookups in a
+//! loop for that long, for `perf record`; `XCALL_BENCH_PROFILE_OP=empty` for the empty call).
 
+use iceoryx2::prelude::*;
 use rdx_control::{create_codeflow, ExtSpec};
 use rdx_xcall::call::call;
 use rdx_xcall::plan::{Plan, PlanSpec};
@@ -24,12 +36,160 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const KEYS: u64 = 1024;
 const SLOT: u16 = 1;
+
+/// Per-sample timestamps in ticks of the cheapest counter this machine offers.
+mod clock {
+    use std::time::{Duration, Instant};
+
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    pub enum Source {
+        #[cfg(target_arch = "x86_64")]
+        Tsc,
+        #[cfg(target_arch = "aarch64")]
+        Cntvct,
+        Monotonic,
+    }
+
+    pub struct Clock {
+        pub source: Source,
+        pub ns_per_tick: f64,
+    }
+
+    impl Clock {
+        pub fn new() -> Clock {
+            #[cfg(target_arch = "x86_64")]
+            {
+                let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+                let flags = cpuinfo
+                    .lines()
+                    .find(|l| l.starts_with("flags"))
+                    .unwrap_or("");
+                let has = |f: &str| flags.split_whitespace().any(|x| x == f);
+                if has("constant_tsc") && has("nonstop_tsc") && has("rdtscp") {
+                    let mut c = Clock {
+                        source: Source::Tsc,
+                        ns_per_tick: 1.0,
+                    };
+                    c.ns_per_tick = c.calibrate();
+                    return c;
+                }
+            }
+            #[cfg(target_arch = "aarch64")]
+            {
+                let freq: u64;
+                // SAFETY: reading the generic timer's frequency register (EL0-accessible).
+                unsafe { std::arch::asm!("mrs {}, cntfrq_el0", out(reg) freq) };
+                if freq > 0 {
+                    return Clock {
+                        source: Source::Cntvct,
+                        ns_per_tick: 1e9 / freq as f64,
+                    };
+                }
+            }
+            Clock {
+                source: Source::Monotonic,
+                ns_per_tick: 1.0,
+            }
+        }
+
+        /// Ticks per nanosecond of the monotonic clock over 50 ms (median of three).
+        #[allow(dead_code)]
+        fn calibrate(&self) -> f64 {
+            let mut r: Vec<f64> = (0..3)
+                .map(|_| {
+                    let (w0, t0) = (Instant::now(), self.start());
+                    while w0.elapsed() < Duration::from_millis(50) {
+                        std::hint::spin_loop();
+                    }
+                    let (t1, w1) = (self.stop(), Instant::now());
+                    (w1 - w0).as_nanos() as f64 / (t1 - t0) as f64
+                })
+                .collect();
+            r.sort_by(f64::total_cmp);
+            r[1]
+        }
+
+        pub fn describe(&self) -> String {
+            match self.source {
+                #[cfg(target_arch = "x86_64")]
+                Source::Tsc => format!(
+                    "rdtsc/rdtscp, invariant TSC calibrated at {:.3} GHz",
+                    1.0 / self.ns_per_tick
+                ),
+                #[cfg(target_arch = "aarch64")]
+                Source::Cntvct => format!(
+                    "cntvct_el0 at {:.1} MHz ({:.1} ns per tick)",
+                    1e3 / self.ns_per_tick,
+                    self.ns_per_tick
+                ),
+                Source::Monotonic => "clock_gettime(CLOCK_MONOTONIC)".into(),
+            }
+        }
+
+        /// Timestamp before the timed region: later instructions do not start before it.
+        #[inline(always)]
+        pub fn start(&self) -> u64 {
+            match self.source {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: lfence and rdtsc have no preconditions (rdtsc checked via cpuinfo).
+                Source::Tsc => unsafe {
+                    use std::arch::x86_64::{_mm_lfence, _rdtsc};
+                    _mm_lfence();
+                    let t = _rdtsc();
+                    _mm_lfence();
+                    t
+                },
+                #[cfg(target_arch = "aarch64")]
+                Source::Cntvct => cntvct(),
+                Source::Monotonic => monotonic_ns(),
+            }
+        }
+
+        /// Timestamp after the timed region: waits for earlier instructions to finish.
+        #[inline(always)]
+        pub fn stop(&self) -> u64 {
+            match self.source {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: rdtscp (checked via cpuinfo) and lfence have no preconditions.
+                Source::Tsc => unsafe {
+                    use std::arch::x86_64::{__rdtscp, _mm_lfence};
+                    let mut aux = 0u32;
+                    let t = __rdtscp(&mut aux);
+                    _mm_lfence();
+                    t
+                },
+                #[cfg(target_arch = "aarch64")]
+                Source::Cntvct => cntvct(),
+                Source::Monotonic => monotonic_ns(),
+            }
+        }
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[inline(always)]
+    fn cntvct() -> u64 {
+        let t: u64;
+        // SAFETY: isb orders the read against earlier instructions; cntvct_el0 is readable
+        // at EL0 on Linux.
+        unsafe { std::arch::asm!("isb", "mrs {}, cntvct_el0", out(reg) t, options(nostack)) };
+        t
+    }
+
+    #[inline(always)]
+    fn monotonic_ns() -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes into our local timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+}
 
 fn storage_eim() -> String {
     let mut s = String::from("version: 1\nhooks:\n");
@@ -100,6 +260,110 @@ fn uds_main(path: &str) {
     }
 }
 
+fn ice_name(s: &str) -> ServiceName {
+    s.try_into().expect("iceoryx2 service name")
+}
+
+fn ice_node() -> Node<ipc::Service> {
+    set_log_level(LogLevel::Error);
+    NodeBuilder::new()
+        .signal_handling_mode(SignalHandlingMode::Disabled)
+        .create::<ipc::Service>()
+        .expect("iceoryx2 node")
+}
+
+/// Child role: the iceoryx2 server. Request `[op, key]` (op 0 empty, 1 lookup, 2 quit),
+/// response: the value. Blocks on its listener between requests.
+fn iceoryx2_main(name: &str) {
+    let node = ice_node();
+    let rr = node
+        .service_builder(&ice_name(&format!("{name}/rr")))
+        .request_response::<[u64; 2], u64>()
+        .open_or_create()
+        .expect("request-response service");
+    let to_server = node
+        .service_builder(&ice_name(&format!("{name}/to-server")))
+        .event()
+        .open_or_create()
+        .expect("event service");
+    let to_client = node
+        .service_builder(&ice_name(&format!("{name}/to-client")))
+        .event()
+        .open_or_create()
+        .expect("event service");
+    let server = rr.server_builder().create().expect("server");
+    let listener = to_server.listener_builder().create().expect("listener");
+    let notifier = to_client.notifier_builder().create().expect("notifier");
+    let table: HashMap<u64, u64> = (0..KEYS).map(|k| (k, k * 10)).collect();
+    println!("ready");
+    loop {
+        listener.blocking_wait(|_| {}).expect("wait");
+        while let Some(request) = server.receive().expect("receive") {
+            let [op, key] = *request.payload();
+            let v = match op {
+                0 => 0,
+                1 => table.get(&key).copied().unwrap_or(0),
+                _ => return,
+            };
+            request.send_copy(v).expect("respond");
+            drop(request);
+            notifier.notify().expect("notify");
+        }
+    }
+}
+
+/// The caller side of the iceoryx2 baseline.
+struct IceClient {
+    _node: Node<ipc::Service>,
+    client: iceoryx2::port::client::Client<ipc::Service, [u64; 2], (), u64, ()>,
+    notifier: iceoryx2::port::notifier::Notifier<ipc::Service>,
+    listener: iceoryx2::port::listener::Listener<ipc::Service>,
+}
+
+impl IceClient {
+    fn open(name: &str) -> IceClient {
+        let node = ice_node();
+        let rr = node
+            .service_builder(&ice_name(&format!("{name}/rr")))
+            .request_response::<[u64; 2], u64>()
+            .open_or_create()
+            .expect("request-response service");
+        let to_server = node
+            .service_builder(&ice_name(&format!("{name}/to-server")))
+            .event()
+            .open_or_create()
+            .expect("event service");
+        let to_client = node
+            .service_builder(&ice_name(&format!("{name}/to-client")))
+            .event()
+            .open_or_create()
+            .expect("event service");
+        IceClient {
+            client: rr.client_builder().create().expect("client"),
+            notifier: to_server.notifier_builder().create().expect("notifier"),
+            listener: to_client.listener_builder().create().expect("listener"),
+            _node: node,
+        }
+    }
+
+    fn request(&self, op: u64, key: u64) -> u64 {
+        let pending = self.client.send_copy([op, key]).expect("send request");
+        self.notifier.notify().expect("notify");
+        if op > 1 {
+            return 0;
+        }
+        for _ in 0..10 {
+            if let Some(r) = pending.receive().expect("receive") {
+                return *r;
+            }
+            self.listener
+                .timed_wait(|_| {}, Duration::from_secs(1))
+                .expect("wait");
+        }
+        panic!("iceoryx2 server did not answer within 10 s");
+    }
+}
+
 fn spawn(role: &str, arg: &str) -> (Child, BufReader<std::process::ChildStdout>, String) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .env("XCALL_BENCH_ROLE", role)
@@ -116,64 +380,54 @@ fn spawn(role: &str, arg: &str) -> (Child, BufReader<std::process::ChildStdout>,
     (child, out, rest)
 }
 
-/// Threads that keep `share` of every core busy.
-struct Load {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
+/// `stress-ng --cpu <cores> --cpu-load <percent>` for as long as it lives.
+struct Stress(Option<Child>);
 
-impl Load {
-    fn start(percent: u32, cores: usize) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads = if percent == 0 {
-            vec![]
-        } else if percent == 50 {
-            // Half the cores fully busy.
-            (0..cores.div_ceil(2).max(1))
-                .map(|_| spinner(&stop, 100))
-                .collect()
-        } else {
-            (0..cores).map(|_| spinner(&stop, percent)).collect()
-        };
-        Load { stop, threads }
+impl Stress {
+    fn start(percent: u32, cores: usize) -> Stress {
+        if percent == 0 {
+            return Stress(None);
+        }
+        let mut child = Command::new("stress-ng")
+            .args(["--cpu", &cores.to_string()])
+            .args(["--cpu-load", &percent.to_string()])
+            // A bound in case this process dies without stopping it.
+            .args(["--timeout", "300s", "--quiet"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("starting stress-ng (Debian package stress-ng, scripts/setup.sh): {e}")
+            });
+        std::thread::sleep(Duration::from_millis(500));
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("stress-ng exited at once: {status}");
+        }
+        Stress(Some(child))
     }
 }
 
-fn spinner(stop: &Arc<AtomicBool>, percent: u32) -> std::thread::JoinHandle<()> {
-    let stop = stop.clone();
-    std::thread::spawn(move || {
-        let period = Duration::from_millis(10);
-        let busy = period * percent / 100;
-        while !stop.load(Ordering::Relaxed) {
-            let start = Instant::now();
-            while start.elapsed() < busy {
-                std::hint::spin_loop();
-            }
-            if busy < period {
-                std::thread::sleep(period - busy);
-            }
-        }
-    })
-}
-
-impl Drop for Load {
+impl Drop for Stress {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
+        if let Some(mut child) = self.0.take() {
+            // SAFETY: signalling our own child; stress-ng stops its workers on SIGTERM.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            let _ = child.wait();
+            std::thread::sleep(Duration::from_millis(200));
         }
     }
 }
 
-/// Samples `op` `n` times (or for at most `limit`), returns sorted nanoseconds.
-fn sample(n: usize, limit: Duration, mut op: impl FnMut(u64)) -> Vec<u64> {
+/// Samples `op` `n` times (or for at most `limit`), returns the sorted tick counts.
+fn sample(clock: &clock::Clock, n: usize, limit: Duration, mut op: impl FnMut(u64)) -> Vec<u64> {
     let mut v = Vec::with_capacity(n);
     let begin = Instant::now();
     for i in 0..n as u64 {
-        let t0 = Instant::now();
+        let t0 = clock.start();
         op(i % KEYS);
-        v.push(t0.elapsed().as_nanos() as u64);
-        if begin.elapsed() > limit && v.len() >= 100 {
+        let t1 = clock.stop();
+        v.push(t1.saturating_sub(t0));
+        if i % 64 == 63 && begin.elapsed() > limit && v.len() >= 100 {
             break;
         }
     }
@@ -185,28 +439,41 @@ fn pct(v: &[u64], p: f64) -> u64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
-fn show(v: &[u64]) -> String {
-    let f = |ns: u64| {
-        if ns >= 10_000 {
-            format!("{:.1} us", ns as f64 / 1000.0)
-        } else {
-            format!("{ns} ns")
-        }
-    };
+fn ns(ns: f64) -> String {
+    if ns >= 10_000.0 {
+        format!("{:.1} us", ns / 1000.0)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+/// Raw percentiles, then the same minus `timer` ticks (the level's timer p50).
+fn row(clock: &clock::Clock, v: &[u64], timer: u64) -> String {
+    let raw = |p| pct(v, p) as f64 * clock.ns_per_tick;
+    let net = |p| pct(v, p).saturating_sub(timer) as f64 * clock.ns_per_tick;
     format!(
-        "{:>10} {:>10} {:>10}  (n={})",
-        f(pct(v, 0.5)),
-        f(pct(v, 0.9)),
-        f(pct(v, 0.99)),
+        "{:>9} {:>9} {:>9}   {:>9} {:>9} {:>9}  {:>6}",
+        ns(raw(0.5)),
+        ns(raw(0.9)),
+        ns(raw(0.99)),
+        ns(net(0.5)),
+        ns(net(0.9)),
+        ns(net(0.99)),
         v.len()
     )
 }
 
 fn main() {
-    match std::env::var("XCALL_BENCH_ROLE").as_deref() {
-        Ok("storage") => return storage_main(&std::env::var("XCALL_BENCH_ARG").unwrap()),
-        Ok("uds") => return uds_main(&std::env::var("XCALL_BENCH_ARG").unwrap()),
-        _ => {}
+    if let Ok(role) = std::env::var("XCALL_BENCH_ROLE") {
+        // SAFETY: prctl with PR_SET_PDEATHSIG: a server never outlives the benchmark.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        let arg = std::env::var("XCALL_BENCH_ARG").unwrap();
+        return match role.as_str() {
+            "storage" => storage_main(&arg),
+            "uds" => uds_main(&arg),
+            "iceoryx2" => iceoryx2_main(&arg),
+            other => panic!("unknown role {other}"),
+        };
     }
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -215,10 +482,14 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20_000);
+    let profile_secs: Option<u64> = std::env::var("XCALL_BENCH_PROFILE")
+        .ok()
+        .and_then(|s| s.parse().ok());
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let pid = std::process::id();
     let plan_path = format!("/dev/shm/rdx-xcall-bench-{pid}");
     let sock_path = format!("/tmp/rdx-xcall-bench-{pid}.sock");
+    let ice_service = format!("rdx-xcall-bench-{pid}");
     let _ = std::fs::remove_file(&plan_path);
     let plan = Plan::create(&plan_path, PlanSpec::default()).expect("plan");
 
@@ -247,6 +518,30 @@ fn main() {
     let mut out = [0u8; 8];
     assert_eq!(call(lookup, &5u64.to_le_bytes(), &mut out), Ok(1));
     assert_eq!(u64::from_le_bytes(out), 50, "storage answers lookups");
+    let cleanup = |storage: &mut Child| {
+        let _ = storage.kill();
+        let _ = storage.wait();
+        let _ = std::fs::remove_file(&plan_path);
+        let _ = std::fs::remove_file(address.trim_start_matches("shm:"));
+    };
+
+    if let Some(secs) = profile_secs {
+        let op = std::env::var("XCALL_BENCH_PROFILE_OP").unwrap_or_else(|_| "lookup".into());
+        let target = if op == "empty" { empty } else { lookup };
+        let begin = Instant::now();
+        let mut calls = 0u64;
+        while begin.elapsed() < Duration::from_secs(secs) {
+            for k in 0..KEYS {
+                let r = call(target, &k.to_le_bytes(), &mut out);
+                assert!(r.is_ok(), "call failed: {r:?}");
+            }
+            calls += KEYS;
+        }
+        let per = begin.elapsed().as_nanos() as f64 / calls as f64;
+        println!("profile: {calls} xcall {op} calls, {per:.1} ns each (loop, untimed)");
+        cleanup(&mut storage);
+        return;
+    }
 
     let (mut uds_child, _uds_out, _) = spawn("uds", &sock_path);
     let mut sock = UnixStream::connect(&sock_path).expect("connect");
@@ -261,16 +556,22 @@ fn main() {
     };
     assert_eq!(uds(1, 5), 50, "socket server answers lookups");
 
-    let clock = sample(samples, Duration::from_secs(1), |_| {});
-    println!("xcall round trip vs Unix-domain socket, {cores} cores, {samples} samples per row");
+    let (mut ice_child, _ice_out, _) = spawn("iceoryx2", &ice_service);
+    let ice = IceClient::open(&ice_service);
+    assert_eq!(ice.request(1, 5), 50, "iceoryx2 server answers lookups");
+
+    let clock = clock::Clock::new();
     println!(
-        "clock overhead (empty timed region): p50 {} ns, p99 {} ns",
-        pct(&clock, 0.5),
-        pct(&clock, 0.99)
+        "xcall round trip vs iceoryx2 request-response vs Unix-domain socket, {cores} cores, \
+         load = stress-ng --cpu {cores} --cpu-load <load>, up to {samples} samples per row"
+    );
+    println!("timer: {}", clock.describe());
+    println!(
+        "net = raw minus the timer's p50 at that load (the \"timer\" row: an empty timed region)"
     );
     println!(
-        "{:<6} {:<16} {:>10} {:>10} {:>10}",
-        "load", "operation", "p50", "p90", "p99"
+        "{:<5} {:<15} {:>9} {:>9} {:>9}   {:>9} {:>9} {:>9}  {:>6}",
+        "load", "operation", "p50", "p90", "p99", "net p50", "net p90", "net p99", "n"
     );
     let xcall = |t: Target| {
         move |k: u64| {
@@ -280,35 +581,60 @@ fn main() {
             std::hint::black_box(out);
         }
     };
+    let bench_start = Instant::now();
     for load in [0u32, 50, 90, 100] {
-        let _busy = Load::start(load, cores);
-        std::thread::sleep(Duration::from_millis(50));
+        let _stress = Stress::start(load, cores);
         let limit = Duration::from_secs(2);
+        let timer = sample(&clock, samples, limit, |k| {
+            std::hint::black_box(k);
+        });
+        let timer_p50 = pct(&timer, 0.5);
         let rows = [
-            ("xcall empty", sample(samples, limit, xcall(empty))),
-            ("xcall lookup", sample(samples, limit, xcall(lookup))),
+            ("timer (empty)", timer),
+            ("xcall empty", sample(&clock, samples, limit, xcall(empty))),
+            (
+                "xcall lookup",
+                sample(&clock, samples, limit, xcall(lookup)),
+            ),
+            (
+                "iceoryx2 empty",
+                sample(&clock, samples, limit, |k| {
+                    std::hint::black_box(ice.request(0, k));
+                }),
+            ),
+            (
+                "iceoryx2 lookup",
+                sample(&clock, samples, limit, |k| {
+                    assert_eq!(ice.request(1, k), k * 10);
+                }),
+            ),
             (
                 "uds empty",
-                sample(samples, limit, |k| {
+                sample(&clock, samples, limit, |k| {
                     std::hint::black_box(uds(0, k));
                 }),
             ),
             (
                 "uds lookup",
-                sample(samples, limit, |k| {
-                    std::hint::black_box(uds(1, k));
+                sample(&clock, samples, limit, |k| {
+                    assert_eq!(uds(1, k), k * 10);
                 }),
             ),
         ];
         for (name, v) in rows {
-            println!("{:<6} {:<16} {}", format!("{load}%"), name, show(&v));
+            println!(
+                "{:<5} {:<15} {}",
+                format!("{load}%"),
+                name,
+                row(&clock, &v, timer_p50)
+            );
         }
     }
+    println!("total {:.1} s", bench_start.elapsed().as_secs_f64());
+    ice.request(2, 0);
+    let _ = ice_child.wait();
     drop(sock);
     let _ = uds_child.wait();
-    let _ = storage.kill();
-    let _ = storage.wait();
-    let _ = std::fs::remove_file(&plan_path);
-    let _ = std::fs::remove_file(address.trim_start_matches("shm:"));
+    cleanup(&mut storage);
     let _ = std::fs::remove_file(&sock_path);
 }

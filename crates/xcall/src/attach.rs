@@ -58,11 +58,6 @@ impl ServiceMap {
         // SAFETY: index < thread_slots (callers check), in the mapped threads section.
         unsafe { &*((self.base + self.info.thread_offset(index)) as *const ThreadSlot) }
     }
-
-    pub(crate) fn hook(&self, export: usize) -> &HookSlot {
-        // SAFETY: set at attach time to a hook slot inside the mapped hooks section.
-        unsafe { &*self.exports[export].hook }
-    }
 }
 
 static SERVICES: [AtomicPtr<ServiceMap>; MAX_SLOTS] =

@@ -39,89 +39,224 @@
 //! outside any run gives the callee its class budget.
 
 use crate::attach::{self, ServiceMap};
+use crate::callee::MapCache;
 use crate::{errno, Target, MAX_ARGS, MAX_EXPORTS, MAX_SLOTS};
 use rdx_region::abi::{EntryFn, RunState, RunStatus};
 use rdx_region::layout::{
-    active_entry_offset, active_version, SectionId, ThreadSlot, ACTIVE_HOLD, CODE_ENTRY_ALIGN,
+    active_entry_offset, active_version, HookSlot, SectionId, ThreadSlot, ACTIVE_HOLD,
+    CODE_ENTRY_ALIGN,
 };
-use std::cell::{Cell, UnsafeCell};
+use std::cell::Cell;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{compiler_fence, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a caller waits for a serialised entry before giving up with [`errno::BUSY`].
 pub const SERIALIZED_WAIT: Duration = Duration::from_millis(10);
 
-/// The call running on this thread, for the callee helpers.
+/// The call running on this thread, for the callee helpers. It lives inline in the thread's
+/// state, so a helper reaches the service's state in two dependent loads.
+#[derive(Clone, Copy)]
 pub(crate) struct Current {
-    pub svc: &'static ServiceMap,
+    /// This thread's state for the called service; null when no call is running.
+    calls: *mut ServiceCalls,
     pub out: *mut u8,
     pub out_len: usize,
-    pub thread_slot: u32,
 }
 
-/// Per thread: the thread slot held in each attached region, and the published word each
-/// export last ran with here (to know when a coherence step is due).
+const NO_CALL: Current = Current {
+    calls: std::ptr::null_mut(),
+    out: std::ptr::null_mut(),
+    out_len: 0,
+};
+
+impl Current {
+    // Each accessor goes through the raw pointer and touches one field, so that a callee
+    // helper holding a reference into the map cache may still read the others.
+
+    #[inline(always)]
+    pub fn svc(&self) -> &'static ServiceMap {
+        // SAFETY: non-null while a call runs (`current` returns None otherwise), this
+        // thread's state for the service.
+        unsafe { (*self.calls).svc }
+    }
+
+    /// The thread slot this thread holds in the callee's region.
+    #[inline(always)]
+    pub fn thread_slot(&self) -> u32 {
+        // SAFETY: as in `svc`.
+        unsafe { (*self.calls).thread_slot }
+    }
+
+    /// This thread's map cache for the service (the callee helpers'): only this thread uses
+    /// it, and only while a helper runs.
+    #[inline(always)]
+    pub fn maps(&self) -> *mut MapCache {
+        // SAFETY: as in `svc`.
+        unsafe { &raw mut (*self.calls).maps }
+    }
+}
+
+/// One export as this thread calls it: resolved on the thread's first call of it, then read
+/// with a few loads per call.
+struct EntryCache {
+    /// Null until resolved.
+    hook: *const HookSlot,
+    max_args: u64,
+    /// The plan's lock word for a serialised entry; null for the others.
+    lock: *const AtomicU64,
+    /// The published word this thread last ran, already checked (version, code bounds) and
+    /// followed by a coherence step, and its entry point (0 until a word was checked).
+    word: u64,
+    entry: usize,
+}
+
+const UNRESOLVED: EntryCache = EntryCache {
+    hook: std::ptr::null(),
+    max_args: 0,
+    lock: std::ptr::null(),
+    word: 0,
+    entry: 0,
+};
+
+/// Per thread and attached service: the thread slot held in the service's region, the
+/// exports called so far, and the callee helpers' map cache.
+pub(crate) struct ServiceCalls {
+    pub(crate) svc: &'static ServiceMap,
+    pub(crate) thread_slot: u32,
+    ts: *const ThreadSlot,
+    entries: [EntryCache; MAX_EXPORTS],
+    pub(crate) maps: MapCache,
+}
+
+/// Per thread: the services it called, and the call in progress.
 struct ThreadCalls {
-    /// Thread slot index + 1 per plan slot; 0 = none yet.
-    slots: [u32; MAX_SLOTS],
-    seen: Box<[[u64; MAX_EXPORTS]; MAX_SLOTS]>,
+    services: [*mut ServiceCalls; MAX_SLOTS],
+    current: Current,
 }
 
-impl Drop for ThreadCalls {
+thread_local! {
+    // A plain pointer with a const initialiser and no destructor: reading it is one
+    // thread-pointer-relative load, with no lazy-initialisation check.
+    static CALLS: Cell<*mut ThreadCalls> = const { Cell::new(std::ptr::null_mut()) };
+    // Registered on a thread's first call: gives back its thread slots when it ends.
+    static RELEASE: ReleaseOnExit = const { ReleaseOnExit };
+}
+
+struct ReleaseOnExit;
+
+impl Drop for ReleaseOnExit {
     fn drop(&mut self) {
-        for (slot, held) in self.slots.iter().enumerate() {
-            if *held == 0 {
-                continue;
+        let Ok(p) = CALLS.try_with(|c| c.replace(std::ptr::null_mut())) else {
+            return;
+        };
+        if p.is_null() {
+            return;
+        }
+        // SAFETY: created by `Box::into_raw` in `thread_calls`, owned by this thread, and no
+        // call is running (the thread is ending).
+        let calls = unsafe { Box::from_raw(p) };
+        for &s in calls.services.iter().filter(|s| !s.is_null()) {
+            // SAFETY: as above, for the per-service boxes.
+            let s = unsafe { Box::from_raw(s) };
+            // SAFETY: a thread slot of a region that stays mapped for the process's life.
+            let ts = unsafe { &*s.ts };
+            let e = ts.epoch.load(Ordering::Relaxed);
+            if e % 2 == 1 {
+                ts.epoch.store(e + 1, Ordering::Release);
             }
-            if let Some(svc) = attach::attached(slot as u16) {
-                let ts = svc.thread_slot(held - 1);
-                let e = ts.epoch.load(Ordering::Relaxed);
-                if e % 2 == 1 {
-                    ts.epoch.store(e + 1, Ordering::Release);
-                }
-                ts.owner.store(0, Ordering::Release);
-            }
+            ts.owner.store(0, Ordering::Release);
         }
     }
 }
 
-thread_local! {
-    static CURRENT: Cell<*const Current> = const { Cell::new(std::ptr::null()) };
-    static CALLS: UnsafeCell<ThreadCalls> = UnsafeCell::new(ThreadCalls {
-        slots: [0; MAX_SLOTS],
-        seen: Box::new([[0; MAX_EXPORTS]; MAX_SLOTS]),
-    });
-}
-
-#[inline]
+#[inline(always)]
 pub(crate) fn current() -> Option<&'static Current> {
-    let p = CURRENT.with(|c| c.get());
-    // SAFETY: non-null only while `xcall_call` runs the callee, pointing to a `Current` in its
-    // frame, which outlives the callee's helper calls on this thread.
-    unsafe { p.as_ref() }
+    let calls = CALLS.with(|c| c.get());
+    if calls.is_null() {
+        return None;
+    }
+    // SAFETY: `calls` is this thread's live state; its `current` names a service only while
+    // `xcall_call` runs the callee on this thread.
+    let cur = unsafe { &(*calls).current };
+    (!cur.calls.is_null()).then_some(cur)
 }
 
-/// This thread's slot in `svc`'s region, claiming one on first use. Also returns a pointer to
-/// the thread's seen-words row for the service.
-#[inline]
-fn thread_slot(svc: &ServiceMap) -> Option<(u32, *mut [u64; MAX_EXPORTS])> {
-    CALLS
-        .try_with(|c| {
-            // SAFETY: only this function touches CALLS' contents, never re-entrantly (the
-            // callee cannot call `call`), and the reference does not escape.
-            let calls = unsafe { &mut *c.get() };
-            let held = calls.slots[svc.slot as usize];
-            let row = &mut calls.seen[svc.slot as usize] as *mut [u64; MAX_EXPORTS];
-            if held != 0 {
-                return Some((held - 1, row));
-            }
-            let index = claim(svc)?;
-            calls.slots[svc.slot as usize] = index + 1;
-            Some((index, row))
-        })
-        .ok()
-        .flatten()
+/// This thread's state, created on its first call.
+#[cold]
+fn thread_calls() -> Option<*mut ThreadCalls> {
+    let p = CALLS.with(|c| c.get());
+    if !p.is_null() {
+        return Some(p);
+    }
+    // Without the exit hook the thread's slots would never be given back: refuse instead
+    // (only possible while the thread's locals are being destroyed).
+    RELEASE.try_with(|_| ()).ok()?;
+    let p = Box::into_raw(Box::new(ThreadCalls {
+        services: [std::ptr::null_mut(); MAX_SLOTS],
+        current: NO_CALL,
+    }));
+    CALLS.with(|c| c.set(p));
+    Some(p)
+}
+
+/// The slow half of a call's setup, on a thread's first call of an export: the allow-list
+/// checks, a thread slot in the callee's region, the export's cache entry.
+#[cold]
+#[inline(never)]
+unsafe fn resolve(
+    t: Target,
+    args_len: u64,
+    out: u64,
+    out_len: u64,
+) -> Result<(*mut ServiceCalls, *mut EntryCache), u64> {
+    let Some(svc) = attach::attached(t.slot) else {
+        return Err(errno::NOT_MAPPED);
+    };
+    let index = t.export as usize;
+    if index >= svc.export_count {
+        return Err(errno::NOT_EXPORTED);
+    }
+    let export = &svc.exports[index];
+    if args_len > export.max_args as u64 {
+        return Err(errno::ARGS_TOO_LARGE);
+    }
+    zero_out(out, out_len);
+    let Some(calls) = thread_calls() else {
+        return Err(errno::NO_THREAD_SLOT);
+    };
+    // SAFETY: this thread's state; nothing else holds a reference into it.
+    let services = unsafe { &mut (*calls).services };
+    let slot = t.slot as usize;
+    if services[slot].is_null() {
+        let Some(thread_slot) = claim(svc) else {
+            return Err(errno::NO_THREAD_SLOT);
+        };
+        services[slot] = Box::into_raw(Box::new(ServiceCalls {
+            svc,
+            thread_slot,
+            ts: svc.thread_slot(thread_slot),
+            entries: [UNRESOLVED; MAX_EXPORTS],
+            maps: MapCache::new(svc),
+        }));
+    }
+    let sc = services[slot];
+    // SAFETY: as above.
+    let e = unsafe { &mut (*sc).entries[index] };
+    if e.hook.is_null() {
+        *e = EntryCache {
+            hook: export.hook,
+            max_args: export.max_args as u64,
+            lock: if export.serialized {
+                export.lock
+            } else {
+                std::ptr::null()
+            },
+            word: 0,
+            entry: 0,
+        };
+    }
+    Ok((sc, e))
 }
 
 #[cold]
@@ -134,6 +269,20 @@ fn claim(svc: &ServiceMap) -> Option<u32> {
             .compare_exchange(0, tid + 1, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     })
+}
+
+#[inline(always)]
+fn zero_out(out: u64, out_len: u64) {
+    // A callee that fails or never replies leaves zeros, not stale caller bytes.
+    // SAFETY: writable for `out_len` bytes by the contract of `xcall_call`.
+    unsafe {
+        if out_len == 8 {
+            // The common one-word output without a call to memset.
+            (out as *mut u64).write_unaligned(0);
+        } else if out_len > 0 {
+            std::ptr::write_bytes(out as *mut u8, 0, out_len as usize);
+        }
+    }
 }
 
 #[inline]
@@ -165,7 +314,7 @@ fn sync_instruction_stream() {
     }
 }
 
-fn lock_serialized(lock: &std::sync::atomic::AtomicU64) -> bool {
+fn lock_serialized(lock: &AtomicU64) -> bool {
     // SAFETY: gettid has no preconditions.
     let me = unsafe { libc::gettid() } as u64 + 1;
     let start = Instant::now();
@@ -197,6 +346,11 @@ fn lock_serialized(lock: &std::sync::atomic::AtomicU64) -> bool {
 /// ([`rdx_runtime::Runtime::register_function`]); the verifier has proved, for the caller's
 /// class, that `args` is readable for `args_len` bytes and `out` writable for `out_len`.
 ///
+/// After a thread's first call of an export (which checks the allow-list and takes a thread
+/// slot, out of line), a call is: the thread's cached entry (three dependent loads), the
+/// argument size check, the epoch store, one acquire load of the published word compared
+/// with the one this thread last ran, the caller's remaining budget, and the indirect call.
+///
 /// # Safety
 /// `args` must be readable for `args_len` bytes and `out` writable for `out_len` bytes.
 pub unsafe extern "C" fn xcall_call(
@@ -209,63 +363,134 @@ pub unsafe extern "C" fn xcall_call(
     let Some(t) = Target::decode(target) else {
         return errno::BAD_TARGET;
     };
-    let Some(svc) = attach::attached(t.slot) else {
-        return errno::NOT_MAPPED;
+    let (slot, index) = (t.slot as usize, t.export as usize);
+    let calls = CALLS.with(|c| c.get());
+    // SAFETY: `calls` is null or this thread's state, whose boxes live until the thread
+    // ends; no reference into them is held across this block.
+    let cached = unsafe {
+        if calls.is_null() || slot >= MAX_SLOTS || index >= MAX_EXPORTS {
+            None
+        } else {
+            let sc = (*calls).services[slot];
+            if sc.is_null() || (*sc).entries[index].hook.is_null() {
+                None
+            } else {
+                Some((sc, &raw mut (*sc).entries[index]))
+            }
+        }
     };
-    let index = t.export as usize;
-    if index >= svc.export_count {
-        return errno::NOT_EXPORTED;
-    }
-    let export = &svc.exports[index];
-    if args_len > export.max_args as u64 {
-        return errno::ARGS_TOO_LARGE;
-    }
-    if out_len > 0 {
-        // A callee that fails or never replies leaves zeros, not stale caller bytes.
-        // SAFETY: writable for `out_len` bytes by the contract.
-        unsafe { std::ptr::write_bytes(out as *mut u8, 0, out_len as usize) };
-    }
-    let Some((slot_index, seen)) = thread_slot(svc) else {
-        return errno::NO_THREAD_SLOT;
+    let (sc, e) = match cached {
+        Some((sc, e)) => {
+            // SAFETY: a resolved entry of this thread's state.
+            if args_len > unsafe { (*e).max_args } {
+                return errno::ARGS_TOO_LARGE;
+            }
+            zero_out(out, out_len);
+            (sc, e)
+        }
+        // SAFETY: the caller's contract on `out`.
+        None => match unsafe { resolve(t, args_len, out, out_len) } {
+            Ok(r) => r,
+            Err(r) => return r,
+        },
     };
-    let locked = if export.serialized {
-        // SAFETY: set at attach time to the export's lock word in the never-unmapped plan.
-        let lock = unsafe { &*export.lock };
+    // SAFETY: this thread's state (see above); the pointers it holds were set at resolve
+    // time to a hook slot, a thread slot and a lock word of mappings that are never unmapped.
+    let (svc, ts, hook, lock) = unsafe { ((*sc).svc, &*(*sc).ts, &*(*e).hook, (*e).lock.as_ref()) };
+    if let Some(lock) = lock {
         if !lock_serialized(lock) {
             return errno::BUSY;
         }
-        Some(lock)
-    } else {
-        None
-    };
-    let ts = svc.thread_slot(slot_index);
-    let hook = svc.hook(index);
+    }
     enter(ts);
     // The version this call runs, start to finish.
-    let mut word = hook.active.load(Ordering::Acquire);
-    if word & ACTIVE_HOLD != 0 {
-        word = wait_for_release(svc, hook, ts, word);
-    }
-    let r = run_word(
-        svc, hook, word, seen, index, slot_index, args, args_len, out, out_len,
-    );
+    let word = hook.active.load(Ordering::Acquire);
+    // SAFETY: as above.
+    let (seen, cached) = unsafe { ((*e).word, (*e).entry) };
+    // `cached` is 0 until a word was checked: an entry never run here, whatever the word.
+    let entry = if word == seen && cached != 0 {
+        cached
+    } else {
+        // SAFETY: as above.
+        match refresh(svc, sc, hook, ts, unsafe { &mut *e }, word) {
+            Ok(entry) => entry,
+            Err(r) => {
+                leave(ts);
+                if let Some(lock) = lock {
+                    lock.store(0, Ordering::Release);
+                }
+                return r;
+            }
+        }
+    };
+    // SAFETY: `entry` is the entry point of the version published in `word`, checked by
+    // `refresh` to lie in the callee's code arena, where a control plane placed verified
+    // code linked for this address; the epoch we hold keeps it from being reclaimed.
+    let entry = unsafe { std::mem::transmute::<usize, EntryFn>(entry) };
+    // SAFETY: `max_args` of this thread's resolved entry.
+    let max_args = unsafe { (*e).max_args };
+    let r = if args_len == max_args {
+        run_entry(calls_of(), sc, hook, entry, args as *mut u8, out, out_len)
+    } else {
+        run_padded(sc, hook, entry, max_args, args, args_len, out, out_len)
+    };
     leave(ts);
-    if let Some(lock) = locked {
+    if let Some(lock) = lock {
         lock.store(0, Ordering::Release);
     }
     r
+}
+
+/// This thread's state, known to exist (the call was resolved).
+#[inline(always)]
+fn calls_of() -> *mut ThreadCalls {
+    CALLS.with(|c| c.get())
+}
+
+/// The published word differs from the one this thread last ran: wait out a hold, check it,
+/// run the coherence step, revalidate the thread's map cache for the service, and remember
+/// the word with its entry point.
+#[cold]
+#[inline(never)]
+fn refresh(
+    svc: &ServiceMap,
+    sc: *mut ServiceCalls,
+    hook: &HookSlot,
+    ts: &ThreadSlot,
+    e: &mut EntryCache,
+    mut word: u64,
+) -> Result<usize, u64> {
+    if word & ACTIVE_HOLD != 0 {
+        word = wait_for_release(svc, hook, ts, word);
+        if word == e.word && e.entry != 0 {
+            return Ok(e.entry);
+        }
+    }
+    if active_version(word) == 0 {
+        return Err(errno::NOT_DEPLOYED);
+    }
+    let offset = active_entry_offset(word) as u64;
+    let code = svc.info.section(SectionId::Code);
+    if offset < code.offset || offset >= code.end() || !offset.is_multiple_of(CODE_ENTRY_ALIGN) {
+        hook.errors.fetch_add(1, Ordering::Relaxed);
+        hook.rejected_word.store(word, Ordering::Relaxed);
+        return Err(errno::CALLEE_FAILED);
+    }
+    sync_instruction_stream();
+    // Maps created since this thread last looked may sit where maps it decoded were: the
+    // code of `word`, published after they were created, may use them.
+    // SAFETY: this thread's state for the service; no reference into it is live.
+    unsafe { (*sc).maps.revalidate() };
+    e.word = word;
+    e.entry = (svc.base + offset) as usize;
+    Ok(e.entry)
 }
 
 /// A control plane holds the entry (a collective update's bubble): wait for the release,
 /// bounded by the callee region's hold timeout, outside the epoch so that the control plane
 /// waiting for quiescence is not blocked by us; then run what is published.
 #[cold]
-fn wait_for_release(
-    svc: &ServiceMap,
-    hook: &rdx_region::layout::HookSlot,
-    ts: &ThreadSlot,
-    mut word: u64,
-) -> u64 {
+fn wait_for_release(svc: &ServiceMap, hook: &HookSlot, ts: &ThreadSlot, mut word: u64) -> u64 {
     let timeout = Duration::from_nanos(svc.info.hold_timeout_ns);
     let start = Instant::now();
     let mut spins = 0u32;
@@ -287,51 +512,6 @@ fn wait_for_release(
     word
 }
 
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn run_word(
-    svc: &'static ServiceMap,
-    hook: &rdx_region::layout::HookSlot,
-    word: u64,
-    seen: *mut [u64; MAX_EXPORTS],
-    index: usize,
-    slot_index: u32,
-    args: u64,
-    args_len: u64,
-    out: u64,
-    out_len: u64,
-) -> u64 {
-    if active_version(word) == 0 {
-        return errno::NOT_DEPLOYED;
-    }
-    let offset = active_entry_offset(word) as u64;
-    let code = svc.info.section(SectionId::Code);
-    if offset < code.offset || offset >= code.end() || !offset.is_multiple_of(CODE_ENTRY_ALIGN) {
-        hook.errors.fetch_add(1, Ordering::Relaxed);
-        hook.rejected_word.store(word, Ordering::Relaxed);
-        return errno::CALLEE_FAILED;
-    }
-    // SAFETY: a pointer into the read+execute code arena of this process's mapping of the
-    // callee's region, where a control plane placed verified code linked for this address
-    // and published it with the release CAS our acquire load observed.
-    let entry: EntryFn =
-        unsafe { std::mem::transmute::<usize, EntryFn>((svc.base + offset) as usize) };
-    // SAFETY: `seen` is this thread's row for the service (see `thread_slot`).
-    let seen = unsafe { &mut (*seen)[index] };
-    if *seen != word {
-        sync_instruction_stream();
-        *seen = word;
-    }
-    let max_args = svc.exports[index].max_args as usize;
-    if args_len as usize == max_args {
-        run_entry(svc, hook, entry, args as *mut u8, slot_index, out, out_len)
-    } else {
-        run_padded(
-            svc, hook, entry, index, slot_index, args, args_len, out, out_len,
-        )
-    }
-}
-
 /// Arguments shorter than declared: the callee may read all `max_args` bytes, so it gets a
 /// zero-padded copy instead of the bytes beyond the caller's buffer. Out of line, so that the
 /// common exact-size call does not reserve the buffer.
@@ -339,44 +519,37 @@ fn run_word(
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 fn run_padded(
-    svc: &'static ServiceMap,
-    hook: &rdx_region::layout::HookSlot,
+    sc: *mut ServiceCalls,
+    hook: &HookSlot,
     entry: EntryFn,
-    index: usize,
-    slot_index: u32,
+    max_args: u64,
     args: u64,
     args_len: u64,
     out: u64,
     out_len: u64,
 ) -> u64 {
-    let max_args = svc.exports[index].max_args as usize;
     let mut padded = MaybeUninit::<[u8; MAX_ARGS as usize]>::uninit();
     let p = padded.as_mut_ptr() as *mut u8;
     // SAFETY: `max_args <= MAX_ARGS` (checked at attach time), `args` is readable for
-    // `args_len < max_args` bytes (checked by the caller of `run_word`).
+    // `args_len < max_args` bytes (checked by `xcall_call`).
     unsafe {
-        std::ptr::write_bytes(p, 0, max_args);
+        std::ptr::write_bytes(p, 0, max_args as usize);
         std::ptr::copy_nonoverlapping(args as *const u8, p, args_len as usize);
     }
-    run_entry(svc, hook, entry, p, slot_index, out, out_len)
+    run_entry(calls_of(), sc, hook, entry, p, out, out_len)
 }
 
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn run_entry(
-    svc: &'static ServiceMap,
-    hook: &rdx_region::layout::HookSlot,
+    calls: *mut ThreadCalls,
+    sc: *mut ServiceCalls,
+    hook: &HookSlot,
     entry: EntryFn,
     ctx: *mut u8,
-    slot_index: u32,
     out: u64,
     out_len: u64,
 ) -> u64 {
-    let cur = Current {
-        svc,
-        out: out as *mut u8,
-        out_len: out_len as usize,
-        thread_slot: slot_index,
-    };
     // The caller's budget covers the call: the callee gets what its class allows, at most
     // what the caller's run has left, and the caller's run is charged what the callee spent.
     let caller = rdx_runtime::current_run_state();
@@ -394,12 +567,19 @@ fn run_entry(
         }
         None => own,
     };
-    let previous = CURRENT.with(|c| c.replace(&cur));
+    let cur = Current {
+        calls: sc,
+        out: out as *mut u8,
+        out_len: out_len as usize,
+    };
+    // SAFETY: this thread's state (non-null: the call was resolved); the callee helpers
+    // read `current` only on this thread, during the entry call below.
+    let previous = unsafe { std::mem::replace(&mut (*calls).current, cur) };
     let mut run = RunState::new(granted);
-    // SAFETY: see `entry` above; the epoch we hold keeps the code and the maps it links to
-    // from being reclaimed until we leave; `ctx` is readable for the declared size.
+    // SAFETY: see `xcall_call`; `ctx` is readable for the declared size.
     let r0 = unsafe { entry(ctx, &mut run) };
-    CURRENT.with(|c| c.set(previous));
+    // SAFETY: as above.
+    unsafe { (*calls).current = previous };
     if let Some(state) = caller {
         // An exhausted callee left 0: the caller pays all it was granted.
         let spent = granted.saturating_sub(run.budget);
@@ -407,14 +587,19 @@ fn run_entry(
         unsafe { (*state).budget = (*state).budget.saturating_sub(spent) };
     }
     if run.status != RunStatus::Ok as u32 {
-        hook.failures.fetch_add(1, Ordering::Relaxed);
-        return if run.status == RunStatus::BudgetExhausted as u32 {
-            errno::BUDGET
-        } else {
-            errno::CALLEE_FAILED
-        };
+        return failed(hook, &run);
     }
     r0
+}
+
+#[cold]
+fn failed(hook: &HookSlot, run: &RunState) -> u64 {
+    hook.failures.fetch_add(1, Ordering::Relaxed);
+    if run.status == RunStatus::BudgetExhausted as u32 {
+        errno::BUDGET
+    } else {
+        errno::CALLEE_FAILED
+    }
 }
 
 /// Why [`call`] failed: the typed form of the helper's negative returns.

@@ -7,14 +7,16 @@
 //! table entry returns [`errno::NO_HELPER`], so a helper that has no cross-sandbox meaning
 //! fails the call instead of jumping anywhere.
 
+use crate::attach::ServiceMap;
 use crate::call::{current, Current};
 use crate::{errno, REPLY_ID};
 use rdx_region::abi::HelperFn;
-use rdx_region::layout::MapHeader;
+use rdx_region::layout::{offsets, MapHeader, MapType, MAP_ALIGN};
 use rdx_transport::xstate::{self, Copies, MapRef};
 use rdx_transport::Transport;
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::mem::size_of;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Helper ids a cross-sandbox callee may call (the deploy step refuses any other).
 pub const CALLEE_HELPERS: &[u32] = &[1, 2, 3, 5, 7, 8, REPLY_ID];
@@ -35,50 +37,74 @@ pub(crate) fn helper_for(id: u32) -> HelperFn {
     }
 }
 
-struct CachedMap {
-    addr: u64,
-    header: [u64; 8],
-    map: MapRef,
+/// Lines of a thread's map cache per service (direct-mapped by header address).
+const MAP_CACHE: usize = 16;
+
+/// The maps a thread's calls into one service decoded.
+///
+/// Valid while the service region's `xstate_generation` is what it was when the thread last
+/// looked — the rule the runtime's own map helpers follow: the generation advances before a
+/// new map becomes visible, and only a newly created map can occupy the address of one decoded
+/// earlier (a control plane frees a map only after no published program refers to it). Code
+/// that uses a map created after the thread last looked was published after that creation,
+/// so its published word is new to the thread, and the call path revalidates the cache
+/// ([`MapCache::revalidate`]) whenever a thread first runs a word. A hit is then the line's
+/// address comparison, with no load of the region header.
+pub(crate) struct MapCache {
+    generation_word: *const AtomicU64,
+    generation: u64,
+    lines: [Option<(u64, MapRef)>; MAP_CACHE],
+}
+
+impl MapCache {
+    pub(crate) fn new(svc: &ServiceMap) -> MapCache {
+        MapCache {
+            generation_word: (svc.base + offsets::HEADER_XSTATE_GENERATION) as *const AtomicU64,
+            generation: 0,
+            lines: [None; MAP_CACHE],
+        }
+    }
+
+    /// Drops every line if a map was created since the last revalidation.
+    pub(crate) fn revalidate(&mut self) {
+        // SAFETY: a word of the service's region header, mapped for the process's life.
+        let generation = unsafe { &*self.generation_word }.load(Ordering::Acquire);
+        if generation != self.generation {
+            self.lines = [None; MAP_CACHE];
+            self.generation = generation;
+        }
+    }
 }
 
 thread_local! {
-    static MAPS: RefCell<Vec<CachedMap>> = const { RefCell::new(Vec::new()) };
     static RNG: Cell<u64> = const { Cell::new(0) };
 }
 
-/// The map whose header is at `addr` in the running callee's region.
-fn map_at(cur: &Current, addr: u64) -> Option<MapRef> {
-    let svc = cur.svc;
+/// The map whose header is at `addr` in the running callee's region: a reference into this
+/// thread's cache (no copy of the decoded map on the hot path).
+#[inline(always)]
+fn map_at(cur: &Current, addr: u64) -> Option<&MapRef> {
+    // SAFETY: this thread's cache for the running call's service (see `Current::maps`); the
+    // reference returned is dropped before the helper returns.
+    let line = unsafe { &mut (*cur.maps()).lines[(addr / MAP_ALIGN) as usize % MAP_CACHE] };
+    if !matches!(line, Some((a, _)) if *a == addr) {
+        *line = Some((addr, decode_map(cur.svc(), addr)?));
+    }
+    line.as_ref().map(|(_, m)| m)
+}
+
+#[cold]
+#[inline(never)]
+fn decode_map(svc: &ServiceMap, addr: u64) -> Option<MapRef> {
     let offset = addr.checked_sub(svc.base)?;
-    if offset.checked_add(size_of::<MapHeader>() as u64)? > svc.data.region_len() || offset % 8 != 0
+    if offset.checked_add(size_of::<MapHeader>() as u64)? > svc.data.region_len()
+        || offset % MAP_ALIGN != 0
     {
         return None;
     }
-    let mut header = [0u64; 8];
-    for (i, w) in header.iter_mut().enumerate() {
-        *w = svc.data.read_u64(offset + 8 * i as u64).ok()?;
-    }
-    MAPS.with(|cache| {
-        let mut cache = cache.try_borrow_mut().ok()?;
-        if let Some(c) = cache.iter().find(|c| c.addr == addr && c.header == header) {
-            return Some(c.map);
-        }
-        let mut b = [0u8; size_of::<MapHeader>()];
-        svc.data.read(offset, &mut b).ok()?;
-        if b[..64]
-            .chunks_exact(8)
-            .zip(header.iter())
-            .any(|(c, w)| u64::from_le_bytes(c.try_into().expect("8")) != *w)
-        {
-            return None;
-        }
-        let map = MapRef::from_header_bytes(&b, offset, svc.data.region_len()).ok()?;
-        if cache.len() >= 16 {
-            cache.clear();
-        }
-        cache.push(CachedMap { addr, header, map });
-        Some(map)
-    })
+    let mut b = [0u8; size_of::<MapHeader>()];
+    svc.data.read(offset, &mut b).ok()?;
+    MapRef::from_header_bytes(&b, offset, svc.data.region_len()).ok()
 }
 
 /// # Safety
@@ -90,7 +116,7 @@ unsafe fn bytes<'a>(ptr: u64, len: usize) -> &'a [u8] {
 
 fn token(cur: &Current) -> u64 {
     // The token scheme of the host's own threads: the thread slot we hold in that region.
-    (1 << 63) | cur.thread_slot as u64
+    (1 << 63) | cur.thread_slot() as u64
 }
 
 unsafe extern "C" fn map_lookup_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
@@ -98,10 +124,20 @@ unsafe extern "C" fn map_lookup_elem(map: u64, key: u64, _: u64, _: u64, _: u64)
     let Some(m) = map_at(cur, map) else { return 0 };
     // SAFETY: the verifier proved `key` readable for the map's key size.
     let key = unsafe { bytes(key, m.key_size as usize) };
-    let copy = if m.copies > 1 { cur.thread_slot } else { 0 };
-    match xstate::lookup_ref(&cur.svc.data, &m, key, copy) {
-        Ok(Some(off)) => cur.svc.base + off,
-        _ => 0,
+    let copy = if m.copies > 1 { cur.thread_slot() } else { 0 };
+    let svc = cur.svc();
+    // Hash and array maps through the fast paths for a mapping in this process's memory (the
+    // runtime's own helpers use the same ones), the rest through the generic code.
+    let found = match m.map_type {
+        MapType::Hash | MapType::PerThreadHash => {
+            xstate::hash::local::lookup_ref(&svc.data, m, key, copy)
+        }
+        MapType::Array | MapType::PerThreadArray => xstate::array::local::lookup_ref(m, key, copy),
+        _ => xstate::lookup_ref(&svc.data, m, key, copy).ok().flatten(),
+    };
+    match found {
+        Some(off) => svc.base + off,
+        None => 0,
     }
 }
 
@@ -118,11 +154,21 @@ unsafe extern "C" fn map_update_elem(map: u64, key: u64, value: u64, flags: u64,
         )
     };
     let copies = if m.copies > 1 {
-        Copies::One(cur.thread_slot)
+        Copies::One(cur.thread_slot())
     } else {
         Copies::All
     };
-    match xstate::update(&cur.svc.data, &m, key, value, flags, copies, token(cur)) {
+    let (r, token) = (&cur.svc().data, token(cur));
+    let done = match m.map_type {
+        MapType::Hash | MapType::PerThreadHash => {
+            xstate::hash::local::update(r, m, key, value, flags, copies, token)
+        }
+        MapType::Array | MapType::PerThreadArray => {
+            xstate::array::local::update(r, m, key, value, flags, copies, token)
+        }
+        _ => xstate::update(r, m, key, value, flags, copies, token),
+    };
+    match done {
         Ok(()) => 0,
         Err(e) => e.errno() as u64,
     }
@@ -135,7 +181,7 @@ unsafe extern "C" fn map_delete_elem(map: u64, key: u64, _: u64, _: u64, _: u64)
     };
     // SAFETY: the verifier proved `key` readable for the map's key size.
     let key = unsafe { bytes(key, m.key_size as usize) };
-    match xstate::delete(&cur.svc.data, &m, key, token(cur)) {
+    match xstate::delete(&cur.svc().data, m, key, token(cur)) {
         Ok(()) => 0,
         Err(e) => e.errno() as u64,
     }
@@ -168,7 +214,7 @@ unsafe extern "C" fn get_prandom_u32(_: u64, _: u64, _: u64, _: u64, _: u64) -> 
 
 /// The thread slot held in the callee's region: what per-thread maps index by.
 unsafe extern "C" fn get_smp_processor_id(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
-    current().map(|c| c.thread_slot as u64).unwrap_or(0)
+    current().map(|c| c.thread_slot() as u64).unwrap_or(0)
 }
 
 unsafe extern "C" fn unsupported(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
@@ -189,6 +235,13 @@ pub(crate) unsafe extern "C" fn reply(data: u64, len: u64, _: u64, _: u64, _: u6
     // SAFETY: the verifier proved `data` readable for `len` bytes in the callee; the caller's
     // verifier proved `out` writable for `out_len >= len` bytes, and the caller's frame is
     // below us on this very thread.
-    unsafe { std::ptr::copy_nonoverlapping(data as *const u8, cur.out, len as usize) };
+    unsafe {
+        if len == 8 {
+            // The common reply (one word) without a call to memcpy.
+            (cur.out as *mut u64).write_unaligned((data as *const u64).read_unaligned());
+        } else {
+            std::ptr::copy_nonoverlapping(data as *const u8, cur.out, len as usize);
+        }
+    }
     len
 }
