@@ -6,50 +6,21 @@
 #![cfg(target_arch = "x86_64")]
 
 use rdx_region::layout::SectionId;
-use rdx_test_support::{ScratchDir, ShmPath};
+use rdx_test_support::{c_host, ScratchDir, ShmPath};
 use rdx_transport::shm::ShmTransport;
 use rdx_transport::Transport;
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The directory of this test binary, where cargo put `librdx_runtime.a` (built with
-/// `fabric`, from this crate's dev-dependency).
-fn deps_dir() -> PathBuf {
-    std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// Compiles the C host `source` into `exe` against the runtime's static library.
-fn compile_c_host(source: &Path, exe: &Path) {
-    let lib = deps_dir().join("librdx_runtime.a");
-    assert!(lib.exists(), "{} not built", lib.display());
-    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(root().join("include"))
-        .arg("-o")
-        .arg(exe)
-        .arg(source)
-        .arg(&lib)
-        .args(["-lfabric", "-lpthread", "-ldl", "-lm"])
-        .status()
-        .expect("run the C compiler");
-    assert!(status.success(), "{} failed to compile", source.display());
-}
 
 /// Compiles the example host (examples/c-host) next to this test binary.
 fn build_c_host(test: &str) -> PathBuf {
     // One executable per test: the tests run in parallel, and a binary being written cannot
     // be started.
-    let exe = deps_dir().join(format!("c-host-fabric-{test}"));
-    compile_c_host(&root().join("examples/c-host/main.c"), &exe);
+    let exe = std::env::current_exe()
+        .unwrap()
+        .with_file_name(format!("c-host-fabric-{test}"));
+    c_host::compile(&c_host::repo_root().join("examples/c-host/main.c"), &exe);
     exe
 }
 
@@ -94,7 +65,7 @@ int main(int argc, char **argv)
 fn rdx_fabric_address_names_the_served_endpoint() {
     let dir = ScratchDir::new("fabric-c-host-address");
     let exe = dir.join("host");
-    compile_c_host(&dir.write("host.c", ADDRESS_HOST), &exe);
+    c_host::compile(&dir.write("host.c", ADDRESS_HOST), &exe);
     let run = |listen: Option<&str>| {
         let region = ShmPath::new("fabric-c-host-address");
         let mut cmd = Command::new(&exe);
@@ -153,7 +124,7 @@ fn c_host_region_is_read_over_the_fabric() {
     let region = ShmPath::new("fabric-c-host-serve");
     let token_file = dir.join("token");
     let port = free_port();
-    let eim_path = root().join("eim/http.yaml");
+    let eim_path = c_host::repo_root().join("eim/http.yaml");
     let mut child = Command::new(exe)
         .arg("--path")
         .arg(region.path())

@@ -14,7 +14,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::{chain, extension, spawn_watcher, stamp_plan};
+use common::{chain, extension, rolling_update, spawn_watcher, stamp_plan};
 
 use rdx_control::{create_codeflow, ExtSpec, Extension};
 use rdx_fleet::{broadcast, Options, Plan, Session};
@@ -103,21 +103,7 @@ fn main() {
     let mut window = vec![];
     for r in 0..ROUNDS {
         let ext = &exts[r % 2];
-        let compiled: Vec<_> = cfs
-            .iter()
-            .map(|cf| {
-                let c = cf
-                    .validate_code(ext, "on_request", Some("default"))
-                    .unwrap();
-                cf.jit_compile_code(ext, &c, None).unwrap()
-            })
-            .collect();
-        let mut first = None;
-        for (cf, c) in cfs.iter_mut().zip(&compiled) {
-            cf.deploy_prog("on_request", ext, c).unwrap();
-            first.get_or_insert_with(Instant::now);
-        }
-        window.push(first.unwrap().elapsed().as_secs_f64() * 1e6);
+        window.push(rolling_update(&mut cfs, ext).as_secs_f64() * 1e6);
     }
     for cf in &mut cfs {
         cf.release().unwrap();
@@ -268,22 +254,8 @@ fn chain_phase(state: &Path, exts: &[Extension]) {
                         .iter()
                         .map(|a| create_codeflow(a, ExtSpec::default()).unwrap())
                         .collect();
-                    let compiled: Vec<_> = cfs
-                        .iter()
-                        .map(|cf| {
-                            let k = cf
-                                .validate_code(ext, "on_request", Some("default"))
-                                .unwrap();
-                            cf.jit_compile_code(ext, &k, None).unwrap()
-                        })
-                        .collect();
-                    let mut first = None;
-                    for (cf, k) in cfs.iter_mut().zip(&compiled) {
-                        cf.deploy_prog("on_request", ext, k).unwrap();
-                        first.get_or_insert_with(Instant::now);
-                    }
                     row.window
-                        .push(first.unwrap().elapsed().as_secs_f64() * 1e6);
+                        .push(rolling_update(&mut cfs, ext).as_secs_f64() * 1e6);
                     for cf in &mut cfs {
                         cf.release().unwrap();
                     }

@@ -33,14 +33,6 @@ fn plan_for(hosts: &[&HostProcess], version: u32, class: Option<&str>) -> Plan {
     Plan::from_yaml(&plan_text(hosts, version, class), Path::new(".")).unwrap()
 }
 
-fn active_word(address: &str) -> u64 {
-    let cf = rdx_control::create_codeflow(address, Default::default()).unwrap();
-    let hook = cf.view().hook("on_request").unwrap();
-    cf.transport()
-        .read_u64(hook.slot_offset + rdx_region::layout::offsets::HOOK_ACTIVE)
-        .unwrap()
-}
-
 #[test]
 fn broadcast_updates_every_node_or_none() {
     let mut hosts: Vec<HostProcess> = (0..3)
@@ -83,14 +75,14 @@ fn a_hook_missing_on_one_node_or_a_rejecting_class_writes_nothing() {
     let b = host("miss-b", &["on_other"]);
     let dir = state_dir("miss");
     broadcast(&plan_for(&[&a], 1, None), &Options::new(dir.path())).unwrap();
-    let before = active_word(&a.address());
+    let before = common::active_word(&a.address());
     match broadcast(&plan_for(&[&a, &b], 2, None), &Options::new(dir.path())) {
         Err(FleetError::HookMissing { node, hook }) => {
             assert_eq!((node.as_str(), hook.as_str()), ("n1", "on_request"))
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(active_word(&a.address()), before);
+    assert_eq!(common::active_word(&a.address()), before);
     assert_eq!(request(&mut a, "on_request"), (1, 1));
     // The `tight` class allows no helpers; stamp_v2 looks up a map.
     match broadcast(
@@ -145,7 +137,10 @@ fn killed_control_plane_is_recovered_at_every_phase() {
             ("FLEET_STATE", dir.path().as_os_str()),
         ];
         common::crash_at("crash_child", phase, &env);
-        let words: Vec<u64> = hosts.iter().map(|h| active_word(&h.address())).collect();
+        let words: Vec<u64> = hosts
+            .iter()
+            .map(|h| common::active_word(&h.address()))
+            .collect();
         // (One hook, so one release level: after the first level nothing is held.)
         if ["held", "committed", "first-flip"].contains(&phase) {
             assert!(
@@ -153,20 +148,10 @@ fn killed_control_plane_is_recovered_at_every_phase() {
                 "{phase}: a hook is held after the crash: {words:x?}"
             );
         }
-        let rec = recover(dir.path(), false).unwrap();
-        assert_eq!(rec.len(), 1, "{phase}");
-        assert_eq!(
-            rec[0].outcome,
-            if forward {
-                "rolled_forward"
-            } else {
-                "rolled_back"
-            },
-            "{phase}"
-        );
+        common::recover_one(dir.path(), phase, forward);
         let want = if forward { 2 } else { 1 };
         for h in &mut hosts {
-            let w = active_word(&h.address());
+            let w = common::active_word(&h.address());
             assert_eq!(w & ACTIVE_HOLD, 0, "{phase}: still held");
             assert_eq!(active_version(w), want, "{phase}");
             assert_eq!(

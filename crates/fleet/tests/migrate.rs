@@ -214,29 +214,12 @@ fn a_killed_migration_is_recovered_at_every_phase() {
             ("FLEET_STATE", dir.path().as_os_str()),
         ];
         common::crash_at("migrate_crash_child", phase, &env);
-        let rec = rdx_fleet::recover(dir.path(), false).unwrap();
-        assert_eq!(rec.len(), 1, "{phase}");
-        assert_eq!(
-            rec[0].outcome,
-            if forward {
-                "rolled_forward"
-            } else {
-                "rolled_back"
-            },
-            "{phase}: {:?}",
-            rec[0].actions
-        );
+        common::recover_one(dir.path(), phase, forward);
         for (node, runs) in [(&s, !forward), (&t, forward)] {
-            let cf = create_codeflow(&node.address, ExtSpec::default()).unwrap();
-            let w = cf
-                .transport()
-                .read_u64(
-                    cf.view().hook("on_request").unwrap().slot_offset
-                        + rdx_region::layout::offsets::HOOK_ACTIVE,
-                )
-                .unwrap();
+            let w = common::active_word(&node.address);
             assert_eq!(w & ACTIVE_HOLD, 0, "{phase}: {} still held", node.name);
             assert_eq!(w != 0, runs, "{phase}: {} word {w:#x}", node.name);
+            let cf = create_codeflow(&node.address, ExtSpec::default()).unwrap();
             let held = cf.versions_readonly("on_request").unwrap().len();
             if node.name == "t" {
                 assert_eq!(held, forward as usize, "{phase}: unpublished code freed");

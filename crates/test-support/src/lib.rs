@@ -12,12 +12,14 @@
 //! - [`rdx`]: the `rdx` binary run with arguments, with a panic message that shows its
 //!   stderr when it does not do what the test expects.
 //! - [`netns`]: network namespaces joined by veth pairs, deleted on drop.
+//! - [`c_host`]: C hosts compiled against `include/rdx.h` and the runtime's static library.
 //!
 //! **For tests and benches only.** This crate is a `[dev-dependencies]` entry and must never
 //! be a normal dependency of a library or binary: it panics instead of returning errors, and
 //! a data-plane host must link nothing but the runtime (the agentless tests check that the
 //! host binaries carry no control-plane code).
 
+pub mod c_host;
 pub mod eim;
 pub mod host;
 pub mod netns;

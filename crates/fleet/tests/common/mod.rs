@@ -6,14 +6,15 @@
 
 pub mod chain;
 
-use rdx_control::Extension;
+use rdx_control::{CodeFlow, Extension};
 use rdx_fleet::watch::{watch, Event, Target, Thresholds, WatchOptions};
 use std::ffi::OsStr;
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// `bpf/fleet/NAME.c` as an extension (its one program).
 pub fn extension(name: &str) -> Extension {
@@ -91,4 +92,48 @@ pub fn spawn_watcher(address: &str, interval: Duration) -> (JoinHandle<()>, Rece
         .unwrap();
     });
     (watcher, rx)
+}
+
+/// The word of `on_request`'s slot that holds the active version (and the hold bit), read
+/// through a fresh control plane.
+pub fn active_word(address: &str) -> u64 {
+    let cf = rdx_control::create_codeflow(address, Default::default()).unwrap();
+    let hook = cf.view().hook("on_request").unwrap();
+    cf.transport()
+        .read_u64(hook.slot_offset + rdx_region::layout::offsets::HOOK_ACTIVE)
+        .unwrap()
+}
+
+/// Recovers what a control plane killed at `phase` left in `state_dir`: exactly one
+/// operation, rolled forward if `forward`, else back.
+pub fn recover_one(state_dir: &Path, phase: &str, forward: bool) {
+    let rec = rdx_fleet::recover(state_dir, false).unwrap();
+    assert_eq!(rec.len(), 1, "{phase}");
+    let want = if forward {
+        "rolled_forward"
+    } else {
+        "rolled_back"
+    };
+    assert_eq!(rec[0].outcome, want, "{phase}: {:?}", rec[0].actions);
+}
+
+/// A rolling update of `on_request` to `ext`, node after node, every node's code validated
+/// and compiled first (as a broadcast's check does). Returns the inconsistency window: first
+/// publish to last.
+pub fn rolling_update(cfs: &mut [CodeFlow], ext: &Extension) -> Duration {
+    let compiled: Vec<_> = cfs
+        .iter()
+        .map(|cf| {
+            let c = cf
+                .validate_code(ext, "on_request", Some("default"))
+                .unwrap();
+            cf.jit_compile_code(ext, &c, None).unwrap()
+        })
+        .collect();
+    let mut first = None;
+    for (cf, c) in cfs.iter_mut().zip(&compiled) {
+        cf.deploy_prog("on_request", ext, c).unwrap();
+        first.get_or_insert_with(Instant::now);
+    }
+    first.unwrap().elapsed()
 }
