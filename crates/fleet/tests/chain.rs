@@ -9,7 +9,7 @@
 mod common;
 
 use common::chain::{tally, Chain};
-use common::{extension, stamp_plan};
+use common::{extension, rolling_update, stamp_plan};
 use rdx_control::{create_codeflow, ExtSpec};
 use rdx_fleet::{broadcast, Options, Plan};
 use rdx_test_support::ScratchDir;
@@ -69,25 +69,14 @@ fn broadcast_leaves_no_mixed_request_where_a_rolling_update_does_not_promise_it(
     let first_new = responses.iter().position(|r| r.stamps == 2222).unwrap();
     assert!(responses[first_new..].iter().all(|r| r.stamps == 2222));
 
-    // Rolling update back to v1, node after node, compiled beforehand.
+    // Rolling update back to v1, node after node, every node compiled before the first deploy.
     let ext = extension("stamp_v1");
     let mut cfs: Vec<_> = (0..HOPS)
         .map(|i| create_codeflow(&chain.address(i), ExtSpec::default()).unwrap())
         .collect();
-    let compiled: Vec<_> = cfs
-        .iter()
-        .map(|cf| {
-            let c = cf
-                .validate_code(&ext, "on_request", Some("default"))
-                .unwrap();
-            cf.jit_compile_code(&ext, &c, None).unwrap()
-        })
-        .collect();
     let traffic = chain.traffic(IN_FLIGHT);
     traffic.wait_for(WINDOW);
-    for (cf, c) in cfs.iter_mut().zip(&compiled) {
-        cf.deploy_prog("on_request", &ext, c).unwrap();
-    }
+    rolling_update(&mut cfs, &ext);
     traffic.wait_for(WINDOW);
     let t = tally(&traffic.stop(), HOPS);
     println!(
