@@ -320,38 +320,37 @@ impl Compact {
     /// 0: the rule does not match; 1: it matches; 2: the full rule must decide.
     #[inline(always)]
     fn verdict(&self, k: &PacketKey) -> u8 {
+        // Every test is evaluated and combined with `&`: leaf entries fail on arbitrary
+        // fields, and a branch per field would mispredict more than it saves.
         let p = k.present;
         let ok = |f: Field, test: bool| {
-            if p >> f.index() & 1 != 0 {
-                test
-            } else {
-                self.absent_ok >> f.index() & 1 != 0
-            }
+            let has = p >> f.index() & 1 != 0;
+            (has & test) | (!has & (self.absent_ok >> f.index() & 1 != 0))
         };
         let addr = |v: u128, lo: u32, hi: u32, v4: u16, any: u16| {
-            self.flags & any != 0
-                || self.flags & v4 == 0
-                || (v >> 32 == MAPPED_HI && lo <= v as u32 && v as u32 <= hi)
+            (self.flags & any != 0)
+                | (self.flags & v4 == 0)
+                | ((v >> 32 == MAPPED_HI) & (lo <= v as u32) & (v as u32 <= hi))
         };
         let hit = ok(
             Field::Opcode,
-            k.opcode >= 64 || self.opcodes >> (k.opcode & 63) & 1 != 0,
-        ) && ok(
+            (k.opcode >= 64) | (self.opcodes >> (k.opcode & 63) & 1 != 0),
+        ) & ok(
             Field::DQpn,
-            self.dqpn_lo <= k.dqpn && k.dqpn <= self.dqpn_hi,
-        ) && ok(
+            (self.dqpn_lo <= k.dqpn) & (k.dqpn <= self.dqpn_hi),
+        ) & ok(
             Field::Sip,
             addr(k.sip, self.sip_lo, self.sip_hi, SIP_V4, SIP_ANY),
-        ) && ok(
+        ) & ok(
             Field::Dip,
             addr(k.dip, self.dip_lo, self.dip_hi, DIP_V4, DIP_ANY),
-        ) && ok(
+        ) & ok(
             Field::Sport,
-            self.sport_lo <= k.sport && k.sport <= self.sport_hi,
-        ) && ok(
+            (self.sport_lo <= k.sport) & (k.sport <= self.sport_hi),
+        ) & ok(
             Field::Dport,
-            self.dport_lo <= k.dport && k.dport <= self.dport_hi,
-        ) && ok(Field::Va, self.va_lo <= k.va && k.va <= self.va_hi);
+            (self.dport_lo <= k.dport) & (k.dport <= self.dport_hi),
+        ) & ok(Field::Va, (self.va_lo <= k.va) & (k.va <= self.va_hi));
         if !hit {
             0
         } else if self.flags & INEXACT != 0
@@ -406,7 +405,7 @@ pub struct TreeStats {
 const FIRST_TIER: usize = 1024;
 
 /// The trees of the rules in one priority range.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 struct Tier {
     /// Priorities `lo..hi` live here.
     lo: u32,
@@ -561,6 +560,29 @@ impl CutTree {
     }
 }
 
+/// A copy keeps the original's spare room (a derived clone would not), so a shadow copy
+/// made ahead of an update can absorb it without reallocating.
+fn clone_with_room<T: Clone>(v: &Vec<T>) -> Vec<T> {
+    let mut out = Vec::with_capacity(v.capacity());
+    out.extend_from_slice(v);
+    out
+}
+
+impl Clone for Tier {
+    fn clone(&self) -> Tier {
+        Tier {
+            lo: self.lo,
+            hi: self.hi,
+            groups: self.groups.clone(),
+            nodes: self.nodes.clone(),
+            refs: self.refs.clone(),
+            leaves: clone_with_room(&self.leaves),
+            entries: clone_with_room(&self.entries),
+            class_map: self.class_map,
+        }
+    }
+}
+
 impl Tier {
     fn new(rules: &[Rule], lo: u32, hi: u32) -> Tier {
         let mut t = Tier {
@@ -609,6 +631,10 @@ impl Tier {
             });
         }
         t.groups.sort_by_key(|g| g.min_priority);
+        // Room for updates: a leaf that grows moves to the end of the arena, and growing the
+        // arena itself would copy all of it inside the update.
+        t.entries.reserve(t.entries.len() / 8 + 1024);
+        t.leaves.reserve(t.leaves.len() / 8 + 64);
         t
     }
 
