@@ -6,12 +6,13 @@
 #![cfg(target_arch = "x86_64")]
 
 use rdx_region::layout::SectionId;
-use rdx_test_support::{c_host, ScratchDir, ShmPath};
+use rdx_test_support::c_host::{self, RunningCHost};
+use rdx_test_support::{ScratchDir, ShmPath};
 use rdx_transport::shm::ShmTransport;
 use rdx_transport::Transport;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 /// Compiles the example host (examples/c-host) next to this test binary.
 fn build_c_host(test: &str) -> PathBuf {
@@ -22,20 +23,6 @@ fn build_c_host(test: &str) -> PathBuf {
         .with_file_name(format!("c-host-fabric-{test}"));
     c_host::compile(&c_host::repo_root().join("examples/c-host/main.c"), &exe);
     exe
-}
-
-struct CHost {
-    child: Child,
-    // After `child`: the file is removed once the host is gone.
-    region: ShmPath,
-}
-
-impl Drop for CHost {
-    fn drop(&mut self) {
-        // SAFETY: signalling the child we spawned, by its pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
-    }
 }
 
 /// A minimal C host (its region at `argv[1]`) that reports where `rdx_register` serves it,
@@ -144,7 +131,7 @@ fn c_host_region_is_read_over_the_fabric() {
         Some(region.as_str()),
         "c-host did not start: {line:?}"
     );
-    let host = CHost { child, region };
+    let host = RunningCHost { child, region };
 
     // The host created the token file (owner-only) while registering.
     let address = format!(

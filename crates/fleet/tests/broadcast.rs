@@ -116,13 +116,7 @@ fn crash_child() {
 #[test]
 fn killed_control_plane_is_recovered_at_every_phase() {
     use rdx_region::layout::{active_version, ACTIVE_HOLD};
-    for (phase, forward) in [
-        ("prepared", false),
-        ("held", false),
-        ("committed", true),
-        ("first-flip", true),
-        ("first-release", true),
-    ] {
+    for (phase, forward) in common::CRASH_PHASES {
         let mut hosts: Vec<HostProcess> = (0..3)
             .map(|i| host(&format!("crash-{phase}-{i}"), &["on_request"]))
             .collect();

@@ -190,13 +190,7 @@ fn migrate_crash_child() {
 #[test]
 fn a_killed_migration_is_recovered_at_every_phase() {
     use rdx_region::layout::ACTIVE_HOLD;
-    for (phase, forward) in [
-        ("prepared", false),
-        ("held", false),
-        ("committed", true),
-        ("first-flip", true),
-        ("first-release", true),
-    ] {
+    for (phase, forward) in common::CRASH_PHASES {
         let mut source = host(&format!("crash-{phase}-s"));
         let mut target = host(&format!("crash-{phase}-t"));
         let (s, t) = (node(&source, "s"), node(&target, "t"));

@@ -1,8 +1,9 @@
 //! C hosts: programs written against `include/rdx.h` and linked with the runtime's static
 //! library, as a C or C++ application embeds rdx.
 
+use crate::ShmPath;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
 
 /// The repository's root (for `include/` and `examples/`).
 pub fn repo_root() -> PathBuf {
@@ -37,4 +38,21 @@ pub fn compile(source: &Path, exe: &Path) {
         .status()
         .expect("run the C compiler");
     assert!(status.success(), "{} failed to compile", source.display());
+}
+
+/// A running C host serving `region`: on drop it gets SIGTERM (which a host built on the C
+/// ABI answers with `rdx_teardown`), is waited for, and its region file is removed.
+pub struct RunningCHost {
+    pub child: Child,
+    // After `child`: the file is removed once the host is gone.
+    pub region: ShmPath,
+}
+
+impl Drop for RunningCHost {
+    fn drop(&mut self) {
+        // SAFETY: signalling the child this guard owns, by its pid (not yet reaped, so the
+        // pid is still its own).
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
 }

@@ -50,6 +50,16 @@ pub fn stamp_plan(
     text
 }
 
+/// The phases a control plane can be killed at, each with whether recovery rolls the
+/// operation forward (it committed) or back.
+pub const CRASH_PHASES: [(&str, bool); 5] = [
+    ("prepared", false),
+    ("held", false),
+    ("committed", true),
+    ("first-flip", true),
+    ("first-release", true),
+];
+
 /// Runs `child`, an ignored test of this test binary that runs a control-plane operation
 /// with `FLEET_CRASH=phase` (it SIGKILLs itself at that phase), with `env` added; panics
 /// unless it died of SIGKILL.
