@@ -40,6 +40,7 @@ use rdx_bpf::isa::{encode, raw_to_bytes, Insn};
 use rdx_bpf::program::{MapDef, MapOrigin, Object};
 use rdx_jit::artifact::Artifact;
 use rdx_jit::{CompileOptions, Compiler, LinkTarget, Symbol};
+use rdx_region::abi::{FallbackLocator, FALLBACK_MAGIC};
 use rdx_region::layout::*;
 use rdx_transport::local::LocalRegion;
 use rdx_transport::xstate::{self, MapSpec};
@@ -244,6 +245,58 @@ pub struct Reclaimed {
     pub code_bytes: u64,
     pub maps: u32,
     pub map_bytes: u64,
+}
+
+/// Where an elite record keeps its fallback image (`docs/region.md`, "Elite code records").
+struct ImageLayout {
+    /// Bytes from the entry point to the image.
+    from_entry: u64,
+    len: u64,
+}
+
+/// The shape of a code record: the linked code alone, or (elite artifacts) a fallback
+/// locator, the code, and the fallback image.
+struct FallbackLayout {
+    image: Option<ImageLayout>,
+}
+
+impl FallbackLayout {
+    fn of(compiled: &Compiled, ext: &Extension) -> Result<FallbackLayout> {
+        let meta = &compiled.artifact.meta;
+        if !meta.deoptimises() {
+            return Ok(FallbackLayout { image: None });
+        }
+        if meta.entry_offset != 0 {
+            return Err(ControlError::Link(format!(
+                "elite artifact's entry is at {:#x}: its fallback locator needs it first",
+                meta.entry_offset
+            )));
+        }
+        let code = compiled.artifact.code.len() as u64;
+        Ok(FallbackLayout {
+            image: Some(ImageLayout {
+                from_entry: code.next_multiple_of(16),
+                len: rdx_exec::image::image_len(ext.insns.len()) as u64,
+            }),
+        })
+    }
+
+    /// Where the code starts in the record.
+    fn code_at(&self) -> u64 {
+        if self.image.is_some() {
+            FallbackLocator::BYTES
+        } else {
+            0
+        }
+    }
+
+    /// Bytes of the record holding `code` bytes of code.
+    fn record_len(&self, code: u64) -> u64 {
+        match &self.image {
+            Some(i) => FallbackLocator::BYTES + i.from_entry + i.len,
+            None => code,
+        }
+    }
 }
 
 /// Attaches to the node at `address` (`shm:/dev/shm/rdx-...`): reads and checks its header,
@@ -592,6 +645,32 @@ impl CodeFlow {
                 }
             }
         }
+        let (compiled, bytes, _) = self.compile_with(ext, checked, None)?;
+        if let Some(reg) = registry {
+            reg.put_artifact(&key, &compiled.artifact_hash, &bytes)?;
+        }
+        Ok(compiled)
+    }
+
+    /// Compiles the elite (speculative) build of `ext`: the generic build's options plus
+    /// `speculation`'s guards. Deploying it ([`CodeFlow::prepare_prog`]) also writes the
+    /// fallback image its deoptimised runs continue in. Not cached: a profile decides it.
+    pub fn jit_compile_elite(
+        &self,
+        ext: &Extension,
+        checked: &Validated,
+        speculation: rdx_jit::Speculation,
+    ) -> Result<(Compiled, rdx_jit::CompileStats)> {
+        let (compiled, _, stats) = self.compile_with(ext, checked, Some(speculation))?;
+        Ok((compiled, stats))
+    }
+
+    fn compile_with(
+        &self,
+        ext: &Extension,
+        checked: &Validated,
+        speculation: Option<rdx_jit::Speculation>,
+    ) -> Result<(Compiled, Vec<u8>, rdx_jit::CompileStats)> {
         let mut opts = CompileOptions::new(jit_arch(self.arch));
         opts.needs_budget = checked.facts.needs_budget;
         opts.eim_class = format!("{}/{}", checked.hook, checked.class);
@@ -599,23 +678,25 @@ impl CodeFlow {
         // Array lookups are inlined against the definitions' geometry: `maps_for` links
         // only maps of exactly that shape (a live map of another shape is an error).
         opts.inline_array_lookups(&ext.maps);
+        opts.speculation = speculation;
         let compiler =
             Compiler::new(opts.arch).map_err(|e| ControlError::Compile(e.to_string()))?;
-        let (artifact, _) = compiler
+        let (artifact, stats) = compiler
             .compile(&ext.insns, &opts)
             .map_err(|e| ControlError::Compile(e.to_string()))?;
         let bytes = artifact.to_bytes();
         let hash: [u8; 32] = Sha256::digest(&bytes).into();
-        if let Some(reg) = registry {
-            reg.put_artifact(&key, &hash, &bytes)?;
-        }
-        Ok(Compiled {
-            artifact,
-            artifact_hash: hash,
-            cached: false,
-            budget,
-            class: checked.class.clone(),
-        })
+        Ok((
+            Compiled {
+                artifact,
+                artifact_hash: hash,
+                cached: false,
+                budget: checked.facts.budget.unwrap_or(u64::MAX),
+                class: checked.class.clone(),
+            },
+            bytes,
+            stats,
+        ))
     }
 
     fn live_maps(&mut self) -> Result<&mut BTreeMap<String, (u32, MapSpec)>> {
@@ -942,6 +1023,46 @@ impl CodeFlow {
         written
     }
 
+    /// Writes an elite record's fallback locator (before the entry) and image (after the
+    /// code): `ext` lowered with its maps linked at the addresses the native code got.
+    fn write_fallback(
+        &mut self,
+        ext: &Extension,
+        map_ids: &[u32],
+        record: u64,
+        layout: &ImageLayout,
+    ) -> Result<()> {
+        let resolver = self.resolver(map_ids)?;
+        let ops = rdx_bpf::interp::lower_linked(&ext.insns, |kind, index, offset| {
+            let index = u32::try_from(index).ok()?;
+            match kind {
+                rdx_bpf::isa::ImmKind::MapIdx => resolver(&Symbol::Map(index)),
+                rdx_bpf::isa::ImmKind::MapIdxValue => {
+                    resolver(&Symbol::MapValue(index))?.checked_add(u64::try_from(offset).ok()?)
+                }
+                _ => None,
+            }
+        })
+        .map_err(|e| ControlError::Link(format!("fallback image: {e}")))?;
+        let image = rdx_exec::image::encode(&ops);
+        if image.len() as u64 != layout.len {
+            return Err(ControlError::Link(format!(
+                "fallback image is {} bytes, {} were allocated",
+                image.len(),
+                layout.len
+            )));
+        }
+        let locator = FallbackLocator {
+            magic: FALLBACK_MAGIC,
+            image_offset: layout.from_entry as u32,
+            image_len: image.len() as u32,
+        };
+        self.t.write(record, &locator.to_bytes())?;
+        self.t
+            .write(record + FallbackLocator::BYTES + layout.from_entry, &image)?;
+        Ok(())
+    }
+
     fn next_version(&self, hook: &HookInfo, active: u64) -> u32 {
         let held = self
             .alloc
@@ -975,8 +1096,9 @@ impl CodeFlow {
             });
         }
         let version = self.next_version(&hook, expected);
-        let code_len = compiled.artifact.code.len() as u64;
-        let entry_rel = compiled.artifact.meta.entry_offset as u64;
+        let fallback = FallbackLayout::of(compiled, ext)?;
+        let code_len = fallback.record_len(compiled.artifact.code.len() as u64);
+        let entry_rel = compiled.artifact.meta.entry_offset as u64 + fallback.code_at();
         if !entry_rel.is_multiple_of(CODE_ENTRY_ALIGN) {
             return Err(ControlError::Link(format!(
                 "entry offset {entry_rel:#x} is not {CODE_ENTRY_ALIGN}-byte aligned"
@@ -1021,7 +1143,10 @@ impl CodeFlow {
                     map_ids.len()
                 )));
             }
-            self.write_code(compiled, &map_ids, code_offset)?;
+            self.write_code(compiled, &map_ids, code_offset + fallback.code_at())?;
+            if let Some(layout) = &fallback.image {
+                self.write_fallback(ext, &map_ids, code_offset, layout)?;
+            }
             let mut r = self
                 .alloc
                 .as_ref()

@@ -132,6 +132,51 @@ impl DeoptRunState {
     }
 }
 
+/// `"RDXFBLC1"` little-endian: [`FallbackLocator::magic`].
+pub const FALLBACK_MAGIC: u64 = u64::from_le_bytes(*b"RDXFBLC1");
+
+/// The 16 bytes right before an elite artifact's entry point in the code arena: where the
+/// record's fallback image lies (`docs/region.md`, "Elite code records").
+///
+/// A control plane that publishes an elite artifact writes one code record: this locator,
+/// the linked code (its entry first, at `record + 16`), then, 16-byte aligned, the fallback
+/// image a host continues deoptimised runs in (the program lowered and linked for the
+/// region, `rdx_exec::image`). The record is allocated, published (one active word) and
+/// reclaimed as one, so the image lives exactly as long as the code. A host that sees
+/// [`RunStatus::Deopt`] reads the locator at `entry - 16` while the run is still inside its
+/// epoch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FallbackLocator {
+    /// [`FALLBACK_MAGIC`].
+    pub magic: u64,
+    /// Bytes from the entry point to the image (16-byte aligned).
+    pub image_offset: u32,
+    /// Bytes of the image.
+    pub image_len: u32,
+}
+
+impl FallbackLocator {
+    /// Bytes of the locator, and its distance before the entry point.
+    pub const BYTES: u64 = 16;
+
+    pub fn to_bytes(&self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&self.magic.to_le_bytes());
+        b[8..12].copy_from_slice(&self.image_offset.to_le_bytes());
+        b[12..].copy_from_slice(&self.image_len.to_le_bytes());
+        b
+    }
+
+    pub fn from_bytes(b: &[u8; 16]) -> FallbackLocator {
+        FallbackLocator {
+            magic: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
+            image_offset: u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")),
+            image_len: u32::from_le_bytes(b[12..].try_into().expect("4 bytes")),
+        }
+    }
+}
+
 /// A linked extension entry point: `r0 = entry(ctx, run_state)`.
 pub type EntryFn = unsafe extern "C" fn(ctx: *mut u8, run: *mut RunState) -> u64;
 
@@ -139,6 +184,7 @@ pub type EntryFn = unsafe extern "C" fn(ctx: *mut u8, run: *mut RunState) -> u64
 pub type HelperFn = unsafe extern "C" fn(u64, u64, u64, u64, u64) -> u64;
 
 const _: () = assert!(std::mem::size_of::<RunState>() == 24);
+const _: () = assert!(std::mem::size_of::<FallbackLocator>() as u64 == FallbackLocator::BYTES);
 const _: () = assert!(std::mem::align_of::<RunState>() == 8);
 const _: () = assert!(std::mem::size_of::<DeoptFrame>() == 40);
 const _: () = assert!(std::mem::offset_of!(DeoptRunState, pc) == DeoptRunState::OFF_PC);

@@ -28,6 +28,7 @@
 //!
 //! The C ABI (`include/rdx.h`) wraps the same API; see [`ffi`].
 
+mod deopt;
 pub mod ffi;
 mod helpers;
 mod hook;

@@ -7,26 +7,35 @@ use rdx_region::abi::RunStatus;
 use std::sync::atomic::Ordering;
 
 impl Hook<'_> {
-    /// A run whose status is not `Ok`, called before the run leaves its epoch: counted as a
-    /// failure, the hook's default returned. A deoptimisation is counted in this thread's
-    /// `deopts` cell as well. The runtime does not continue such a run in the generic tier
-    /// yet (`docs/deopt.md`, "In the runtime"), so the control plane does not publish elite
-    /// builds to hosts.
+    /// A run whose status is not `Ok`, called before the run leaves its epoch (so the
+    /// version that ran, its code and its fallback image, cannot be reclaimed meanwhile).
+    ///
+    /// A deoptimisation (an elite artifact's failed guard) is counted in this thread's
+    /// `deopts` cell and continues synchronously in the fallback image the control plane
+    /// wrote beside that code (`crate::deopt`); the hook returns the run's final `r0`. Any
+    /// other status, and a deoptimised run that cannot be finished (no image, budget spent
+    /// in the resumed part), is a failure: counted, the hook's default returned.
     #[cold]
     #[inline(never)]
     pub(super) fn stopped(
         &self,
         ts: *mut ThreadState,
-        _run: &Prepared,
+        run: &Prepared,
         status: u32,
         _r0: u64,
     ) -> u64 {
         if status == RunStatus::Deopt as u32 {
-            // SAFETY: this thread's live state; no other reference to it is live.
-            let c = unsafe { &*ts }.counters(self.index);
-            // Only this thread writes its cell: a plain load and store.
-            c.deopts
-                .store(c.deopts.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            {
+                // SAFETY: this thread's live state; the reference ends before the resumed
+                // run, whose helpers reach the same state through the thread-local pointer.
+                let c = unsafe { &*ts }.counters(self.index);
+                // Only this thread writes its cell: a plain load and store.
+                c.deopts
+                    .store(c.deopts.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            }
+            if let Some(r0) = crate::deopt::resume(self.inner, run) {
+                return r0;
+            }
         }
         self.slot.failures.fetch_add(1, Ordering::Relaxed);
         self.slot.default_ret.load(Ordering::Relaxed)

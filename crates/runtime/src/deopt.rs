@@ -1,0 +1,97 @@
+//! Continuing a deoptimised run in the host: when an elite artifact stops at a failed guard
+//! (`RunStatus::Deopt`), the run goes on from the exact state it handed over, in the
+//! fallback image the control plane wrote beside that code (`docs/deopt.md`,
+//! `docs/region.md` "Elite code records"), on this thread, before the run leaves its epoch.
+//!
+//! Nothing here parses, verifies or lowers a program: the image is already lowered and
+//! linked for this region, and `rdx_exec` only executes it.
+
+use crate::hook::Prepared;
+use crate::runtime::Inner;
+use crate::thread;
+use rdx_exec::image::{self, HelperCall, HelperTable, Image};
+use rdx_exec::machine::HelperReturn;
+use rdx_region::abi::{DeoptRunState, FallbackLocator, FALLBACK_MAGIC};
+use rdx_region::layout::SectionId;
+use std::sync::atomic::AtomicU64;
+
+/// The fallback image of the elite code whose entry is `entry`, if its record has one.
+fn image_of(inner: &Inner, entry: u64) -> Option<Image<'static>> {
+    let code = inner.info.section(SectionId::Code);
+    let (lo, hi) = (inner.base + code.offset, inner.base + code.end());
+    let at = entry.checked_sub(FallbackLocator::BYTES)?;
+    if at < lo || entry > hi {
+        return None;
+    }
+    // SAFETY: 16 bytes inside the code arena, which is mapped readable for the runtime's
+    // lifetime; the control plane wrote them before publishing the code they precede.
+    let locator = FallbackLocator::from_bytes(unsafe { &*(at as *const [u8; 16]) });
+    if locator.magic != FALLBACK_MAGIC {
+        return None;
+    }
+    let start = entry.checked_add(locator.image_offset as u64)?;
+    let end = start.checked_add(locator.image_len as u64)?;
+    if end > hi {
+        return None;
+    }
+    // SAFETY: inside the readable code arena (checked). The record cannot be reclaimed
+    // while this thread is inside the epoch of the run that executed its code, and the
+    // image is only used within it (`'static` does not escape `resume`).
+    let bytes =
+        unsafe { std::slice::from_raw_parts(start as *const u8, locator.image_len as usize) };
+    Image::parse(bytes).ok()
+}
+
+/// The host's helper table, plus what the hook path does around a tail call: a successful
+/// `bpf_tail_call` ran its target to completion and recorded its result, which ends the
+/// resumed run.
+struct HostHelpers<'t> {
+    table: HelperTable<'t>,
+}
+
+impl HelperCall for HostHelpers<'_> {
+    #[inline]
+    fn call(&mut self, id: u64, args: [u64; 5], budget: &mut u64) -> Option<HelperReturn> {
+        let r = self.table.call(id, args, budget)?;
+        if id == crate::helpers::helper_ids::TAIL_CALL as u64 && r.r0 == 0 {
+            if let Some(ts) = thread::current() {
+                if let Some(r0) = ts.tail_result.take() {
+                    return Some(HelperReturn { r0, stop: true });
+                }
+            }
+        }
+        Some(r)
+    }
+}
+
+/// Continues the run `run` (which ended with `RunStatus::Deopt`) in its fallback image;
+/// returns its final `r0`, or `None` if it cannot be finished: the code has no image (no
+/// locator before its entry, or one that does not describe an image inside the code
+/// arena), the image or the state is refused, or the resumed part stops (budget spent, a
+/// missing helper).
+///
+/// Called from the hook's stopped path, before the run leaves its epoch.
+pub(crate) fn resume(inner: &Inner, run: &Prepared) -> Option<u64> {
+    let image = image_of(inner, run.entry as usize as u64)?;
+    let table = inner.info.section(SectionId::HelperTable);
+    // SAFETY: the helper table section of this runtime's mapping: `helper_capacity` 8-byte
+    // words, written by the host at export time (atomically read here).
+    let entries = unsafe {
+        std::slice::from_raw_parts(
+            (inner.base + table.offset) as *const AtomicU64,
+            inner.info.helper_capacity as usize,
+        )
+    };
+    let helpers = HostHelpers {
+        table: HelperTable {
+            entries,
+            run: run.state,
+        },
+    };
+    // SAFETY: the image was written by the control plane beside the elite code that just
+    // ran (same record, same version, published together), lowered from the same verified
+    // program and linked for this region; `run.state` is this run's `DeoptRunState`, which
+    // the elite code filled at its failed guard and nothing else uses meanwhile (helpers
+    // reach it through this thread's state, as during native code).
+    unsafe { image::resume(image, run.state.cast::<DeoptRunState>(), helpers) }.ok()
+}
