@@ -99,6 +99,8 @@ struct Translator<'a, 'b> {
     /// lowered by the time the body reaches it, so it is sealed then, which spares the SSA
     /// builder provisional block parameters for every variable read in it.
     loop_heads: Vec<bool>,
+    /// Slots whose block is a loop exit stub (see `translate_function`), laid out cold.
+    exit_stubs: Vec<bool>,
     /// Values known to be non-NULL pointers (see [`Translator::null_test_outcome`]).
     non_null: std::collections::HashSet<Value>,
     /// Registers live on entry to each slot (elite code only; see [`live_registers`]).
@@ -394,6 +396,35 @@ pub(crate) fn translate_function(
         b.def_var(v, left);
     }
 
+    // Loop exit stubs: a block inside a loop (between a back-edge's target and its source)
+    // that is only a `ja` out of that loop runs once per loop, not once per iteration. Clang
+    // emits them for a loop test in the middle of a body (`if i != N goto next; goto out`).
+    // Laid out after the hot code, the loop continues by falling through instead of taking
+    // a branch every iteration.
+    let loops: Vec<(usize, usize)> = (plan.start..plan.end)
+        .filter(|&pc| live[pc - plan.start])
+        .filter_map(|pc| {
+            let t = insns[pc].jump_target(pc)? as usize;
+            (t <= pc).then_some((t, pc))
+        })
+        .collect();
+    let mut exit_stubs = vec![false; plan.end - plan.start];
+    for (i, block) in blocks.iter().enumerate() {
+        let (Some(block), pc) = (block, plan.start + i) else {
+            continue;
+        };
+        if !matches!(insns[pc], Insn::Ja { .. }) || !live[i] {
+            continue;
+        }
+        let target = insns[pc].jump_target(pc).expect("ja has a target") as usize;
+        let leaves = |&(head, back): &(usize, usize)| {
+            (head..=back).contains(&pc) && !(head..=back).contains(&target)
+        };
+        if loops.iter().any(leaves) {
+            b.set_cold_block(*block);
+            exit_stubs[i] = true;
+        }
+    }
     let compiled = live.iter().filter(|l| **l).count();
     let live_regs = if elite {
         live_registers(insns, plan)
@@ -427,6 +458,7 @@ pub(crate) fn translate_function(
         live,
         live_regs,
         non_null: Default::default(),
+        exit_stubs,
         loop_heads: {
             let mut heads = vec![false; plan.end - plan.start];
             for (pc, insn) in insns.iter().enumerate().take(plan.end).skip(plan.start) {
@@ -586,7 +618,15 @@ impl Translator<'_, '_> {
                     _ => {
                         let taken = self.edge(pc, target);
                         let next = self.block_at(pc + 1);
-                        self.b.ins().brif(c, taken, &[], next, &[]);
+                        if self.exit_stubs[pc + 1 - self.plan.start] {
+                            // Falling through leaves the loop: make the loop's side the
+                            // branch's second successor, which Cranelift lays out next, so
+                            // the loop continues without a taken branch.
+                            let leave = self.b.ins().icmp_imm_s(IntCC::Equal, c, 0);
+                            self.b.ins().brif(leave, next, &[], taken, &[]);
+                        } else {
+                            self.b.ins().brif(c, taken, &[], next, &[]);
+                        }
                     }
                 }
                 if let Some(exit) = exit {
