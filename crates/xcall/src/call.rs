@@ -19,6 +19,19 @@
 //! Nothing unwinds: generated code returns normally when its budget runs out, with the
 //! status in its [`RunState`].
 //!
+//! # Cost
+//!
+//! Steps 1 and 3, and the checks of step 4, are done once per thread and export, out of
+//! line: the thread keeps, per export it called, the hook slot, its thread slot in the
+//! callee's region, the declared size, and the last published word it ran with that word's
+//! checked entry point. A call after the first is then a thread-local load and three
+//! dependent loads to that entry, the size check, the epoch store, one acquire load of the
+//! published word compared with the remembered one, the caller's remaining budget, and the
+//! indirect call; a new word (a new version, a hold, nothing deployed) takes the slow path
+//! again. The callee's map helpers find decoded maps in a per-thread, per-service cache that
+//! is revalidated against the region's `xstate_generation` whenever the thread first runs a
+//! published word (see `callee::MapCache`).
+//!
 //! # Budget
 //!
 //! The caller's instruction budget covers the call. When `call` runs inside an extension run
