@@ -1,11 +1,15 @@
 //! ACL classification benchmark: 300K synthetic rules, skewed and uniform traffic.
 //!
-//! Measures, in one run and one thread (= per core): packets per second and per-packet p50/p99
-//! latency for the tuple-space classifier without and with the per-thread hot tier, and the
-//! linear-scan baseline on a subsample; plus the time to build the table and to apply a
-//! 100-rule update to a shadow copy and publish it.
+//! Measures, in one run and one thread (= per core): packets per second (best of three
+//! passes) and per-packet p50/p99 latency for the cut tree and the tuple space, each alone and
+//! behind the per-thread hot-flow table, the tuple space's hot-rule tier and batched lookups,
+//! and the linear-scan baseline on a subsample; the five-tuple part of the rules against DPDK's
+//! `rte_acl` when it is installed; the same on rules that all pin their addresses
+//! (`synth::specific_rules`); plus build times and the time to apply a 100-rule update to a
+//! shadow copy and publish it.
 //!
-//! `cargo bench -p rdx-acl --bench classify` (env `ACL_BENCH_RULES` overrides the rule count).
+//! `cargo bench -p rdx-acl --bench classify` (env `ACL_BENCH_RULES` overrides the rule count;
+//! `ACL_BENCH_ONLY_TREE=1` skips the tuple-space rows and `rte_acl`).
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicPtr, Ordering};
