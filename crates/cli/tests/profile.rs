@@ -1,7 +1,9 @@
 //! `rdx profile` and `rdx optimize` against a live host: this test process is the host and
 //! serves requests on a thread of its own while separate `rdx` processes deploy, profile
 //! (an instrumented build whose counters live in the node's XState, read remotely),
-//! compile an elite build from the profile, and revert.
+//! publish an elite build from the profile (whose failed guards the runtime continues in the
+//! fallback image: answers and map updates equal the interpreter's), and revert under
+//! traffic.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -50,6 +52,50 @@ fn ok(state: &PathBuf, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// `(r0, out)` of each request, and the per-class counts, of `values` run in the reference
+/// interpreter alone on fresh maps.
+fn interpreter_run(object: &str, values: &[u64]) -> (Vec<(u64, u64)>, Vec<u64>) {
+    use rdx_bpf::interp::{Config, Input, Vm};
+    let obj = rdx_bpf::loader::load(&std::fs::read(object).unwrap()).unwrap();
+    let maps = rdx_bpf::maps::MapSet::new(&obj.maps).unwrap();
+    let helpers = rdx_bpf::helpers::Helpers::standard();
+    let vm = Vm::new(&obj.programs[0].insns, &maps, &helpers, Config::default()).unwrap();
+    let answers = values
+        .iter()
+        .map(|&v| {
+            let mut ctx = [0u8; 16];
+            ctx[..8].copy_from_slice(&v.to_le_bytes());
+            let r0 = vm.run_checked(Input::Bytes(&mut ctx)).unwrap();
+            (r0, u64::from_le_bytes(ctx[8..].try_into().unwrap()))
+        })
+        .collect();
+    let counts = (0u32..3)
+        .map(|k| {
+            let v = maps.get(0).unwrap().lookup(&k.to_le_bytes()).unwrap();
+            u64::from_le_bytes(v[..8].try_into().unwrap())
+        })
+        .collect();
+    (answers, counts)
+}
+
+/// The node's `classes` counts (classes 0..3), read remotely.
+fn classes(state: &PathBuf) -> Vec<u64> {
+    let dump: serde_json::Value = serde_json::from_str(&ok(
+        state,
+        &["map", "dump", "--node", "n1", "classes", "--json"],
+    ))
+    .unwrap();
+    (0..3)
+        .map(|k| {
+            dump.as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["key"].as_str() == Some(k.to_string().as_str()))
+                .map_or(0, |e| e["value"].as_str().unwrap().parse().unwrap())
+        })
+        .collect()
 }
 
 #[test]
@@ -170,9 +216,8 @@ fn profile_reads_branch_counters_remotely_and_optimize_plans_from_them() {
     let history = ok(&state, &["history", "--node", "n1"]);
     assert!(history.contains("profile"), "{history}");
 
-    // The elite build is planned from the saved profile, and not published to a runtime
-    // that cannot resume deoptimised runs.
-    let out = rdx(
+    // The elite build, published with its fallback image by one transaction.
+    let report: serde_json::Value = serde_json::from_str(&ok(
         &state,
         &[
             "optimize",
@@ -183,34 +228,84 @@ fn profile_reads_branch_counters_remotely_and_optimize_plans_from_them() {
             "on_request",
             "--profile",
             profile_file.to_str().unwrap(),
+            "--json",
         ],
-    );
-    assert!(!out.status.success());
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stdout.contains("guards"), "{stdout}");
-    assert!(stderr.contains("not published"), "{stderr}");
-    // The hook still runs the plain build.
+    ))
+    .unwrap();
+    assert_eq!(report["published"], true, "{report}");
+    assert!(report["guards"].as_u64().unwrap() > 0, "{report}");
     let hook = rt.hook("on_request").unwrap();
-    let mut c = Ctx { value: 7, out: 0 };
-    assert_eq!(hook.run(&mut c), 1);
-    assert_eq!(c.out, 14);
 
-    let reverted = ok(
-        &state,
-        &[
-            "optimize",
-            &object,
-            "--node",
-            "n1",
-            "--hook",
-            "on_request",
-            "--revert",
-        ],
+    // Requests that follow the profile and requests that leave it (zero was never seen:
+    // its branch is a guard): every answer and every map update is the interpreter's.
+    let sequence = [7u64, 0, 5000, 3, 0, 999, 1000, 0, 12];
+    let (reference, reference_counts) = interpreter_run(&object, &sequence);
+    let counts_before = classes(&state);
+    let before = hook.stats();
+    for (&value, want) in sequence.iter().zip(&reference) {
+        let mut c = Ctx { value, out: 0 };
+        let r0 = hook.run(&mut c);
+        assert_eq!((r0, c.out), *want, "request {value}");
+    }
+    let after = hook.stats();
+    assert_eq!(after.failures, before.failures, "{after:?}");
+    let zeros = sequence.iter().filter(|&&v| v == 0).count() as u64;
+    assert!(
+        (zeros..=sequence.len() as u64).contains(&(after.deopts - before.deopts)),
+        "{before:?} -> {after:?}"
     );
-    assert!(reverted.contains("reverted"), "{reverted}");
+    let delta: Vec<u64> = classes(&state)
+        .iter()
+        .zip(&counts_before)
+        .map(|(a, b)| a - b)
+        .collect();
+    assert_eq!(delta, reference_counts, "map updates exactly once");
+
+    // Revert under traffic: no request gets a wrong answer, none fails.
+    let stop = AtomicBool::new(false);
+    let failures = hook.stats().failures;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let hook = rt.hook("on_request").unwrap();
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                // Every 7th request leaves the elite build's fast path.
+                let value = if i.is_multiple_of(7) { 0 } else { 1 + i % 900 };
+                let mut c = Ctx { value, out: 0 };
+                let r0 = hook.run(&mut c);
+                let want = if value == 0 { (0, 0) } else { (1, value * 2) };
+                if (r0, c.out) != want {
+                    wrong.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        let reverted = ok(
+            &state,
+            &[
+                "optimize",
+                &object,
+                "--node",
+                "n1",
+                "--hook",
+                "on_request",
+                "--revert",
+            ],
+        );
+        assert!(reverted.contains("reverted"), "{reverted}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert_eq!(
+        wrong.load(Ordering::Relaxed),
+        0,
+        "a request got a wrong answer"
+    );
+    assert_eq!(hook.stats().failures, failures);
+    let deopts = hook.stats().deopts;
     let mut c = Ctx { value: 0, out: 0 };
     assert_eq!(hook.run(&mut c), 0);
+    assert_eq!(hook.stats().deopts, deopts, "the plain build has no guards");
 
     let _ = std::fs::remove_dir_all(&state);
     drop(rt);

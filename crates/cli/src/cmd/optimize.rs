@@ -1,19 +1,15 @@
 //! `rdx optimize`: compiles the elite version of a program from a profile (`rdx profile
-//! --out`): cold branches become guards with deoptimisation exits and the code behind them
-//! is dropped. `--revert` publishes the plain build again with one transaction.
-//!
-//! Publishing an elite build needs a node whose runtime resumes deoptimised runs. The
-//! runtime calls every entry with a `DeoptRunState` (so elite code runs safely) and counts
-//! runs that stop with `RunStatus::Deopt`, but it does not finish them in the interpreter
-//! yet: such a request would get the hook's default instead of the generic build's result.
-//! So this command reports what the elite build would be and refuses to publish it.
+//! --out`) — cold branches become guards with deoptimisation exits and the code behind them
+//! is dropped — and publishes it with one transaction, together with the fallback image
+//! the node's runtime continues deoptimised runs in (written in the same code record, so
+//! one version flip publishes both). `--revert` publishes the plain build again with one
+//! transaction.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
 use rdx_control::registry::HistoryEntry;
 use rdx_control::Extension;
-use rdx_jit::{CompileOptions, Compiler};
 use serde::Serialize;
 
 use super::deploy::ProgramTarget;
@@ -45,6 +41,8 @@ struct Report {
     elite_code_bytes: usize,
     generic_code_bytes: usize,
     published: bool,
+    version: u32,
+    previous_version: u32,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -100,26 +98,35 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     saved.profile.check(&ext.insns)?;
-    let arch: rdx_jit::Arch = cf
-        .arch()
-        .name()
-        .parse()
-        .context("the node's architecture")?;
-    let mut opts = CompileOptions::new(arch);
-    opts.needs_budget = checked.facts.needs_budget;
-    opts.eim_class = format!("{}/{}", checked.hook, checked.class);
-    opts.verify_ir = false;
-    let compiler = Compiler::new(arch)?;
-    let (generic, _) = compiler.compile(&ext.insns, &opts)?;
-    opts.speculation = Some(saved.profile.speculation(&saved.policy));
-    let (elite, stats) = compiler.compile(&ext.insns, &opts)?;
+    // The generic build, for the size comparison (and cached for `--revert`).
+    let generic = cf.jit_compile_code(&ext, &checked, Some(&registry))?.artifact;
+    let speculation = saved.profile.speculation(&saved.policy);
+    let (elite, stats) = cf.jit_compile_elite(&ext, &checked, speculation)?;
+    let prepared = cf.prepare_prog(&args.target.hook, &ext, &elite)?;
+    let published = cf.tx(vec![prepared])?.remove(0);
+    registry.record(&HistoryEntry {
+        id: 0,
+        node: node.clone(),
+        hook: args.target.hook.clone(),
+        action: "optimize".into(),
+        version: published.version,
+        previous_version: published.previous_version,
+        program: ext.name.clone(),
+        object: args.target.object.display().to_string(),
+        class: checked.class.clone(),
+        artifact: rdx_control::codeflow::hex(&elite.artifact_hash),
+        at_ms: rdx_control::lease::now_ms(),
+        generation: published.generation,
+    })?;
     let report = Report {
         program: ext.name.clone(),
         guards: stats.guards,
         dropped_insns: stats.dropped_insns,
-        elite_code_bytes: elite.code.len(),
+        elite_code_bytes: elite.artifact.code.len(),
         generic_code_bytes: generic.code.len(),
-        published: false,
+        published: true,
+        version: published.version,
+        previous_version: published.previous_version,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -130,13 +137,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             stats.guards,
             stats.dropped_insns,
             ext.insns.len(),
-            elite.code.len(),
+            elite.artifact.code.len(),
             generic.code.len()
         );
+        println!(
+            "published on {node}/{}: version {} (was {}); failed guards continue in its \
+             fallback image",
+            args.target.hook, published.version, published.previous_version
+        );
     }
-    bail!(
-        "not published: node {node}'s runtime does not resume deoptimised runs (a request \
-         that fails a guard would get the hook's default, docs/deopt.md); its current version \
-         is unchanged"
-    )
+    Ok(())
 }
