@@ -422,3 +422,41 @@ fn held_entry_waits_for_the_release_then_runs() {
     );
     assert_eq!(t.read_u64(timeouts_at).unwrap(), before + 1);
 }
+
+/// A caller thread takes a thread slot in the callee's region on its first call and gives it
+/// back when it ends: more short-lived caller threads than the region has slots all get one
+/// (the storage's own thread holds another), and none of them still owns a slot, or left its
+/// epoch odd, once they are gone.
+#[test]
+fn caller_threads_give_their_thread_slots_back() {
+    use std::sync::atomic::Ordering;
+    let mut storage = Storage::start("threads", 14);
+    deploy_storage(&storage, &[("lookup", "lookup")]);
+    assert_eq!(storage.cmd_put(3, 33), "ok 1");
+    let svc = attach::attach(&storage.plan, 14).unwrap();
+    let slots = svc.info.thread_slots;
+    let lookup = Target::new(14, 0);
+    let mut owners = std::collections::HashSet::new();
+    for _ in 0..slots + 4 {
+        let tid = std::thread::spawn(move || {
+            let mut out = [0u8; 8];
+            assert_eq!(call(lookup, &3u64.to_le_bytes(), &mut out), Ok(1));
+            assert_eq!(u64::from_le_bytes(out), 33);
+            // SAFETY: gettid has no preconditions.
+            (unsafe { libc::gettid() }) as u64
+        })
+        .join()
+        .unwrap();
+        owners.insert(tid + 1);
+    }
+    for i in 0..slots {
+        let ts = svc.base + svc.info.thread_offset(i);
+        // SAFETY: thread slot `i` of the attached region, which stays mapped.
+        let ts = unsafe { &*(ts as *const rdx_region::layout::ThreadSlot) };
+        let owner = ts.owner.load(Ordering::Acquire);
+        assert!(!owners.contains(&owner), "slot {i} still owned by {owner}");
+        if owner == 0 {
+            assert_eq!(ts.epoch.load(Ordering::Acquire) % 2, 0, "slot {i}");
+        }
+    }
+}
