@@ -8,7 +8,7 @@ APT_PACKAGES=(
   clang llvm libbpf-dev bpftool linux-libc-dev
   qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross
   strace pkg-config make gcc libelf-dev zlib1g-dev python3-scapy libfabric-dev iproute2
-  stress-ng
+  stress-ng libclang-dev
 )
 
 missing=()
