@@ -884,12 +884,31 @@ impl Translator<'_, '_> {
         );
     }
 
+    /// The low 32 bits of a register value. Most 32-bit operands are results of earlier
+    /// 32-bit operations (zero-extended), whose 32-bit value is taken as it is: no truncation
+    /// for Cranelift to create and then simplify away.
+    fn low32(&mut self, v: Value) -> Value {
+        let dfg = &self.b.func.dfg;
+        if let Some(inst) = dfg.value_def(v).inst() {
+            if let InstructionData::Unary {
+                opcode: Opcode::Uextend,
+                arg,
+            } = dfg.insts[inst]
+            {
+                if dfg.value_type(arg) == I32 {
+                    return arg;
+                }
+            }
+        }
+        self.b.ins().ireduce(I32, v)
+    }
+
     fn operand(&mut self, width: Width, src: Operand) -> Value {
         match (src, width) {
             (Operand::Reg(r), Width::W64) => self.reg(r),
             (Operand::Reg(r), Width::W32) => {
                 let v = self.reg(r);
-                self.b.ins().ireduce(I32, v)
+                self.low32(v)
             }
             (Operand::Imm(i), Width::W64) => self.b.ins().iconst(I64, i as i64),
             (Operand::Imm(i), Width::W32) => self.b.ins().iconst(I32, i as u32 as i64),
@@ -900,7 +919,7 @@ impl Translator<'_, '_> {
         let v = self.reg(dst);
         match width {
             Width::W64 => v,
-            Width::W32 => self.b.ins().ireduce(I32, v),
+            Width::W32 => self.low32(v),
         }
     }
 

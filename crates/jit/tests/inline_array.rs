@@ -16,6 +16,9 @@ const STRIDE: u64 = 16;
 
 static VALUES_BASE: AtomicU64 = AtomicU64::new(0);
 static HELPER_CALLS: AtomicU64 = AtomicU64::new(0);
+/// Held by every test that sets [`VALUES_BASE`] or counts [`HELPER_CALLS`]: tests run on
+/// parallel threads and the helper's state is global.
+static HELPER_STATE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The lookup helper's contract for the test's one array.
 unsafe extern "C" fn lookup_helper(_map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
@@ -89,6 +92,7 @@ fn run(code: &ExecutableCode, key: u32) -> u64 {
 
 #[test]
 fn inline_lookup_returns_what_the_helper_returns() {
+    let _serial = HELPER_STATE.lock().unwrap_or_else(|e| e.into_inner());
     let values = vec![0u8; (MAX_ENTRIES as u64 * STRIDE) as usize];
     VALUES_BASE.store(values.as_ptr() as u64, Ordering::Relaxed);
     let map_object = [0u64; 4];
@@ -239,6 +243,7 @@ fn masked_key_program(mask: i32) -> Vec<Insn> {
 
 #[test]
 fn masked_keys_in_a_promoted_stack_slot() {
+    let _serial = HELPER_STATE.lock().unwrap_or_else(|e| e.into_inner());
     let values = vec![0u8; (MAX_ENTRIES as u64 * STRIDE) as usize];
     VALUES_BASE.store(values.as_ptr() as u64, Ordering::Relaxed);
     let map_object = [0u64; 4];
