@@ -316,13 +316,11 @@ impl<'a> Explorer<'a> {
                 // the whole stack is compared (registers by the static liveness).
                 in_progress += 1;
                 last_in_progress = Some(i);
+                // A miss here says nothing about its use once explored (a later iteration of
+                // an enclosing loop, or a path of another branch, reaching it is no sign
+                // that the paths still to come from its own branches will): not counted.
                 if c.state.subsumes_live(&p.state, &regs, &all_slots) {
                     looping = Some(p.state.subsumes_live(&c.state, &regs, &all_slots));
-                } else {
-                    c.misses += 1;
-                    if c.misses > c.hits * 3 + 3 {
-                        evict.push(slot);
-                    }
                 }
             }
         }
