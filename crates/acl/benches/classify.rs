@@ -15,7 +15,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::{Duration, Instant};
 
-use rdx_acl::classify::{Classifier, CutTree, FlowCache, HotTier, LinearScan, TupleSpace};
+use rdx_acl::classify::{Classifier, CutTree, FlowCache, HotTier, Layered, LinearScan, TupleSpace};
 use rdx_acl::field::Field;
 use rdx_acl::rule::{AddrRange, PacketKey, Rule};
 use rdx_acl::synth::{self, Mix};
@@ -212,6 +212,12 @@ fn main() {
         ts.bytes as f64 / 1e6
     );
     let only_tree = std::env::var("ACL_BENCH_ONLY_TREE").is_ok_and(|v| v == "1");
+    let t = Instant::now();
+    let layered = Layered::new(rules.clone());
+    println!(
+        "build layered (cut-tree first tier + tuple space) {:.1} ms",
+        ms(t.elapsed())
+    );
 
     let linear = LinearScan::new(&rules);
     // rte_acl's build time and memory grow steeply with rule count; the comparison uses the
@@ -219,6 +225,7 @@ fn main() {
     let five = five_tuple_rules(&rules[..rules.len().min(RTE_RULES)]);
     let five_table = TupleSpace::new(five.clone());
     let five_tree = CutTree::new(five.clone());
+    let five_layered = Layered::new(five.clone());
     let harness = if only_tree { None } else { build_rte_harness() };
     for (label, mix) in [
         (
@@ -281,10 +288,21 @@ fn main() {
             per(tw[2]),
             per(tw[3])
         );
+        for k in sample {
+            assert_eq!(layered.classify(k), linear.classify(k), "layered disagrees");
+        }
+        let lay = measure(&packets, |k| layered.classify(k), timer_ns);
+        let mut lay_cache = FlowCache::new(FLOW_SLOTS);
+        let lay_flow = measure(&packets, |k| lay_cache.classify(&layered, k), timer_ns);
         row("cut tree", &cut);
         row(
             &format!("cut tree + hot-flow table ({FLOW_SLOTS})"),
             &cut_flow,
+        );
+        row("layered", &lay);
+        row(
+            &format!("layered + hot-flow table ({FLOW_SLOTS})"),
+            &lay_flow,
         );
         let tc_hits = after_tc.hits - before_tc.hits;
         println!(
@@ -398,7 +416,13 @@ fn main() {
             tss.mpps / lin.mpps
         );
 
-        rte_compare(&harness, &five, &five_table, &five_tree, &packets, timer_ns);
+        rte_compare(
+            &harness,
+            &five,
+            (&five_table, &five_tree, &five_layered),
+            &packets,
+            timer_ns,
+        );
     }
 
     // A 100-rule update: rules at random priorities change; built into a shadow copy, then
@@ -509,6 +533,32 @@ fn main() {
         ms(tree_clone),
         ms(tree_build)
     );
+
+    let mut layered_shadow = layered.clone();
+    let mut layered_applies: Vec<Duration> = (0..5u64)
+        .map(|round| {
+            let mut batch = updates.clone();
+            for u in &mut batch {
+                u.va_lo = u.va_lo.wrapping_add(round);
+            }
+            let t = Instant::now();
+            layered_shadow.replace_rules(&batch);
+            t.elapsed()
+        })
+        .collect();
+    layered_applies.sort_unstable();
+    for k in synth::traffic(&final_rules, LINEAR_SAMPLE, Mix::Uniform, 17).iter() {
+        assert_eq!(
+            layered_shadow.classify(k),
+            oracle.classify(k),
+            "updated layered disagrees"
+        );
+    }
+    println!(
+        "100-rule update, layered: apply to shadow {:.3} ms (median of 5, max {:.3} ms)",
+        ms(layered_applies[layered_applies.len() / 2]),
+        ms(layered_applies[layered_applies.len() - 1]),
+    );
 }
 
 /// The cut tree against the tuple space and rte_acl on rules that all pin their addresses
@@ -534,6 +584,8 @@ fn specific_section(n_rules: usize, harness: &Option<std::path::PathBuf>, timer_
     let five = five_tuple_rules(&rules[..rules.len().min(RTE_RULES)]);
     let five_table = TupleSpace::new(five.clone());
     let five_tree = CutTree::new(five.clone());
+    let five_layered = Layered::new(five.clone());
+    let layered = Layered::new(rules.clone());
     for (label, mix) in [
         (
             "skewed (80% on 64 hot flows)",
@@ -580,13 +632,30 @@ fn specific_section(n_rules: usize, harness: &Option<std::path::PathBuf>, timer_
         let mut cache = FlowCache::new(FLOW_SLOTS);
         let cut_flow = measure(&packets, |k| cache.classify(&tree, k), timer_ns);
         let tss = measure(&packets, |k| table.classify(k), timer_ns);
+        for k in &packets[..LINEAR_SAMPLE] {
+            assert_eq!(layered.classify(k), linear.classify(k), "layered disagrees");
+        }
+        let lay = measure(&packets, |k| layered.classify(k), timer_ns);
+        let mut lay_cache = FlowCache::new(FLOW_SLOTS);
+        let lay_flow = measure(&packets, |k| lay_cache.classify(&layered, k), timer_ns);
         row("cut tree", &cut);
         row(
             &format!("cut tree + hot-flow table ({FLOW_SLOTS})"),
             &cut_flow,
         );
+        row("layered", &lay);
+        row(
+            &format!("layered + hot-flow table ({FLOW_SLOTS})"),
+            &lay_flow,
+        );
         row("tuple space", &tss);
-        rte_compare(harness, &five, &five_table, &five_tree, &packets, timer_ns);
+        rte_compare(
+            harness,
+            &five,
+            (&five_table, &five_tree, &five_layered),
+            &packets,
+            timer_ns,
+        );
     }
 }
 
@@ -658,8 +727,7 @@ const RTE_RULES: usize = 100_000;
 fn rte_compare(
     harness: &Option<std::path::PathBuf>,
     five: &[Rule],
-    table: &TupleSpace,
-    tree: &CutTree,
+    (table, tree, layered): (&TupleSpace, &CutTree, &Layered),
     packets: &[PacketKey],
     timer_ns: f64,
 ) {
@@ -726,7 +794,15 @@ fn rte_compare(
             "five-tuple cut tree disagrees"
         );
     }
+    for k in &packets[..RTE_CHECK] {
+        assert_eq!(
+            layered.classify(k),
+            oracle.classify(k),
+            "five-tuple layered disagrees"
+        );
+    }
     let ours_tree = measure(packets, |k| tree.classify(k), timer_ns);
+    let ours_layered = measure(packets, |k| layered.classify(k), timer_ns);
     let ours = measure(packets, |k| table.classify(k), timer_ns);
     let ours_batched = measure_batch(packets, |b, o| table.classify_batch(b, o), timer_ns);
     println!(
@@ -736,6 +812,7 @@ fn rte_compare(
         picks.len()
     );
     row("cut tree, five-tuple rules", &ours_tree);
+    row("layered, five-tuple rules", &ours_layered);
     row("tuple space, five-tuple rules", &ours);
     burst_row("tuple space, five-tuple rules, batched", &ours_batched);
     println!(
@@ -747,7 +824,9 @@ fn rte_compare(
         value("burst_mpps")
     );
     println!(
-        "  cut tree / rte_acl (1 packet per call): x{:.2}",
-        ours_tree.mpps / value("single_mpps")
+        "  against rte_acl (1 packet per call): cut tree x{:.2}, layered x{:.2}, tuple space x{:.2}",
+        ours_tree.mpps / value("single_mpps"),
+        ours_layered.mpps / value("single_mpps"),
+        ours.mpps / value("single_mpps")
     );
 }

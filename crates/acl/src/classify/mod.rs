@@ -7,6 +7,7 @@
 //! - [`CutTree`]: a decision tree per group of rules (grouped by which selective fields they
 //!   leave wide), cutting field values into blocks; leaves hold short priority-ordered rule
 //!   lists checked against compact rule copies.
+//! - [`Layered`]: the cut tree's first tier in front of a tuple space over the whole table.
 //! - [`HotTier`]: a small per-thread table of hot rules, closed under "a higher-priority rule
 //!   overlaps", in front of the complete table.
 //! - [`FlowCache`]: a small per-thread table of hot flows and the rule that decided each, in
@@ -14,6 +15,7 @@
 
 mod flow;
 mod hot;
+mod layered;
 mod linear;
 mod table;
 mod tree;
@@ -21,6 +23,7 @@ mod tss;
 
 pub use flow::{FlowCache, FlowCacheStats};
 pub use hot::{HotAdapter, HotStats, HotTier};
+pub use layered::Layered;
 pub use linear::LinearScan;
 pub use tree::{CutTree, TreeStats, TreeWork};
 pub use tss::{ProbeWork, TupleSpace};

@@ -488,9 +488,24 @@ proptest! {
         let oracle = LinearScan::new(&rules);
         let tree = CutTree::new(rules.clone());
         let tiered = CutTree::with_first_tier(rules.clone(), 13);
+        let layered = Layered::with_first(rules.clone(), 17);
         for k in &packets {
             prop_assert_eq!(tree.classify(k), oracle.classify(k), "packet {:?}", k);
             prop_assert_eq!(tiered.classify(k), oracle.classify(k), "packet {:?}", k);
+            prop_assert_eq!(layered.classify(k), oracle.classify(k), "packet {:?}", k);
+        }
+    }
+
+    #[test]
+    fn tuple_space_agrees_on_every_field(
+        rules in proptest::collection::vec(any_field_rule(), 0..80),
+        packets in proptest::collection::vec(any_field_packet(), 1..60),
+    ) {
+        let rules = numbered(rules);
+        let oracle = LinearScan::new(&rules);
+        let tss = TupleSpace::new(rules.clone());
+        for k in &packets {
+            prop_assert_eq!(tss.classify(k), oracle.classify(k), "packet {:?}", k);
         }
     }
 
@@ -503,6 +518,7 @@ proptest! {
     ) {
         let mut rules = numbered(rules);
         let mut tree = CutTree::with_first_tier(rules.clone(), 11);
+        let mut layered = Layered::with_first(rules.clone(), 7);
         let mut cache = FlowCache::new(16);
         for round in rounds {
             let mut updates = Vec::new();
@@ -516,10 +532,14 @@ proptest! {
             let before = tree.generation();
             tree.replace_rules(&updates);
             prop_assert_ne!(tree.generation(), before);
+            let before = layered.generation();
+            layered.replace_rules(&updates);
+            prop_assert_ne!(layered.generation(), before);
             let oracle = LinearScan::new(&rules);
             for k in &packets {
                 let want = oracle.classify(k);
                 prop_assert_eq!(tree.classify(k), want, "packet {:?}", k);
+                prop_assert_eq!(layered.classify(k), want, "packet {:?}", k);
                 prop_assert_eq!(cache.classify(&tree, k), want);
             }
         }

@@ -71,7 +71,9 @@ impl QuickFilter {
     fn admits(&self, k: &PacketKey) -> bool {
         let has = |f: Field| k.present & (1 << f.index()) != 0;
         let absent_ok = |f: Field| self.absent_ok & (1 << f.index()) != 0;
-        (k.opcode >= 64 || self.opcodes >> k.opcode & 1 != 0)
+        // A packet without an opcode is left to the full check (its `opcode` is 0, not a
+        // value to test the mask with).
+        (!has(Field::Opcode) || k.opcode >= 64 || self.opcodes >> k.opcode & 1 != 0)
             && (if has(Field::Va) {
                 self.va_lo <= k.va && k.va <= self.va_hi
             } else {
