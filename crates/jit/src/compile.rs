@@ -116,8 +116,8 @@ pub enum Pipeline {
     /// allocator: the fastest code.
     #[default]
     Optimizing,
-    /// `opt_level=none` and the single-pass register allocator: about 2.5x less compile time,
-    /// code 2 to 3x slower (`benches/tiers.rs` measures both). For large, cold programs.
+    /// `opt_level=none` and the single-pass register allocator: about half the compile time,
+    /// code 2 to 7x slower (`benches/tiers.rs` measures both). For large, cold programs.
     Fast,
     /// [`Pipeline::Fast`] for eBPF functions longer than this many slots, optimizing for the
     /// others.
