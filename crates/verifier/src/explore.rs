@@ -87,6 +87,8 @@ pub(crate) struct Explorer<'a> {
     pub(crate) env: &'a Env,
     cfg: Cfg,
     live: Liveness,
+    /// Compare only live state at prune points (off: everything, for cross-checking).
+    pub(crate) liveness: bool,
     /// The assertions of every instruction, listed once up front.
     required: Vec<Vec<assertions::Assertion>>,
     limits: Limits,
@@ -121,6 +123,7 @@ impl<'a> Explorer<'a> {
         Explorer {
             required: insns.iter().map(assertions::of).collect(),
             live: Liveness::compute(insns, env),
+            liveness: true,
             insns,
             maps,
             env,
@@ -206,6 +209,9 @@ impl<'a> Explorer<'a> {
     /// after its call.
     fn live_regs(&self, pc: usize, st: &State) -> [RegSet; MAX_FRAMES] {
         let mut regs = [RegSet::MAX; MAX_FRAMES];
+        if !self.liveness {
+            return regs;
+        }
         let n = st.frames.len().min(MAX_FRAMES);
         for (i, r) in regs.iter_mut().enumerate().take(n) {
             *r = if i + 1 == n {
@@ -302,7 +308,8 @@ impl<'a> Explorer<'a> {
             let c = &mut self.cps[i];
             if c.branches == 0 {
                 // Fully explored: its read marks are complete, so only live state matters.
-                if c.state.subsumes_live(&p.state, &regs, &c.read) {
+                let slots = if self.liveness { &c.read } else { &all_slots };
+                if c.state.subsumes_live(&p.state, &regs, slots) {
                     c.hits += 1;
                     pruned_by = Some((i, c.max_end.saturating_sub(c.len)));
                     break;

@@ -89,6 +89,9 @@ pub struct VerifyOptions {
     pub env: Env,
     pub log: LogLevel,
     pub limits: Limits,
+    /// Compare only live registers and stack slots when pruning (the default). Off, every
+    /// value is compared: the same verdicts, more paths; there to cross-check the analysis.
+    pub liveness: bool,
 }
 
 impl VerifyOptions {
@@ -98,6 +101,7 @@ impl VerifyOptions {
             env: Env::kernel(ty),
             log: LogLevel::Off,
             limits: Limits::default(),
+            liveness: true,
         }
     }
 
@@ -107,6 +111,7 @@ impl VerifyOptions {
             env: spec.env(hook, class)?,
             log: LogLevel::Off,
             limits: Limits::default(),
+            liveness: true,
         })
     }
 
@@ -256,6 +261,7 @@ pub fn verify_insns(
         env
     };
     let mut ex = explore::Explorer::new(insns, maps, first_env, cfg, opts.limits, opts.log);
+    ex.liveness = opts.liveness;
     if env.allow_budgeted_loops {
         ex.abort_past = env.budget;
     }
@@ -270,6 +276,7 @@ pub fn verify_insns(
         }
         let cfg = cfg::Cfg::build(insns)?;
         ex = explore::Explorer::new(insns, maps, env, cfg, opts.limits, opts.log);
+        ex.liveness = opts.liveness;
         if let Err(mut e) = ex.run() {
             if opts.log == LogLevel::Verbose {
                 e.log = Some(std::mem::take(&mut ex.log));

@@ -14,7 +14,7 @@ use rdx_bpf::interp::{self, Input, Vm, XdpMd};
 use rdx_bpf::isa::{AluOp, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width};
 use rdx_bpf::maps::MapSet;
 use rdx_bpf::{MapDef, MapOrigin, MapType};
-use rdx_verifier::{verify_insns, KernelProgType, VerifyOptions};
+use rdx_verifier::{verify_insns, KernelProgType, Rule, VerifyOptions};
 use std::cell::Cell;
 
 fn table() -> MapDef {
@@ -397,9 +397,36 @@ fn accepted_programs_run_safely() {
         proptest::collection::vec(block(), 1..14),
         proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..80), 4),
     );
+    let full = VerifyOptions {
+        liveness: false,
+        ..opts.clone()
+    };
     let result = runner.run(&strategy, |(blocks, packets)| {
         let insns = lower(&blocks);
-        let Ok(v) = verify_insns(&insns, &maps, &opts) else {
+        // Liveness only lets states that differ in dead values meet: the verdict (and the
+        // rule of a rejection, and the exact worst case) must be the same as when every value
+        // is compared.
+        let verdict = verify_insns(&insns, &maps, &opts);
+        let reference = verify_insns(&insns, &maps, &full);
+        match (&verdict, &reference) {
+            (Ok(a), Ok(b)) => prop_assert_eq!(a.worst_case_insns, b.worst_case_insns),
+            (Err(a), Err(b)) => prop_assert_eq!(a.rule, b.rule),
+            (Ok(_), Err(e)) if e.rule == Rule::TooComplex => {}
+            _ => prop_assert!(
+                false,
+                "with liveness {:?}, comparing everything {:?}\n{}",
+                verdict
+                    .as_ref()
+                    .map(|v| v.processed_insns)
+                    .map_err(|e| e.to_string()),
+                reference
+                    .as_ref()
+                    .map(|v| v.processed_insns)
+                    .map_err(|e| e.to_string()),
+                rdx_bpf::disasm::disassemble(&insns)
+            ),
+        }
+        let Ok(v) = verdict else {
             return Ok(());
         };
         accepted.set(accepted.get() + 1);
