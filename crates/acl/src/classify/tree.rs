@@ -2,12 +2,13 @@
 //! the selective fields (sip, dip, dQPN) they leave wide, and each group gets a tree whose
 //! nodes cut one field's value into 2^k equal blocks (the bits right after a common prefix the
 //! node checks first). A lookup walks each group's tree to one leaf — a short, priority-sorted
-//! list of rules — and checks those rules against a 64-byte compact copy that is exact for
-//! IPv4 RoCEv2 rules, reading the 224-byte rule only when the compact copy cannot decide.
+//! run of 64-byte compact rule copies, exact for IPv4 RoCEv2 rules — and reads the 224-byte
+//! rule only when a compact copy cannot decide. The rules are also split by priority into two
+//! tiers with their own trees (see [`CutTree`]).
 //!
 //! Why: the tuple space probes a dozen hash tables spread over ~90 MB, so nearly every probe
 //! misses the caches. Here the upper levels of a few trees are small and stay cached, and a
-//! lookup touches one leaf list and a few compact rules per group.
+//! lookup touches one contiguous leaf per group.
 //!
 //! Exactness: a node sends a packet to the child whose block holds its value, to an
 //! *outside* child when the value lacks the node's prefix, or to an *absent* child when the
