@@ -211,13 +211,16 @@ impl<'rt> Hook<'rt> {
     #[cold]
     #[inline(never)]
     fn finish_cold(&self, ts: *mut ThreadState, entry: EntryFn, r0: u64) -> u64 {
+        // Opaque, so that the compiler passes `self` itself instead of the fields `finish`
+        // uses: one value kept across the entry call instead of two.
+        let this = std::hint::black_box(self);
         let run = Prepared {
             entry,
             // SAFETY: this thread's live state.
             state: unsafe { std::ptr::addr_of_mut!((*ts).own_run.run) },
             timed: None,
         };
-        self.finish::<false>(ts, &run, r0)
+        this.finish::<false>(ts, &run, r0)
     }
 
     /// Every run the fast path does not cover: torn down, first run on this thread (or a
