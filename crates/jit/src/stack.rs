@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use rdx_bpf::isa::{AluOp, CallTarget, Insn, Operand, Reg, Size, Width, STACK_SIZE};
+use rdx_bpf::isa::{AluOp, AtomicOp, CallTarget, Insn, Operand, Reg, Size, Width, STACK_SIZE};
 
 use crate::translate::FuncPlan;
 
@@ -190,11 +190,15 @@ fn analyse(
                     Abs::Other => {}
                 }
             }
-            Insn::Atomic { base, src, .. } => {
+            Insn::Atomic { op, base, src, .. } => {
                 use_plain(&s, *base)?;
                 use_plain(&s, *src)?;
-                s[src.index()] = Abs::Other;
-                s[0] = Abs::Other;
+                // The fetch forms write `src` (already a plain value); `cmpxchg` also reads
+                // and writes r0.
+                if *op == AtomicOp::CmpXchg {
+                    use_plain(&s, Reg(0))?;
+                    s[0] = Abs::Other;
+                }
             }
             Insn::LoadImm64 { dst, .. } => s[dst.index()] = Abs::Other,
             Insn::LoadImm64Hi => {}
@@ -339,6 +343,20 @@ mod tests {
         assert!(run("mov32 %r1, %r10\nmov %r0, 0\nexit", &[]).is_none());
         // Returned.
         assert!(run("mov %r0, %r10\nexit", &[]).is_none());
+        // An atomic leaves a frame pointer in r0 a frame pointer: r0's load below is a
+        // frame access, not a plain one.
+        let p = run(
+            "mov %r0, %r10\nstdw [%r10-8], 1\nlock add [%r1+0], %r2\nldxdw %r3, [%r0-8]\nmov %r0, 0\nexit",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(p.access.get(&3), Some(&504));
+        // cmpxchg compares r0 with memory: a frame pointer there escapes.
+        assert!(run(
+            "mov %r0, %r10\nlock cmpxchg [%r1+0], %r2\nmov %r0, 0\nexit",
+            &[]
+        )
+        .is_none());
         // Outside the frame.
         assert!(run("ldxdw %r0, [%r10+0]\nexit", &[]).is_none());
         // A frame pointer on one path only, then read.
