@@ -548,11 +548,12 @@ proptest! {
 
 #[test]
 fn cut_tree_agrees_on_synthetic_rules_and_updates() {
-    let mut rules = synth::rules(4000, 11);
+    // More than one tier's worth (1,024 + a quarter), so the second tier is exercised.
+    let mut rules = synth::rules(2000, 11);
     let mut tree = CutTree::new(rules.clone());
     let s = tree.stats();
     assert!(s.nodes > 0 && s.groups > 1, "{s:?}");
-    let packets = synth::traffic(&rules, 4000, Mix::Uniform, 3);
+    let packets = synth::traffic(&rules, 2000, Mix::Uniform, 3);
     let oracle = LinearScan::new(&rules);
     for k in &packets {
         assert_eq!(tree.classify(k), oracle.classify(k));
@@ -571,7 +572,7 @@ fn cut_tree_agrees_on_synthetic_rules_and_updates() {
     }
     tree.replace_rules(&updates);
     let oracle = LinearScan::new(&rules);
-    let packets = synth::traffic(&rules, 4000, Mix::Uniform, 4);
+    let packets = synth::traffic(&rules, 2000, Mix::Uniform, 4);
     for k in &packets {
         assert_eq!(tree.classify(k), oracle.classify(k));
     }
