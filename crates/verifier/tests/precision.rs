@@ -345,3 +345,135 @@ fn the_caller_may_not_read_r0_a_subprogram_left_unset() {
         Rule::PointerLeak,
     );
 }
+
+mod random {
+    //! Random programs of the shape above: branches that leave safe (0, 8) or unsafe (4096)
+    //! offsets in registers and stack slots, overwrites, and uses of them as map-value
+    //! offsets. Liveness must not change rdx's verdict (or its rule), and the kernel must
+    //! agree with it.
+    use super::*;
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngSeed, TestRunner};
+
+    /// Registers r7-r9 and slots fp-16, fp-24 (the lookup key lives at fp-4).
+    const TARGETS: [&str; 5] = ["r7", "r8", "r9", "fp-16", "fp-24"];
+    const VALUES: [i32; 3] = [0, 8, 4096];
+
+    #[derive(Clone, Debug)]
+    enum Block {
+        Split {
+            bit: u8,
+            fall: Vec<(usize, usize)>,
+            taken: Vec<(usize, usize)>,
+        },
+        Set(usize, usize),
+        Use(usize),
+    }
+
+    fn write(t: usize, v: usize) -> String {
+        match TARGETS[t] {
+            r if r.starts_with('r') => format!("mov %{r}, {}\n", VALUES[v]),
+            slot => format!("stdw [%r10{}], {}\n", &slot[2..], VALUES[v]),
+        }
+    }
+
+    fn lower(blocks: &[Block]) -> String {
+        let mut s = String::from(
+            "call 7\nmov %r6, %r0\nmov %r7, 0\nmov %r8, 0\nmov %r9, 0\nstdw [%r10-16], 0\nstdw [%r10-24], 0\n",
+        );
+        for (i, b) in blocks.iter().enumerate() {
+            match b {
+                Block::Split { bit, fall, taken } => {
+                    s += &format!("mov %r5, %r6\nand %r5, {}\njne %r5, 0, b{i}\n", 1u32 << bit);
+                    for &(t, v) in fall {
+                        s += &write(t, v);
+                    }
+                    s += &format!("ja j{i}\nb{i}:\n");
+                    for &(t, v) in taken {
+                        s += &write(t, v);
+                    }
+                    s += &format!("j{i}:\n");
+                }
+                Block::Set(t, v) => s += &write(*t, *v),
+                Block::Use(t) => {
+                    s += LOOKUP;
+                    match TARGETS[*t] {
+                        r if r.starts_with('r') => s += &format!("add %r0, %{r}\n"),
+                        slot => s += &format!("ldxdw %r1, [%r10{}]\nadd %r0, %r1\n", &slot[2..]),
+                    }
+                    s += "ldxdw %r1, [%r0+0]\n";
+                }
+            }
+        }
+        s + "mov %r0, 2\nexit\n"
+    }
+
+    fn block() -> impl Strategy<Value = Block> {
+        let w = || proptest::collection::vec((0..TARGETS.len(), 0..VALUES.len()), 0..3);
+        prop_oneof![
+            3 => (0u8..31, w(), w()).prop_map(|(bit, fall, taken)| Block::Split { bit, fall, taken }),
+            1 => (0..TARGETS.len(), 0..2usize).prop_map(|(t, v)| Block::Set(t, v)),
+            2 => (0..TARGETS.len()).prop_map(Block::Use),
+        ]
+    }
+
+    #[test]
+    fn liveness_keeps_the_verdict_and_the_kernel_agrees() {
+        let cases: u32 = std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(2000);
+        let mut runner = TestRunner::new(Config {
+            cases,
+            rng_seed: RngSeed::Fixed(0x11fe_2026),
+            failure_persistence: None,
+            ..Config::default()
+        });
+        let maps = map16();
+        let kernel = rdx_kernel::probe().is_ok();
+        let km = kernel.then(|| rdx_kernel::create_maps(&maps).expect("maps"));
+        let full = VerifyOptions {
+            liveness: false,
+            ..xdp()
+        };
+        let (accepted, rejected) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+        let result = runner.run(&proptest::collection::vec(block(), 1..12), |blocks| {
+            let text = lower(&blocks);
+            let insns = assemble(&text);
+            let ours = verify_insns(&insns, &maps, &xdp());
+            let reference = verify_insns(&insns, &maps, &full);
+            prop_assert_eq!(
+                ours.as_ref().map(|_| ()).map_err(|e| e.rule),
+                reference.as_ref().map(|_| ()).map_err(|e| e.rule),
+                "{}",
+                text
+            );
+            if ours.is_ok() {
+                accepted.set(accepted.get() + 1);
+            } else {
+                rejected.set(rejected.get() + 1);
+            }
+            if let Some(km) = &km {
+                let prog = Program {
+                    name: "precision".into(),
+                    section: String::new(),
+                    insns: insns.clone(),
+                };
+                let theirs =
+                    rdx_kernel::load_linked(&prog, rdx_kernel::ProgType::Xdp, km, "GPL", 0);
+                prop_assert_eq!(ours.is_ok(), theirs.is_ok(), "{}\n{:?}", text, ours.err());
+            }
+            Ok(())
+        });
+        if let Err(e) = result {
+            panic!("{e}");
+        }
+        // Both outcomes must be common for the comparison to mean something.
+        assert!(
+            accepted.get() * 5 >= cases && rejected.get() * 5 >= cases,
+            "{} accepted, {} rejected",
+            accepted.get(),
+            rejected.get()
+        );
+    }
+}
