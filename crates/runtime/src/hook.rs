@@ -193,6 +193,7 @@ impl<'rt> Hook<'rt> {
             run.status = RunStatus::Ok as u32;
         }
         let state: *mut RunState = run;
+        t.fast_entry = entry;
         // SAFETY: as in `run_with`: `entry` is the one this thread validated (and
         // synchronised its instruction stream for) when it last ran `word`, which is still
         // published; the epoch is odd; `state` is this thread's own run state.
@@ -201,7 +202,7 @@ impl<'rt> Hook<'rt> {
         // returned.
         let t = unsafe { &mut *ts };
         if t.tail_result.is_some() || t.own_run.run.status != RunStatus::Ok as u32 {
-            return self.finish_cold(ts, entry, r0);
+            return self.finish_cold(ts, r0);
         }
         t.leave_outermost();
         r0
@@ -210,12 +211,14 @@ impl<'rt> Hook<'rt> {
     /// [`Hook::finish`] for a fast-path run that made a tail call or ended abnormally.
     #[cold]
     #[inline(never)]
-    fn finish_cold(&self, ts: *mut ThreadState, entry: EntryFn, r0: u64) -> u64 {
+    fn finish_cold(&self, ts: *mut ThreadState, r0: u64) -> u64 {
         // Opaque, so that the compiler passes `self` itself instead of the fields `finish`
         // uses: one value kept across the entry call instead of two.
         let this = std::hint::black_box(self);
         let run = Prepared {
-            entry,
+            // SAFETY: this thread's live state; the fast path stored the entry it called
+            // there (nested runs, which never take the fast path, leave it alone).
+            entry: unsafe { (*ts).fast_entry },
             // SAFETY: this thread's live state.
             state: unsafe { std::ptr::addr_of_mut!((*ts).own_run.run) },
             timed: None,

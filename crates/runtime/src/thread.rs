@@ -28,6 +28,10 @@ pub(crate) struct ThreadState {
     pub seen: Box<[(u64, EntryFn)]>,
     /// A tail call's result, taken by the hook when the entry returns.
     pub tail_result: Option<u64>,
+    /// The entry the hook's fast path (the outermost run, never a nested one) is running,
+    /// for its rare ends: stored here rather than kept in a callee-saved register across the
+    /// entry call, which every run would save and restore.
+    pub fast_entry: EntryFn,
     /// The run state the outermost run of this thread passes to native code (helpers reach
     /// it here during a run, for tail calls). A [`DeoptRunState`] because any published
     /// entry may be an elite artifact, which keeps its eBPF stack there and, at a failed
@@ -205,6 +209,7 @@ fn claim(inner: &Arc<Inner>) -> Option<ThreadState> {
                 seen: vec![(NEVER_SEEN, never_entered as EntryFn); inner.info.max_hooks as usize]
                     .into_boxed_slice(),
                 tail_result: None,
+                fast_entry: never_entered as EntryFn,
                 tail_depth: 0,
                 rng: (tid << 32)
                     ^ inner.id
