@@ -8,8 +8,9 @@
 //! - [`shm::ShmTransport`]: the embedded default — maps a target's region file and checks
 //!   its header before anything else.
 //! - [`local::LocalRegion`]: the same operations on a region this process already mapped;
-//!   the data-plane runtime uses it so that its helpers run exactly the map code a control
-//!   plane runs remotely.
+//!   the data-plane runtime uses it so that its helpers run the same map code a control
+//!   plane runs remotely, except for the host-side fast paths (`xstate::hash::local`,
+//!   `xstate::array::local`), which keep the same per-element protocol.
 //! - [`xstate`]: map objects in the scratchpad (array, hash, per-thread array and hash,
 //!   program array, ring buffer), one module per type behind one trait.
 //!
