@@ -1,0 +1,196 @@
+//! Elite builds through a real hook: the runtime in this process, the control plane
+//! deploying into its region (generic build, then elite build plus fallback image), every
+//! figure measured in the same run.
+//!
+//! Workload: `bpf/deopt/request_classify.c` on the `on_request` hook (context
+//! `{ value, out }`), traffic following the profile = values 1..999 (doubled); a request
+//! that leaves it = value 0, whose branch the elite build guards.
+//!
+//! 1. Time per run through `Hook::run`, generic JIT code against elite code, on
+//!    profile-following traffic.
+//! 2. Synchronous handover in the runtime: a run that fails its guard (exit, state in the
+//!    thread's `DeoptRunState`, the rest of the run in the fallback image) against the
+//!    generic build on the same request.
+//! 3. Throughput as the guard-failure rate rises (0%, 10%, 25%, 50%), generic and elite.
+//!
+//! `cargo bench -p rdx-deopt --bench host`. Wall-clock medians of batches.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension};
+use rdx_jit::{branch_sites, Expect, Speculation};
+use rdx_runtime::{Hook, HookSpec, Runtime};
+
+const BATCH: usize = 2048;
+const BATCHES: usize = 41;
+
+const EIM: &str = "\
+version: 1
+hooks:
+  - name: on_request
+    context:
+      size: 16
+      fields:
+        - {name: value, offset: 0, size: 8, access: read}
+        - {name: out, offset: 8, size: 8, access: read_write}
+classes:
+  - name: default
+    hook: on_request
+    context: {read: [value, out], write: [out]}
+    helpers: [map_lookup_elem, map_update_elem]
+    instructions: 100000
+    xstate_bytes: 1048576
+";
+
+#[repr(C)]
+struct Ctx {
+    value: u64,
+    out: u64,
+}
+
+/// Median nanoseconds per request over batches of `values` (cycled).
+fn per_run(hook: &Hook<'_>, values: &[u64]) -> f64 {
+    let mut samples: Vec<f64> = (0..BATCHES)
+        .map(|b| {
+            let start = Instant::now();
+            for i in 0..BATCH {
+                let mut c = Ctx {
+                    value: values[(b * BATCH + i) % values.len()],
+                    out: 0,
+                };
+                black_box(hook.run(black_box(&mut c)));
+            }
+            start.elapsed().as_nanos() as f64 / BATCH as f64
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    samples[BATCHES / 2]
+}
+
+fn publish(cf: &mut CodeFlow, ext: &Extension, speculation: Option<Speculation>) -> usize {
+    let checked = cf.validate_code(ext, "on_request", None).unwrap();
+    let (compiled, guards) = match speculation {
+        Some(s) => {
+            let (c, stats) = cf.jit_compile_elite(ext, &checked, s).unwrap();
+            (c, stats.guards)
+        }
+        None => (cf.jit_compile_code(ext, &checked, None).unwrap(), 0),
+    };
+    let p = cf.prepare_prog("on_request", ext, &compiled).unwrap();
+    cf.tx(vec![p]).unwrap();
+    guards
+}
+
+/// `n` requests, `fail_per_mille` of them value 0 (spread evenly), the rest 1..999.
+fn traffic(n: usize, fail_per_mille: usize) -> Vec<u64> {
+    (0..n)
+        .map(|i| {
+            let fail = (i * fail_per_mille) / 1000 != ((i + 1) * fail_per_mille) / 1000;
+            if fail {
+                0
+            } else {
+                1 + (i as u64 * 7919) % 999
+            }
+        })
+        .collect()
+}
+
+fn main() {
+    let path = format!("/dev/shm/rdx-deopt-bench-{}", std::process::id());
+    let rt = Runtime::builder()
+        .path(&path)
+        .eim_spec(EIM)
+        .code_size(4 << 20)
+        .scratch_size(1 << 20)
+        .thread_slots(4)
+        .hook(
+            "on_request",
+            HookSpec::for_context::<Ctx>().default_return(0),
+        )
+        .build()
+        .unwrap();
+    rt.register().unwrap();
+    let hook = rt.hook("on_request").unwrap();
+    let obj = rdx_bpf::loader::load(&rdx_testdata::object("deopt/request_classify")).unwrap();
+    let ext = Extension::from_object(&obj, None).unwrap();
+    let mut cf = create_codeflow(&format!("shm:{path}"), ExtSpec::default()).unwrap();
+
+    // The profile of traffic 1..999: each conditional jump's direction on it, found by
+    // publishing a one-guard build per jump and seeing whether a hot request deoptimises.
+    let mut guards = Speculation::default();
+    for pc in branch_sites(&ext.insns) {
+        let one = Speculation {
+            guards: [(pc, Expect::Taken)].into_iter().collect(),
+        };
+        publish(&mut cf, &ext, Some(one));
+        let before = hook.stats().deopts;
+        hook.run(&mut Ctx { value: 5, out: 0 });
+        let expect = if hook.stats().deopts > before {
+            Expect::NotTaken
+        } else {
+            Expect::Taken
+        };
+        guards.guards.insert(pc, expect);
+    }
+
+    let hot = traffic(4096, 0);
+    publish(&mut cf, &ext, None);
+    let generic_hot = per_run(&hook, &hot);
+    let generic_cold = per_run(&hook, &[0]);
+    let generic_rates: Vec<f64> = [0, 100, 250, 500]
+        .iter()
+        .map(|&r| 1e3 / per_run(&hook, &traffic(4096, r)))
+        .collect();
+
+    let n_guards = publish(&mut cf, &ext, Some(guards));
+    let before = hook.stats();
+    let elite_hot = per_run(&hook, &hot);
+    let after = hook.stats();
+    assert_eq!(
+        after.deopts, before.deopts,
+        "profile-following traffic deoptimised"
+    );
+    let elite_cold = per_run(&hook, &[0]);
+    let after_cold = hook.stats();
+    assert!(after_cold.deopts - after.deopts >= (BATCH * BATCHES) as u64);
+    assert_eq!(after_cold.failures, before.failures, "a resumed run failed");
+    let elite_rates: Vec<f64> = [0, 100, 250, 500]
+        .iter()
+        .map(|&r| 1e3 / per_run(&hook, &traffic(4096, r)))
+        .collect();
+
+    println!(
+        "request_classify through Hook::run ({} slots, {n_guards} guards), medians of {BATCHES} batches of {BATCH}",
+        ext.insns.len()
+    );
+    println!("| measurement | ns per run |");
+    println!("| --- | --- |");
+    println!("| generic JIT, profile-following traffic | {generic_hot:.1} |");
+    println!(
+        "| elite JIT, profile-following traffic (0 deoptimisations) | {elite_hot:.1} ({:.2}x) |",
+        elite_hot / generic_hot
+    );
+    println!("| generic JIT, request the profile never saw (value 0) | {generic_cold:.1} |");
+    println!(
+        "| elite JIT, same request: guard fails, run finished in the fallback image | {elite_cold:.1} |"
+    );
+    println!(
+        "| synchronous deoptimisation in the runtime (difference) | {:.1} |",
+        elite_cold - generic_cold
+    );
+    println!();
+    println!("| guard failures | generic (M runs/s) | elite (M runs/s) | elite / generic |");
+    println!("| --- | --- | --- | --- |");
+    for (i, rate) in ["0%", "10%", "25%", "50%"].iter().enumerate() {
+        println!(
+            "| {rate} | {:.2} | {:.2} | {:.2}x |",
+            generic_rates[i],
+            elite_rates[i],
+            elite_rates[i] / generic_rates[i]
+        );
+    }
+    drop(cf);
+    rt.teardown(std::time::Duration::from_millis(100)).unwrap();
+    rt.unlink().unwrap();
+}
