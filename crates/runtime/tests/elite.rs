@@ -131,8 +131,9 @@ fn elite_code_runs_on_the_thread_run_state_and_failed_guards_are_counted() {
     }
     let s = hook.stats();
     assert_eq!((s.deopts, s.failures), (before.deopts, before.failures));
-    // A failed guard: the run stops, counted as a deoptimisation (and, since this runtime
-    // does not continue it in the interpreter, as a failure with the default result).
+    // A failed guard: the run stops, counted as a deoptimisation. This hand-placed code has
+    // no fallback image before its entry (a control plane writes one with every elite
+    // build), so the run cannot continue: a failure with the default result.
     assert_eq!(hook.run(&mut Ctx { value: 101, out: 0 }), DEFAULT);
     assert_eq!(
         hook.run(&mut Ctx {
