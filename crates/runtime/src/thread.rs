@@ -28,6 +28,9 @@ pub(crate) struct ThreadState {
     pub seen: Box<[(u64, EntryFn)]>,
     /// A tail call's result, taken by the hook when the entry returns.
     pub tail_result: Option<u64>,
+    /// A program reached through a tail call stopped at a failed guard: the hook's fallback
+    /// image is not that program's, so the run cannot continue and fails instead.
+    pub tail_deopt: bool,
     /// The entry the hook's fast path (the outermost run, never a nested one) is running,
     /// for its rare ends: stored here rather than kept in a callee-saved register across the
     /// entry call, which every run would save and restore.
@@ -209,6 +212,7 @@ fn claim(inner: &Arc<Inner>) -> Option<ThreadState> {
                 seen: vec![(NEVER_SEEN, never_entered as EntryFn); inner.info.max_hooks as usize]
                     .into_boxed_slice(),
                 tail_result: None,
+                tail_deopt: false,
                 fast_entry: never_entered as EntryFn,
                 tail_depth: 0,
                 rng: (tid << 32)

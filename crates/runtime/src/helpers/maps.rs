@@ -246,6 +246,10 @@ pub(crate) unsafe extern "C" fn tail_call(ctx: u64, map: u64, index: u64, _: u64
     let r0 = unsafe { entry(ctx as *mut u8, run) };
     let ts = thread::current().expect("still inside the run");
     ts.tail_depth -= 1;
+    // SAFETY: as above; the entry returned.
+    if unsafe { (*run).status } == rdx_region::abi::RunStatus::Deopt as u32 {
+        ts.tail_deopt = true;
+    }
     // A deeper tail call already recorded the final result; B's own r0 after its tail
     // call is meaningless.
     if ts.tail_result.is_none() {

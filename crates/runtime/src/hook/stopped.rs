@@ -14,7 +14,9 @@ impl Hook<'_> {
     /// `deopts` cell and continues synchronously in the fallback image the control plane
     /// wrote beside that code (`crate::deopt`); the hook returns the run's final `r0`. Any
     /// other status, and a deoptimised run that cannot be finished (no image, budget spent
-    /// in the resumed part), is a failure: counted, the hook's default returned.
+    /// in the resumed part, or the guard was in a program reached through a tail call,
+    /// whose image the hook's entry does not lead to), is a failure: counted, the hook's
+    /// default returned.
     #[cold]
     #[inline(never)]
     pub(super) fn stopped(
@@ -33,8 +35,12 @@ impl Hook<'_> {
                 c.deopts
                     .store(c.deopts.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
             }
-            if let Some(r0) = crate::deopt::resume(self.inner, run) {
-                return r0;
+            // SAFETY: as above.
+            let through_tail_call = std::mem::take(&mut unsafe { &mut *ts }.tail_deopt);
+            if !through_tail_call {
+                if let Some(r0) = crate::deopt::resume(self.inner, run) {
+                    return r0;
+                }
             }
         }
         self.slot.failures.fetch_add(1, Ordering::Relaxed);
