@@ -41,6 +41,10 @@ const H_VERSION: u64 = 8;
 const H_INCARNATION: u64 = 16;
 const H_HOLDER_PID: u64 = 24;
 const H_SEQ: u64 = 32;
+/// The highest version of any code record freed in this incarnation. New versions start
+/// above it, so an active word (version, entry) never comes back with other code behind it:
+/// a host thread that ran a word skips the coherence step when it sees that word again.
+const H_FREED_VERSION: u64 = 40;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
@@ -182,6 +186,7 @@ pub struct AllocTable {
     extents: BTreeMap<(u32, u64, usize), u64>,
     code: (u64, u64),
     scratch: (u64, u64),
+    freed_version: u32,
 }
 
 impl AllocTable {
@@ -232,6 +237,7 @@ impl AllocTable {
                 align_up(scratch.offset + info.scratch_reserved, MAP_ALIGN),
                 scratch.end(),
             ),
+            freed_version: 0,
         };
         let mut head = [0u8; ALLOC_HEADER_LEN as usize];
         t.read(sec.offset, &mut head)?;
@@ -251,6 +257,7 @@ impl AllocTable {
                 "allocator table version {version}, this build writes {ALLOC_VERSION}"
             )));
         }
+        table.freed_version = u32::from_le_bytes(head[40..44].try_into().expect("4"));
         let mut body = vec![0u8; (capacity as u64 * RECORD_LEN) as usize];
         t.read(sec.offset + ALLOC_HEADER_LEN, &mut body)?;
         for i in 0..capacity as usize {
@@ -277,12 +284,14 @@ impl AllocTable {
         t.write_u64(self.section + H_VERSION, ALLOC_VERSION as u64)?;
         t.write_u64(self.section + H_INCARNATION, incarnation)?;
         t.write_u64(self.section + H_SEQ, 0)?;
+        t.write_u64(self.section + H_FREED_VERSION, 0)?;
         t.fence()?;
         t.write_u64(self.section + H_MAGIC, ALLOC_MAGIC)?;
         for r in &mut self.records {
             *r = None;
         }
         self.extents.clear();
+        self.freed_version = 0;
         Ok(())
     }
 
@@ -315,6 +324,11 @@ impl AllocTable {
             .filter_map(|(i, r)| r.as_ref().map(|r| (i, r)))
     }
 
+    /// The highest version of any code record freed in this incarnation (0 if none).
+    pub fn freed_version(&self) -> u32 {
+        self.freed_version
+    }
+
     pub fn get(&self, index: usize) -> Option<&Record> {
         self.records.get(index).and_then(|r| r.as_ref())
     }
@@ -336,6 +350,12 @@ impl AllocTable {
             return Ok(());
         };
         if state == RecordState::Free {
+            if rec.arena == Arena::Code && rec.version > self.freed_version {
+                // Raised before the record goes: a control plane that dies in between
+                // leaves a floor that is merely higher than needed.
+                t.write_u64(self.section + H_FREED_VERSION, rec.version as u64)?;
+                self.freed_version = rec.version;
+            }
             t.write_u64(at, 0)?;
             self.set_slot(index, None);
             return Ok(());
@@ -502,6 +522,7 @@ mod tests {
             extents: BTreeMap::new(),
             code: (0x10000, 0x20000),
             scratch: (0x20000, 0x30000),
+            freed_version: 0,
         };
         (table, region)
     }
@@ -522,6 +543,23 @@ mod tests {
             hash: [0; 16],
             budget: 0,
         }
+    }
+
+    #[test]
+    fn freeing_code_raises_the_version_floor_in_the_region() {
+        let mut buf = Vec::new();
+        let (mut table, region) = scratch_table(8, &mut buf);
+        let mut rec = blank_record();
+        rec.version = 7;
+        let (seven, _) = table.allocate(&region, Arena::Code, 64, rec).unwrap();
+        let mut rec = blank_record();
+        rec.version = 3;
+        let (three, _) = table.allocate(&region, Arena::Code, 64, rec).unwrap();
+        table.set_state(&region, seven, RecordState::Free).unwrap();
+        table.set_state(&region, three, RecordState::Free).unwrap();
+        // The floor only rises, and it is in the region for the next control plane.
+        assert_eq!(table.freed_version(), 7);
+        assert_eq!(region.read_u64(table.section + H_FREED_VERSION).unwrap(), 7);
     }
 
     proptest! {

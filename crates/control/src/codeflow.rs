@@ -1063,6 +1063,8 @@ impl CodeFlow {
         Ok(())
     }
 
+    /// Above every version this hook holds or runs, and above every version freed on this
+    /// node, so that no active word is ever reused for other code.
     fn next_version(&self, hook: &HookInfo, active: u64) -> u32 {
         let held = self
             .alloc
@@ -1073,6 +1075,7 @@ impl CodeFlow {
                     .map(|(_, r)| r.version)
                     .max()
                     .unwrap_or(0)
+                    .max(a.freed_version())
             })
             .unwrap_or(0);
         held.max(active_version(active)).wrapping_add(1).max(1)
