@@ -13,6 +13,7 @@
 //!   stderr when it does not do what the test expects.
 //! - [`netns`]: network namespaces joined by veth pairs, deleted on drop.
 //! - [`c_host`]: C hosts compiled against `include/rdx.h` and the runtime's static library.
+//! - [`programs`]: generated eBPF programs for the verifier and deploy benches.
 //!
 //! **For tests and benches only.** This crate is a `[dev-dependencies]` entry and must never
 //! be a normal dependency of a library or binary: it panics instead of returning errors, and
@@ -24,6 +25,7 @@ pub mod eim;
 pub mod host;
 pub mod netns;
 pub mod process;
+pub mod programs;
 pub mod rdx;
 pub mod scratch;
 
