@@ -312,3 +312,49 @@ pub fn path_sensitive(len: usize, splits: u32, seed: i32) -> Vec<Insn> {
     p.push(Insn::Exit);
     p
 }
+
+/// A large single-function program (ALU chains with forward branches), for the JIT's compile-throughput bench.
+pub fn synthetic(n: usize) -> Vec<Insn> {
+    let mut p = Vec::with_capacity(n + 1);
+    for r in 0..10u8 {
+        p.push(Insn::Alu {
+            width: Width::W64,
+            op: AluOp::Mov,
+            dst: Reg(r),
+            src: Operand::Imm(r as i32 + 1),
+        });
+    }
+    let ops = [
+        AluOp::Add,
+        AluOp::Xor,
+        AluOp::Mul,
+        AluOp::Lsh,
+        AluOp::Sub,
+        AluOp::Or,
+    ];
+    while p.len() < n {
+        let i = p.len();
+        if i % 7 == 0 && p.len() + 3 < n {
+            p.push(Insn::Jmp {
+                width: Width::W64,
+                cond: JmpCond::Gt,
+                dst: Reg((i % 10) as u8),
+                src: Operand::Imm(1000),
+                off: 2,
+            });
+        } else {
+            p.push(Insn::Alu {
+                width: if i % 3 == 0 { Width::W32 } else { Width::W64 },
+                op: ops[i % ops.len()],
+                dst: Reg((i % 10) as u8),
+                src: if i % 2 == 0 {
+                    Operand::Reg(Reg(((i / 3) % 10) as u8))
+                } else {
+                    Operand::Imm((i % 31) as i32)
+                },
+            });
+        }
+    }
+    p.push(Insn::Exit);
+    p
+}
