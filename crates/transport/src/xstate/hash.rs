@@ -110,6 +110,34 @@ enum Slot {
     Full,
 }
 
+/// What an update does with the slot its key search found, under the flags' rules and the
+/// map's capacity: `(element, its control word, whether it is new)`. `count` reads the
+/// map's element count, needed only for a new element.
+#[inline(always)]
+fn slot_for_update(
+    m: &MapRef,
+    slot: Slot,
+    flags: u64,
+    count: impl FnOnce() -> Result<u64, MapError>,
+) -> Result<(u64, u64, bool), MapError> {
+    let full = || MapError::Full {
+        id: m.id,
+        max_entries: m.max_entries,
+    };
+    match slot {
+        Slot::Found(_, _) if flags == UPDATE_NOEXIST => Err(MapError::Exists),
+        Slot::Found(e, c) => Ok((e, c, false)),
+        Slot::Free(_, _) if flags == UPDATE_EXIST => Err(MapError::NotFound),
+        Slot::Free(e, c) => {
+            if count()? >= m.max_entries as u64 {
+                return Err(full());
+            }
+            Ok((e, c, true))
+        }
+        Slot::Full => Err(full()),
+    }
+}
+
 fn find_for_write<T: Transport + ?Sized>(t: &T, m: &MapRef, key: &[u8]) -> Result<Slot, MapError> {
     let mask = m.buckets as u64 - 1;
     let mut idx = hash_key(key) & mask;
@@ -208,32 +236,9 @@ impl MapOps for HashMap {
     ) -> Result<(), MapError> {
         m.check_key(key)?;
         locked(t, m, token, || {
-            let (e, c, fresh) = match find_for_write(t, m, key)? {
-                Slot::Found(e, c) => {
-                    if flags == UPDATE_NOEXIST {
-                        return Err(MapError::Exists);
-                    }
-                    (e, c, false)
-                }
-                Slot::Free(e, c) => {
-                    if flags == UPDATE_EXIST {
-                        return Err(MapError::NotFound);
-                    }
-                    if t.read_u64(m.offset + offsets::MAP_COUNT)? >= m.max_entries as u64 {
-                        return Err(MapError::Full {
-                            id: m.id,
-                            max_entries: m.max_entries,
-                        });
-                    }
-                    (e, c, true)
-                }
-                Slot::Full => {
-                    return Err(MapError::Full {
-                        id: m.id,
-                        max_entries: m.max_entries,
-                    })
-                }
-            };
+            let (e, c, fresh) = slot_for_update(m, find_for_write(t, m, key)?, flags, || {
+                Ok(t.read_u64(m.offset + offsets::MAP_COUNT)?)
+            })?;
             let busy = next_ctl(c, ELEM_BUSY);
             t.write_u64(e, busy)?;
             if fresh {
@@ -316,11 +321,10 @@ impl MapOps for HashMap {
 /// error) is handed to the generic code, which has the retry, lock-breaking and error
 /// logic.
 pub mod local {
-    use super::{elem, find, find_for_write, value_at, Slot};
+    use super::{elem, find, find_for_write, slot_for_update, value_at, Slot};
     use crate::local::LocalRegion;
     use crate::xstate::{
         hash_key, hash_key8, next_ctl, Copies, MapError, MapRef, TOKEN_HOST, UPDATE_EXIST,
-        UPDATE_NOEXIST,
     };
     use crate::Transport;
     use rdx_region::layout::{offsets, ELEM_BUSY, ELEM_EMPTY, ELEM_LIVE, ELEM_STATE_MASK};
@@ -507,32 +511,9 @@ pub mod local {
         flags: u64,
         copies: Copies,
     ) -> Result<(), MapError> {
-        let (e, c, fresh) = match find_for_write_local(r, m, key)? {
-            Slot::Found(e, c) => {
-                if flags == UPDATE_NOEXIST {
-                    return Err(MapError::Exists);
-                }
-                (e, c, false)
-            }
-            Slot::Free(e, c) => {
-                if flags == UPDATE_EXIST {
-                    return Err(MapError::NotFound);
-                }
-                if r.read_u64(m.offset + offsets::MAP_COUNT)? >= m.max_entries as u64 {
-                    return Err(MapError::Full {
-                        id: m.id,
-                        max_entries: m.max_entries,
-                    });
-                }
-                (e, c, true)
-            }
-            Slot::Full => {
-                return Err(MapError::Full {
-                    id: m.id,
-                    max_entries: m.max_entries,
-                })
-            }
-        };
+        let (e, c, fresh) = slot_for_update(m, find_for_write_local(r, m, key)?, flags, || {
+            Ok(r.read_u64(m.offset + offsets::MAP_COUNT)?)
+        })?;
         // SAFETY: an element of a checked map.
         let ctl = unsafe { word(r, e) };
         let busy = next_ctl(c, ELEM_BUSY);
