@@ -15,6 +15,7 @@
 
 mod flow;
 mod hot;
+pub mod image;
 mod layered;
 mod linear;
 mod table;
@@ -25,7 +26,10 @@ pub use flow::{FlowCache, FlowCacheStats};
 pub use hot::{HotAdapter, HotStats, HotTier};
 pub use layered::Layered;
 pub use linear::LinearScan;
-pub use tree::{CutTree, TreeStats, TreeWork};
+pub use tree::{
+    CutTree, EntryView, NodeView, Reach, TierView, TreeStats, TreeWork, EMPTY_REF, ENTRY_DIP_ANY,
+    ENTRY_DIP_V4, ENTRY_INEXACT, ENTRY_SIP_ANY, ENTRY_SIP_V4, LEAF_REF,
+};
 pub use tss::{ProbeWork, TupleSpace};
 
 use crate::rule::PacketKey;

@@ -1040,3 +1040,197 @@ impl Classifier for CutTree {
         self.generation
     }
 }
+
+/// A child reference naming a leaf has this bit set ([`TierView::refs`], group roots).
+pub const LEAF_REF: u32 = LEAF;
+/// The shared empty leaf's reference.
+pub const EMPTY_REF: u32 = EMPTY;
+/// [`EntryView::flags`]: the sip range lies in the IPv4-mapped space (its low 32 bits).
+pub const ENTRY_SIP_V4: u16 = SIP_V4;
+/// [`EntryView::flags`]: the sip range is everything.
+pub const ENTRY_SIP_ANY: u16 = SIP_ANY;
+/// [`EntryView::flags`]: as [`ENTRY_SIP_V4`] for dip.
+pub const ENTRY_DIP_V4: u16 = DIP_V4;
+/// [`EntryView::flags`]: as [`ENTRY_SIP_ANY`] for dip.
+pub const ENTRY_DIP_ANY: u16 = DIP_ANY;
+/// [`EntryView::flags`]: the full rule must decide a packet the compact copy matches.
+pub const ENTRY_INEXACT: u16 = INEXACT;
+
+/// One interior node, decoded (for serialisers such as `classify::image`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeView {
+    /// The value's bits above the cut, for the inside children.
+    pub prefix: u128,
+    /// First child reference in [`TierView::refs`]: `2^bits` inside, outside, absent.
+    pub children: u32,
+    /// [`Field`] index cut.
+    pub field: u8,
+    /// Bits cut.
+    pub bits: u8,
+    /// Bits below the cut.
+    pub shift: u8,
+    /// Every value has the prefix.
+    pub whole: bool,
+}
+
+/// One compact leaf entry, decoded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EntryView {
+    pub va_lo: u64,
+    pub va_hi: u64,
+    /// Opcodes 0..=63.
+    pub opcodes: u64,
+    pub sip_lo: u32,
+    pub sip_hi: u32,
+    pub dip_lo: u32,
+    pub dip_hi: u32,
+    pub dqpn_lo: u32,
+    pub dqpn_hi: u32,
+    pub sport_lo: u16,
+    pub sport_hi: u16,
+    pub dport_lo: u16,
+    pub dport_hi: u16,
+    pub absent_ok: u16,
+    /// `ENTRY_*` flags.
+    pub flags: u16,
+    pub priority: u32,
+}
+
+/// Read-only access to one priority tier's arrays.
+#[derive(Clone, Copy)]
+pub struct TierView<'a> {
+    tier: &'a Tier,
+}
+
+impl<'a> TierView<'a> {
+    /// Priorities `lo..hi` live in this tier.
+    pub fn priorities(&self) -> (u32, u32) {
+        (self.tier.lo, self.tier.hi)
+    }
+
+    /// The trees: (root reference, smallest priority), ascending by the latter.
+    pub fn groups(&self) -> impl Iterator<Item = (u32, u32)> + 'a {
+        self.tier.groups.iter().map(|g| (g.root, g.min_priority))
+    }
+
+    /// Interior nodes.
+    pub fn node_count(&self) -> usize {
+        self.tier.nodes.len()
+    }
+
+    /// Node `i`.
+    pub fn node(&self, i: usize) -> NodeView {
+        let n = &self.tier.nodes[i];
+        NodeView {
+            prefix: n.prefix,
+            children: n.children,
+            field: n.field,
+            bits: n.bits,
+            shift: n.shift,
+            whole: n.whole,
+        }
+    }
+
+    /// Child references ([`LEAF_REF`] set: a leaf index; otherwise a node index).
+    pub fn refs(&self) -> &'a [u32] {
+        &self.tier.refs
+    }
+
+    /// Leaves (index 0 is the shared empty leaf).
+    pub fn leaf_count(&self) -> usize {
+        self.tier.leaves.len()
+    }
+
+    /// Leaf `i`: its first entry and its length.
+    pub fn leaf(&self, i: usize) -> (u32, u32) {
+        let l = self.tier.leaves[i];
+        (l.start, l.len)
+    }
+
+    /// Entries in the arena (leaves name runs of them).
+    pub fn entry_count(&self) -> usize {
+        self.tier.entries.len()
+    }
+
+    /// Entry `i`.
+    pub fn entry(&self, i: usize) -> EntryView {
+        let c = &self.tier.entries[i];
+        EntryView {
+            va_lo: c.va_lo,
+            va_hi: c.va_hi,
+            opcodes: c.opcodes,
+            sip_lo: c.sip_lo,
+            sip_hi: c.sip_hi,
+            dip_lo: c.dip_lo,
+            dip_hi: c.dip_hi,
+            dqpn_lo: c.dqpn_lo,
+            dqpn_hi: c.dqpn_hi,
+            sport_lo: c.sport_lo,
+            sport_hi: c.sport_hi,
+            dport_lo: c.dport_lo,
+            dport_hi: c.dport_hi,
+            absent_ok: c.absent_ok,
+            flags: c.flags,
+            priority: c.priority,
+        }
+    }
+}
+
+/// Where a rule lives in the trees: what an in-place update of its priority touches.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reach {
+    /// The tier of the rule's priority.
+    pub tier: usize,
+    /// Child-reference slots (indexes into [`TierView::refs`]) on its paths.
+    pub refs: Vec<u32>,
+    /// Non-empty leaves it reaches.
+    pub leaves: Vec<u32>,
+}
+
+impl CutTree {
+    /// Priority tiers.
+    pub fn tier_count(&self) -> usize {
+        self.tiers.len()
+    }
+
+    /// Tier `t`'s arrays.
+    pub fn tier_view(&self, t: usize) -> TierView<'_> {
+        TierView {
+            tier: &self.tiers[t],
+        }
+    }
+
+    /// The reference slots and leaves `rule` reaches in the tree of its group, in the tier of
+    /// `rule.priority` (`None` when no tier holds that priority or no tree its group).
+    pub fn reach(&self, rule: &Rule) -> Option<Reach> {
+        let p = rule.priority;
+        let t = self.tiers.iter().position(|t| t.lo <= p && p < t.hi)?;
+        let tier = &self.tiers[t];
+        let class = tier.group_class(rule);
+        let g = tier.groups.iter().find(|g| g.class == class)?;
+        let mut out = Reach {
+            tier: t,
+            ..Reach::default()
+        };
+        tier.reach_from(g.root, &full_region(), rule, &mut out);
+        Some(out)
+    }
+}
+
+impl Tier {
+    fn reach_from(&self, r: u32, region: &Region, rule: &Rule, out: &mut Reach) {
+        if r & LEAF != 0 {
+            if r != EMPTY {
+                out.leaves.push(r & !LEAF);
+            }
+            return;
+        }
+        let node = self.nodes[r as usize];
+        for idx in self.reached(r, region, rule) {
+            let slot = node.children + idx as u32;
+            out.refs.push(slot);
+            let sub = child_region(&node, region, idx);
+            self.reach_from(self.refs[slot as usize], &sub, rule, out);
+        }
+    }
+}

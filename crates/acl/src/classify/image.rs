@@ -1,0 +1,487 @@
+//! The cut tree ([`CutTree`]) serialised into flat arrays of fixed-size records, the form the
+//! eBPF enforcement program (`bpf/acl/enforce.c`) walks in XState with bounded loops.
+//!
+//! An image has three arrays, each stored in an XState array map with two *banks* (halves):
+//!
+//! - **words** (`u32`, 16 to a 64-byte map value): per tier its nodes (8 words each: the
+//!   128-bit prefix as four little-endian words, the first child reference, then `field |
+//!   bits << 8 | shift << 16 | whole << 24`, two zero words), its child references (as the
+//!   tree's: bit 31 names a leaf), its leaves (2 words each: first entry, length), with room
+//!   for leaves added by updates;
+//! - **entries** (64 bytes each): the leaves' compact rule copies, with room to grow;
+//! - **rules** (224 bytes each, the [`crate::rule::Rule`] layout of the rule image).
+//!
+//! Indices inside an array are tier-local (as in the tree); the per-tier bases, the trees'
+//! roots and the bank live in the program's small per-version section ([`Control`]), so
+//! publishing a version switches the bank and the layout together. The image only ever grows
+//! in place: [`TreeImage::apply`] re-serialises what an in-place tree update touched (the
+//! leaves, entries and reference slots the old and new versions of each rule reach, and the
+//! rule) and says which records changed ([`Dirty`]), so a control plane copies only those
+//! into a bank.
+
+use std::ops::Range;
+
+use thiserror::Error;
+
+use super::tree::{CutTree, EntryView, TierView};
+use crate::compile::{RuleImage, RuleSet, IMAGE_HEADER_SIZE};
+use crate::policy::Action;
+use crate::rule::{Rule, RULE_SIZE};
+
+/// Words in one record of the words array (a 64-byte map value).
+pub const WORDS_PER_RECORD: usize = 16;
+/// Bytes of one entry record.
+pub const ENTRY_SIZE: usize = 64;
+/// Words of one node.
+pub const NODE_WORDS: usize = 8;
+/// Most trees per tier (group classes).
+pub const MAX_GROUPS: usize = 8;
+/// Most tiers.
+pub const MAX_TIERS: usize = 2;
+/// Size of [`Control`] serialised (`struct acl_ctl` in `enforce.c`).
+pub const CONTROL_SIZE: usize = 48 + MAX_TIERS * 64;
+/// Magic of the control block.
+pub const CONTROL_MAGIC: [u8; 8] = *b"RDXACLT\0";
+/// Layout version of the control block and the arrays.
+pub const CONTROL_VERSION: u32 = 2;
+
+/// How much one bank of each array holds (the maps hold two).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capacity {
+    /// Words.
+    pub words: usize,
+    /// Entry records.
+    pub entries: usize,
+    /// Rule records.
+    pub rules: usize,
+}
+
+/// Why an image cannot be built or updated in place.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum ImageError {
+    /// The image does not fit a bank.
+    #[error("the classifier image needs {need} {what} per bank; a bank holds {capacity}")]
+    TooLarge {
+        /// Which array.
+        what: &'static str,
+        /// Needed.
+        need: usize,
+        /// Held.
+        capacity: usize,
+    },
+    /// An update outgrew the room the layout kept; build the image again.
+    #[error("an update outgrew the image's room for {0}; rebuild it")]
+    OutOfRoom(&'static str),
+    /// The tree has more tiers or trees than the program walks.
+    #[error("the tree has {0}, more than the enforcement program walks")]
+    Shape(String),
+}
+
+/// Where one tier lives in the arrays (tier-local indices start there).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TierLayout {
+    /// Priorities `lo..hi`.
+    pub lo: u32,
+    pub hi: u32,
+    /// Word index of node 0.
+    pub nodes: u32,
+    /// Word index of child reference 0.
+    pub refs: u32,
+    /// Word index of leaf 0 and how many leaves fit.
+    pub leaves: u32,
+    pub leaf_cap: u32,
+    /// Entry index of entry 0 and how many entries fit.
+    pub entries: u32,
+    pub entry_cap: u32,
+    /// Tree roots, ascending by their smallest priority.
+    pub roots: Vec<u32>,
+}
+
+/// Records changed by an update (or everything), to copy into a bank.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Dirty {
+    /// Every record in use.
+    pub all: bool,
+    /// Word ranges.
+    pub words: Vec<Range<u32>>,
+    /// Entry ranges.
+    pub entries: Vec<Range<u32>>,
+    /// Rule indices.
+    pub rules: Vec<u32>,
+}
+
+impl Dirty {
+    /// Everything.
+    pub fn everything() -> Dirty {
+        Dirty {
+            all: true,
+            ..Dirty::default()
+        }
+    }
+
+    /// Adds `other`'s records.
+    pub fn merge(&mut self, other: &Dirty) {
+        self.all |= other.all;
+        if self.all {
+            self.words.clear();
+            self.entries.clear();
+            self.rules.clear();
+            return;
+        }
+        self.words.extend(other.words.iter().cloned());
+        self.entries.extend(other.entries.iter().cloned());
+        self.rules.extend(other.rules.iter().copied());
+    }
+
+    /// Nothing changed.
+    pub fn is_empty(&self) -> bool {
+        !self.all && self.words.is_empty() && self.entries.is_empty() && self.rules.is_empty()
+    }
+}
+
+/// A rule set's classifier in the program's form, kept by the control plane next to the
+/// native tree it mirrors.
+#[derive(Clone, Debug)]
+pub struct TreeImage {
+    /// Per tier.
+    pub tiers: Vec<TierLayout>,
+    /// The words array (one bank's worth, as used).
+    pub words: Vec<u32>,
+    /// The entries array.
+    pub entries: Vec<[u8; ENTRY_SIZE]>,
+    /// The rules array.
+    pub rules: Vec<[u8; RULE_SIZE]>,
+    /// The rules themselves (to find what an update's old version reached).
+    rule_values: Vec<Rule>,
+    /// Default action.
+    pub default: Action,
+}
+
+fn round_up(x: usize, to: usize) -> usize {
+    x.div_ceil(to) * to
+}
+
+fn entry_bytes(e: &EntryView) -> [u8; ENTRY_SIZE] {
+    let mut b = [0u8; ENTRY_SIZE];
+    let mut at = 0;
+    let mut put = |v: &[u8]| {
+        b[at..at + v.len()].copy_from_slice(v);
+        at += v.len();
+    };
+    put(&e.va_lo.to_le_bytes());
+    put(&e.va_hi.to_le_bytes());
+    put(&e.opcodes.to_le_bytes());
+    for w in [e.sip_lo, e.sip_hi, e.dip_lo, e.dip_hi, e.dqpn_lo, e.dqpn_hi] {
+        put(&w.to_le_bytes());
+    }
+    for h in [
+        e.sport_lo,
+        e.sport_hi,
+        e.dport_lo,
+        e.dport_hi,
+        e.absent_ok,
+        e.flags,
+    ] {
+        put(&h.to_le_bytes());
+    }
+    put(&e.priority.to_le_bytes());
+    b
+}
+
+fn rule_bytes(rules: &[Rule]) -> Vec<[u8; RULE_SIZE]> {
+    let set = RuleSet {
+        rules: rules.to_vec(),
+        default: Action::Allow,
+        policy_names: Vec::new(),
+    };
+    RuleImage::to_bytes(&set)[IMAGE_HEADER_SIZE..]
+        .chunks_exact(RULE_SIZE)
+        .map(|c| c.try_into().expect("rule size"))
+        .collect()
+}
+
+impl TreeImage {
+    /// Serialises `tree` (built from `set.rules`), keeping room for updates, within `cap`.
+    pub fn build(tree: &CutTree, set: &RuleSet, cap: Capacity) -> Result<TreeImage, ImageError> {
+        if tree.tier_count() > MAX_TIERS {
+            return Err(ImageError::Shape(format!("{} tiers", tree.tier_count())));
+        }
+        let mut tiers = Vec::new();
+        let (mut words, mut entries) = (0usize, 0usize);
+        for t in 0..tree.tier_count() {
+            let v = tree.tier_view(t);
+            let roots: Vec<u32> = v.groups().map(|(root, _)| root).collect();
+            if roots.len() > MAX_GROUPS {
+                return Err(ImageError::Shape(format!(
+                    "{} trees in a tier",
+                    roots.len()
+                )));
+            }
+            let (lo, hi) = v.priorities();
+            let nodes = words;
+            let refs = round_up(nodes + v.node_count() * NODE_WORDS, WORDS_PER_RECORD);
+            let leaves = round_up(refs + v.refs().len(), WORDS_PER_RECORD);
+            let leaf_cap = v.leaf_count() + v.leaf_count() / 4 + 256;
+            words = round_up(leaves + 2 * leaf_cap, WORDS_PER_RECORD);
+            let entry_cap = v.entry_count() + v.entry_count() / 4 + 4096;
+            tiers.push(TierLayout {
+                lo,
+                hi,
+                nodes: nodes as u32,
+                refs: refs as u32,
+                leaves: leaves as u32,
+                leaf_cap: leaf_cap as u32,
+                entries: entries as u32,
+                entry_cap: entry_cap as u32,
+                roots,
+            });
+            entries += entry_cap;
+        }
+        for (what, need, capacity) in [
+            ("words", words, cap.words),
+            ("entries", entries, cap.entries),
+            ("rules", set.rules.len(), cap.rules),
+        ] {
+            if need > capacity {
+                return Err(ImageError::TooLarge {
+                    what,
+                    need,
+                    capacity,
+                });
+            }
+        }
+        let mut img = TreeImage {
+            tiers,
+            words: vec![0; words],
+            entries: vec![[0; ENTRY_SIZE]; entries],
+            rules: rule_bytes(&set.rules),
+            rule_values: set.rules.clone(),
+            default: set.default,
+        };
+        for t in 0..tree.tier_count() {
+            let v = tree.tier_view(t);
+            let l = img.tiers[t].clone();
+            for i in 0..v.node_count() {
+                let n = v.node(i);
+                let at = l.nodes as usize + i * NODE_WORDS;
+                let w = &mut img.words[at..at + NODE_WORDS];
+                for (k, word) in w[..4].iter_mut().enumerate() {
+                    *word = (n.prefix >> (32 * k)) as u32;
+                }
+                w[4] = n.children;
+                w[5] = n.field as u32
+                    | (n.bits as u32) << 8
+                    | (n.shift as u32) << 16
+                    | (n.whole as u32) << 24;
+            }
+            let refs = v.refs();
+            img.words[l.refs as usize..l.refs as usize + refs.len()].copy_from_slice(refs);
+            for i in 0..v.leaf_count() {
+                img.put_leaf(t, &v, i as u32)?;
+            }
+        }
+        Ok(img)
+    }
+
+    /// Serialises leaf `leaf` of tier `t` and its entries.
+    fn put_leaf(
+        &mut self,
+        t: usize,
+        v: &TierView<'_>,
+        leaf: u32,
+    ) -> Result<Range<u32>, ImageError> {
+        let l = &self.tiers[t];
+        if leaf >= l.leaf_cap {
+            return Err(ImageError::OutOfRoom("leaves"));
+        }
+        let (start, len) = v.leaf(leaf as usize);
+        if start + len > l.entry_cap {
+            return Err(ImageError::OutOfRoom("entries"));
+        }
+        let at = (l.leaves + 2 * leaf) as usize;
+        self.words[at] = start;
+        self.words[at + 1] = len;
+        let base = l.entries + start;
+        for i in 0..len {
+            self.entries[(base + i) as usize] = entry_bytes(&v.entry((start + i) as usize));
+        }
+        Ok(base..base + len)
+    }
+
+    /// Brings the image in step with `tree` after `tree.replace_rules(updates)` (the image
+    /// still holds the rules before it), returning the records that changed. On
+    /// [`ImageError::OutOfRoom`] the image is unusable: build it again.
+    pub fn apply(&mut self, tree: &CutTree, updates: &[Rule]) -> Result<Dirty, ImageError> {
+        let mut dirty = Dirty::default();
+        for new in updates {
+            let p = new.priority as usize;
+            let Some(old) = self.rule_values.get(p).copied() else {
+                continue;
+            };
+            let mut old = old;
+            old.priority = new.priority;
+            for r in [&old, new] {
+                let Some(reach) = tree.reach(r) else {
+                    continue;
+                };
+                let v = tree.tier_view(reach.tier);
+                let refs = v.refs();
+                let base = self.tiers[reach.tier].refs;
+                for slot in reach.refs {
+                    self.words[(base + slot) as usize] = refs[slot as usize];
+                    dirty.words.push(base + slot..base + slot + 1);
+                }
+                for leaf in reach.leaves {
+                    let at = self.tiers[reach.tier].leaves + 2 * leaf;
+                    dirty.entries.push(self.put_leaf(reach.tier, &v, leaf)?);
+                    dirty.words.push(at..at + 2);
+                }
+            }
+            self.rule_values[p] = *new;
+            self.rules[p] = rule_bytes(std::slice::from_ref(new))[0];
+            dirty.rules.push(p as u32);
+        }
+        for (t, l) in self.tiers.iter_mut().enumerate() {
+            l.roots = tree.tier_view(t).groups().map(|(root, _)| root).collect();
+            if l.roots.len() > MAX_GROUPS {
+                return Err(ImageError::Shape(format!(
+                    "{} trees in a tier",
+                    l.roots.len()
+                )));
+            }
+        }
+        Ok(dirty)
+    }
+
+    /// Rules in the set.
+    pub fn rule_count(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// The program's per-version control block for this image in `bank` (whose arrays
+    /// start at the given element indices), reporting `generation` and tagging hot-flow
+    /// entries with `tag` (unique per published version).
+    pub fn control(&self, bank: u32, base: Capacity, generation: u64, tag: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(CONTROL_SIZE);
+        out.extend_from_slice(&CONTROL_MAGIC);
+        let u32s = |out: &mut Vec<u8>, ws: &[u32]| {
+            for w in ws {
+                out.extend_from_slice(&w.to_le_bytes());
+            }
+        };
+        u32s(&mut out, &[CONTROL_VERSION, bank]);
+        out.extend_from_slice(&generation.to_le_bytes());
+        out.extend_from_slice(&tag.to_le_bytes());
+        let (wb, eb, rb) = (base.words as u32, base.entries as u32, base.rules as u32);
+        u32s(
+            &mut out,
+            &[
+                self.rules.len() as u32,
+                rb,
+                self.tiers.len() as u32,
+                (self.default == Action::Deny) as u32,
+            ],
+        );
+        for t in 0..MAX_TIERS {
+            let l = self.tiers.get(t).cloned().unwrap_or_default();
+            let mut roots = [0u32; MAX_GROUPS];
+            roots[..l.roots.len()].copy_from_slice(&l.roots);
+            u32s(
+                &mut out,
+                &[
+                    l.lo,
+                    l.hi,
+                    l.roots.len() as u32,
+                    wb + l.nodes,
+                    wb + l.refs,
+                    wb + l.leaves,
+                    eb + l.entries,
+                    0,
+                ],
+            );
+            u32s(&mut out, &roots);
+        }
+        debug_assert_eq!(out.len(), CONTROL_SIZE);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth;
+
+    const CAP: Capacity = Capacity {
+        words: 1 << 22,
+        entries: 1 << 20,
+        rules: 1 << 16,
+    };
+
+    fn set(n: usize, seed: u64) -> RuleSet {
+        RuleSet {
+            rules: synth::rules(n, seed),
+            default: Action::Deny,
+            policy_names: Vec::new(),
+        }
+    }
+
+    /// An update re-serialised in place equals a fresh serialisation of the updated tree
+    /// wherever the fresh one is defined (the in-place image keeps stale arena room).
+    #[test]
+    fn in_place_updates_match_a_fresh_image() {
+        let s = set(3000, 5);
+        let mut tree = CutTree::new(s.rules.clone());
+        let mut img = TreeImage::build(&tree, &s, CAP).unwrap();
+        let other = synth::rules(3000, 99);
+        let mut updates: Vec<Rule> = Vec::new();
+        for i in 0..100 {
+            let p = (i * 29) % 3000;
+            let mut r = other[(i * 7) % 3000];
+            r.priority = p as u32;
+            r.policy = s.rules[p].policy;
+            updates.push(r);
+        }
+        tree.replace_rules(&updates);
+        let dirty = img.apply(&tree, &updates).unwrap();
+        assert!(!dirty.is_empty() && !dirty.all);
+        let mut s2 = s.clone();
+        for u in &updates {
+            s2.rules[u.priority as usize] = *u;
+        }
+        assert_eq!(img.rules, rule_bytes(&s2.rules));
+        // Walk both images' leaves: same runs of entries.
+        for t in 0..tree.tier_count() {
+            let v = tree.tier_view(t);
+            let l = &img.tiers[t];
+            for leaf in 0..v.leaf_count() {
+                let at = (l.leaves + 2 * leaf as u32) as usize;
+                let (start, len) = (img.words[at], img.words[at + 1]);
+                assert_eq!((start, len), v.leaf(leaf));
+                for i in 0..len {
+                    assert_eq!(
+                        img.entries[(l.entries + start + i) as usize],
+                        entry_bytes(&v.entry((start + i) as usize))
+                    );
+                }
+            }
+            assert_eq!(
+                &img.words[l.refs as usize..l.refs as usize + v.refs().len()],
+                v.refs()
+            );
+        }
+        let ctl = img.control(1, CAP, 7, 9);
+        assert_eq!(ctl.len(), CONTROL_SIZE);
+        assert_eq!(&ctl[..8], &CONTROL_MAGIC);
+    }
+
+    #[test]
+    fn too_small_a_bank_is_refused() {
+        let s = set(500, 1);
+        let tree = CutTree::new(s.rules.clone());
+        let cap = Capacity { rules: 100, ..CAP };
+        assert!(matches!(
+            TreeImage::build(&tree, &s, cap),
+            Err(ImageError::TooLarge { what: "rules", .. })
+        ));
+    }
+}
