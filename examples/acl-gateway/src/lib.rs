@@ -22,8 +22,10 @@ use rdx_runtime::{Hook, HookSpec, Runtime};
 
 /// Code arena size: a few dozen versions of the enforcement program.
 pub const CODE_SIZE: u64 = 8 << 20;
-/// Scratchpad size: each version carries its own 450 KiB rule section.
-pub const SCRATCH_SIZE: u64 = 64 << 20;
+/// Scratchpad size: the enforcement program's maps hold two banks of its classifier image
+/// (about 263 MiB for up to 320K rules, `bpf/acl/acl.yaml`); pages never written stay
+/// unbacked.
+pub const SCRATCH_SIZE: u64 = 512 << 20;
 
 /// The data plane.
 pub struct Gateway {
