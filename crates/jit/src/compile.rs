@@ -122,6 +122,11 @@ pub enum Pipeline {
     /// [`Pipeline::Fast`] for eBPF functions longer than this many slots, optimizing for the
     /// others.
     FastAbove(u32),
+    /// Not Cranelift: the baseline tier (`crate::baseline`), one linear pass emitting machine
+    /// code with eBPF registers in fixed native registers. Compiles an order of magnitude
+    /// faster than [`Pipeline::Fast`]; refuses what it does not support (elite artifacts,
+    /// branch counters) with [`CompileError::NotInBaseline`], and the caller falls back.
+    Baseline,
 }
 
 /// Everything besides the bytecode that decides the generated code. Part of the artifact's
@@ -189,7 +194,7 @@ impl CompileOptions {
         }
     }
 
-    fn hash(&self) -> [u8; 32] {
+    pub(crate) fn hash(&self) -> [u8; 32] {
         // A stable textual rendering: the hash must not depend on Rust's Hash implementation.
         let mut text = format!(
             "arch={};budget={};helpers={:?};entry={:?};class={}",
@@ -244,6 +249,9 @@ pub enum CompileError {
     UnexpectedReloc { kind: String },
     #[error("instruction {pc}: a guard must be a conditional jump, this is {what}")]
     BadGuard { pc: usize, what: String },
+    /// The baseline tier does not build this; compile with a Cranelift pipeline instead.
+    #[error("the baseline tier does not support {what}")]
+    NotInBaseline { what: String },
 }
 
 /// Compile-time statistics, for benchmarks and `rdx compile`.
@@ -293,7 +301,7 @@ impl Compiler {
         slots: usize,
     ) -> Result<&dyn isa::TargetIsa, CompileError> {
         let fast = match pipeline {
-            Pipeline::Optimizing => false,
+            Pipeline::Optimizing | Pipeline::Baseline => false,
             Pipeline::Fast => true,
             Pipeline::FastAbove(n) => slots > n as usize,
         };
@@ -328,6 +336,9 @@ impl Compiler {
                 arch: opts.arch,
                 reason: format!("this compiler targets {}", self.arch),
             });
+        }
+        if opts.pipeline == Pipeline::Baseline {
+            return crate::baseline::compile(insns, opts);
         }
         if insns.is_empty() {
             return Err(CompileError::Empty);
@@ -536,13 +547,17 @@ fn build_isa(arch: Arch, pipeline: Pipeline) -> Result<OwnedTargetIsa, CompileEr
 }
 
 /// Compiles a program for `opts.arch` with a fresh [`Compiler`].
+/// [`Pipeline::Baseline`] builds no Cranelift code generator at all.
 pub fn compile(insns: &[Insn], opts: &CompileOptions) -> Result<Artifact, CompileError> {
+    if opts.pipeline == Pipeline::Baseline {
+        return Ok(crate::baseline::compile(insns, opts)?.0);
+    }
     Ok(Compiler::new(opts.arch)?.compile(insns, opts)?.0)
 }
 
 /// Finds the eBPF functions: the entry at 0 and every local-call target, each running up to
 /// the next function's start.
-fn plan_functions(insns: &[Insn]) -> Result<Vec<FuncPlan>, CompileError> {
+pub(crate) fn plan_functions(insns: &[Insn]) -> Result<Vec<FuncPlan>, CompileError> {
     let mut starts = BTreeSet::new();
     starts.insert(0usize);
     for (pc, insn) in insns.iter().enumerate() {
@@ -589,7 +604,7 @@ fn function_index(plans: &[FuncPlan], start: usize) -> usize {
 
 /// Longest chain of frames (entry = 1); refuses recursion, which eBPF forbids and which would
 /// make stack use unbounded.
-fn max_call_depth(plans: &[FuncPlan], insns: &[Insn]) -> Result<usize, CompileError> {
+pub(crate) fn max_call_depth(plans: &[FuncPlan], insns: &[Insn]) -> Result<usize, CompileError> {
     fn visit(
         f: usize,
         plans: &[FuncPlan],

@@ -24,6 +24,7 @@
 //! ```
 
 pub mod artifact;
+mod baseline;
 mod compile;
 pub mod exec;
 pub mod link;

@@ -1,0 +1,587 @@
+//! The baseline tier ([`crate::Pipeline::Baseline`]): one linear pass over verified eBPF that
+//! emits x86-64 or aarch64 machine code directly (through `dynasmrt`'s assemblers), with every
+//! eBPF register in a fixed native register, as the kernel's own JITs do.
+//!
+//! It produces the same [`Artifact`] as the Cranelift pipelines: the same entry ABI
+//! ([`crate::EntryAbi`]), the same `Abs64` relocations for helpers, maps, map values and host
+//! variables, the same metadata, the same budget metering (each function's length charged on
+//! entry, each loop's length at its back-edge, [`RunStatus::BudgetExhausted`] when it runs
+//! out) and the same abnormal stops. The options hash records the pipeline, so a cache never
+//! mixes tiers. What it does not build (elite artifacts with deoptimisation guards, scouting
+//! branch counters) is refused with [`CompileError::NotInBaseline`]; the caller compiles
+//! those with Cranelift.
+//!
+//! Generated code is plain: registers are never spilled or cached, every instruction becomes
+//! a short fixed sequence, and the 512-byte eBPF frame of each function lives on the native
+//! stack. `docs/jit.md` compares its compile time and code speed with the Cranelift tiers.
+
+mod a64;
+mod x64;
+
+use std::time::Instant;
+
+use dynasmrt::DynamicLabel;
+use rdx_bpf::isa::{
+    encode, raw_to_bytes, AluOp, AtomicOp, ByteOrder, CallTarget, ImmKind, Insn, JmpCond, Operand,
+    Reg, Size, Width, STACK_SIZE,
+};
+use rdx_region::abi::RunStatus;
+
+use crate::artifact::{
+    sha256, Artifact, Metadata, RelocKind, Relocation, Symbol, FLAG_ENTRY_LENGTH_ARG,
+    FLAG_HELPER_TABLE, FLAG_NEEDS_BUDGET, HELPER_TABLE_SYMBOL,
+};
+use crate::compile::{
+    max_call_depth, plan_functions, CompileError, CompileOptions, CompileStats, EntryAbi,
+    HelperCalls, InlineArray,
+};
+use crate::target::Arch;
+use crate::translate::FuncPlan;
+
+/// Helper id of `bpf_map_lookup_elem`.
+const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
+
+/// What a native backend emits for the driver. Registers are eBPF registers; each backend
+/// maps them to its fixed native registers. Methods that leave a 64-bit word for the linker
+/// return its byte offset in the code.
+trait Emit {
+    fn offset(&self) -> usize;
+    fn new_label(&mut self) -> DynamicLabel;
+    fn bind(&mut self, label: DynamicLabel);
+    /// Pads to a 16-byte boundary with trapping bytes.
+    fn pad16(&mut self);
+    /// Saves callee-saved registers, makes the 512-byte frame and points `r10` at its top.
+    /// The entry function also takes the run state and its arguments (`entry = Some`).
+    fn prologue(&mut self, entry: Option<EntryAbi>);
+    /// Returns `r0` to the caller.
+    fn epilogue(&mut self, entry: bool);
+    /// Returns 0 (after the run was stopped).
+    fn return_zero(&mut self, entry: bool);
+    /// `RunState.status = status` (and `budget = 0` when `zero_budget`).
+    fn set_status(&mut self, status: RunStatus, zero_budget: bool);
+    /// Subtracts `amount` from `RunState.budget`, jumping to `exhausted` if it does not cover
+    /// it.
+    fn charge(&mut self, amount: u64, exhausted: DynamicLabel);
+    fn alu(&mut self, width: Width, op: AluOp, dst: Reg, src: Operand);
+    fn endian(&mut self, order: ByteOrder, bits: u8, dst: Reg);
+    fn load(&mut self, size: Size, sign_extend: bool, dst: Reg, base: Reg, off: i16);
+    fn store(&mut self, size: Size, base: Reg, off: i16, src: Operand);
+    fn atomic(&mut self, size: Size, op: AtomicOp, fetch: bool, base: Reg, off: i16, src: Reg);
+    fn load_imm64(&mut self, dst: Reg, value: u64);
+    /// `dst = <64-bit word the linker fills>`; returns the word's offset.
+    fn load_word(&mut self, dst: Reg) -> usize;
+    fn jump(&mut self, label: DynamicLabel);
+    fn branch(&mut self, width: Width, cond: JmpCond, dst: Reg, src: Operand, label: DynamicLabel);
+    /// Calls the helper at a linked address; `r0` = its result.
+    fn call_direct(&mut self) -> usize;
+    /// Calls entry `id` of the helper table at a linked address.
+    fn call_table(&mut self, id: u32) -> usize;
+    /// `callx r`: calls table entry `r`, jumping to `bad` when `r >= table_len`.
+    fn call_reg(&mut self, r: Reg, table_len: u32, bad: DynamicLabel) -> usize;
+    fn call_local(&mut self, function: DynamicLabel);
+    /// Jumps to `stopped` if `RunState.status` is set.
+    fn branch_if_stopped(&mut self, stopped: DynamicLabel);
+    /// `r0 = key < max_entries ? base + key * stride : 0` with the 4-byte key at `r2` and
+    /// `base` a linked word.
+    fn inline_lookup(&mut self, array: InlineArray) -> usize;
+    fn finish(self) -> Result<Vec<u8>, String>;
+}
+
+/// Compiles a decoded, verified program with the baseline tier.
+pub(crate) fn compile(
+    insns: &[Insn],
+    opts: &CompileOptions,
+) -> Result<(Artifact, CompileStats), CompileError> {
+    match opts.arch {
+        Arch::X86_64 => compile_with(x64::X64::new(insns.len()), insns, opts),
+        Arch::Aarch64 => compile_with(a64::A64::new(insns.len()), insns, opts),
+    }
+}
+
+fn compile_with<E: Emit>(
+    mut e: E,
+    insns: &[Insn],
+    opts: &CompileOptions,
+) -> Result<(Artifact, CompileStats), CompileError> {
+    let start = Instant::now();
+    if opts.speculation.is_some() {
+        return Err(CompileError::NotInBaseline {
+            what: "elite artifacts (deoptimisation guards)".into(),
+        });
+    }
+    if opts.branch_counters.is_some() {
+        return Err(CompileError::NotInBaseline {
+            what: "branch counters".into(),
+        });
+    }
+    if insns.is_empty() {
+        return Err(CompileError::Empty);
+    }
+    let plans = plan_functions(insns)?;
+    let depth = max_call_depth(&plans, insns)?;
+    let may_stop = opts.needs_budget
+        || insns
+            .iter()
+            .any(|i| matches!(i, Insn::Call(CallTarget::Reg(_))));
+    let mut d = Driver {
+        insns,
+        opts,
+        plans: &plans,
+        func_labels: plans.iter().map(|_| e.new_label()).collect(),
+        labels: vec![None; insns.len()],
+        block_start: vec![false; insns.len()],
+        symbols: Vec::new(),
+        relocations: Vec::new(),
+        may_stop,
+        live_slots: 0,
+    };
+    let mut func_offsets = Vec::with_capacity(plans.len());
+    for fi in 0..plans.len() {
+        e.pad16();
+        func_offsets.push(e.offset() as u32);
+        d.function(&mut e, fi)?;
+    }
+    let code = e.finish().map_err(|reason| CompileError::Codegen {
+        function: 0,
+        reason,
+    })?;
+
+    let mut flags = 0;
+    if opts.needs_budget {
+        flags |= FLAG_NEEDS_BUDGET;
+    }
+    if opts.entry_abi == EntryAbi::WithLength {
+        flags |= FLAG_ENTRY_LENGTH_ARG;
+    }
+    if matches!(opts.helper_calls, HelperCalls::Table { .. }) {
+        flags |= FLAG_HELPER_TABLE;
+    }
+    let source = raw_to_bytes(&encode(insns));
+    let live_slots = d.live_slots;
+    let artifact = Artifact {
+        meta: Metadata {
+            arch: opts.arch,
+            flags,
+            entry_offset: func_offsets[0],
+            stack_bytes: (depth * STACK_SIZE) as u32,
+            functions: plans.len() as u32,
+            insn_count: insns.len() as u32,
+            source_hash: sha256(&[&source]),
+            options_hash: opts.hash(),
+        },
+        code,
+        symbols: d.symbols,
+        relocations: d.relocations,
+    };
+    let stats = CompileStats {
+        insns: insns.len(),
+        functions: plans.len(),
+        code_bytes: artifact.code.len(),
+        elapsed: start.elapsed(),
+        guards: 0,
+        dropped_insns: insns.len() - live_slots,
+    };
+    Ok((artifact, stats))
+}
+
+struct Driver<'a> {
+    insns: &'a [Insn],
+    opts: &'a CompileOptions,
+    plans: &'a [FuncPlan],
+    func_labels: Vec<DynamicLabel>,
+    /// Label of each jump target (created on first use).
+    labels: Vec<Option<DynamicLabel>>,
+    /// Slots that start a basic block: jump targets and slots after a jump or exit.
+    block_start: Vec<bool>,
+    symbols: Vec<Symbol>,
+    relocations: Vec<Relocation>,
+    /// Whether a callee can stop the run, so callers check the status after local calls.
+    may_stop: bool,
+    live_slots: usize,
+}
+
+/// Per-function labels of the shared stubs.
+struct Stubs {
+    exhausted: DynamicLabel,
+    bad_helper: Option<DynamicLabel>,
+    stopped: Option<DynamicLabel>,
+    /// Back-edge meters: (label, charge, loop head).
+    meters: Vec<(DynamicLabel, u64, DynamicLabel)>,
+    exhausted_used: bool,
+}
+
+impl Driver<'_> {
+    fn symbol_index(&mut self, sym: Symbol) -> u32 {
+        match self.symbols.iter().position(|s| *s == sym) {
+            Some(i) => i as u32,
+            None => {
+                self.symbols.push(sym);
+                (self.symbols.len() - 1) as u32
+            }
+        }
+    }
+
+    fn reloc(&mut self, offset: usize, sym: Symbol, addend: i64) {
+        let symbol = self.symbol_index(sym);
+        self.relocations.push(Relocation {
+            offset: offset as u32,
+            kind: RelocKind::Abs64,
+            symbol,
+            addend,
+        });
+    }
+
+    fn label_at<E: Emit>(&mut self, e: &mut E, pc: usize) -> DynamicLabel {
+        *self.labels[pc].get_or_insert_with(|| e.new_label())
+    }
+
+    /// Which slots of `plan` run: everything reachable from its start. Others are not
+    /// compiled (as in the Cranelift tier, so that both refuse the same programs).
+    fn live(&self, plan: FuncPlan) -> Vec<bool> {
+        let insns = self.insns;
+        let mut live = vec![false; plan.end - plan.start];
+        let mut work = vec![plan.start];
+        while let Some(pc) = work.pop() {
+            if pc < plan.start || pc >= plan.end || live[pc - plan.start] {
+                continue;
+            }
+            live[pc - plan.start] = true;
+            let insn = &insns[pc];
+            match insn {
+                Insn::Exit => {}
+                Insn::Ja { .. } => work.extend(insn.jump_target(pc).map(|t| t as usize)),
+                Insn::Jmp { .. } => {
+                    work.extend(insn.jump_target(pc).map(|t| t as usize));
+                    work.push(pc + 1);
+                }
+                Insn::LoadImm64 { .. } => work.push(pc + 2),
+                _ => work.push(pc + 1),
+            }
+        }
+        live
+    }
+
+    fn function<E: Emit>(&mut self, e: &mut E, fi: usize) -> Result<(), CompileError> {
+        let plan = self.plans[fi];
+        let entry = fi == 0;
+        let live = self.live(plan);
+        for pc in plan.start..plan.end {
+            if !live[pc - plan.start] {
+                continue;
+            }
+            let insn = self.insns[pc];
+            if let Some(t) = insn.jump_target(pc) {
+                let t = t as usize;
+                if self.insns[t] == Insn::LoadImm64Hi {
+                    return Err(CompileError::LddwSecondSlot { pc: t });
+                }
+                self.block_start[t] = true;
+            }
+            if matches!(insn, Insn::Ja { .. } | Insn::Jmp { .. } | Insn::Exit) && pc + 1 < plan.end
+            {
+                self.block_start[pc + 1] = true;
+            }
+        }
+        self.live_slots += live.iter().filter(|l| **l).count();
+
+        e.bind(self.func_labels[fi]);
+        e.prologue(entry.then_some(self.opts.entry_abi));
+        let mut stubs = Stubs {
+            exhausted: e.new_label(),
+            bad_helper: None,
+            stopped: None,
+            meters: Vec::new(),
+            exhausted_used: false,
+        };
+        if self.opts.needs_budget {
+            // Straight-line code is bounded by the function's length: charged once per entry,
+            // each loop's length at its back-edge.
+            e.charge((plan.end - plan.start) as u64, stubs.exhausted);
+            stubs.exhausted_used = true;
+        }
+
+        let mut open = true;
+        let mut pc = plan.start;
+        while pc < plan.end {
+            if !live[pc - plan.start] {
+                pc += 1;
+                continue;
+            }
+            if self.block_start[pc] {
+                let l = self.label_at(e, pc);
+                e.bind(l);
+            }
+            let insn = self.insns[pc];
+            open = self.insn(e, pc, plan, insn, &mut stubs, entry)?;
+            pc += if matches!(insn, Insn::LoadImm64 { .. }) {
+                2
+            } else {
+                1
+            };
+        }
+        if open || pc > plan.end {
+            return Err(CompileError::FallsOffEnd {
+                function: plan.start,
+                pc: plan.end - 1,
+            });
+        }
+
+        for (label, amount, head) in std::mem::take(&mut stubs.meters) {
+            e.bind(label);
+            e.charge(amount, stubs.exhausted);
+            e.jump(head);
+        }
+        if stubs.exhausted_used {
+            e.bind(stubs.exhausted);
+            e.set_status(RunStatus::BudgetExhausted, true);
+            e.return_zero(entry);
+        }
+        if let Some(bad) = stubs.bad_helper {
+            e.bind(bad);
+            e.set_status(RunStatus::BadHelper, false);
+            e.return_zero(entry);
+        }
+        if let Some(stopped) = stubs.stopped {
+            e.bind(stopped);
+            e.return_zero(entry);
+        }
+        Ok(())
+    }
+
+    /// The label a jump from `pc` to `target` goes to: the target, or for a back-edge of
+    /// metered code a stub that charges the loop's length first.
+    fn edge<E: Emit>(
+        &mut self,
+        e: &mut E,
+        pc: usize,
+        target: usize,
+        stubs: &mut Stubs,
+    ) -> DynamicLabel {
+        let dest = self.label_at(e, target);
+        if !self.opts.needs_budget || target > pc {
+            return dest;
+        }
+        let meter = e.new_label();
+        stubs.meters.push((meter, (pc - target + 1) as u64, dest));
+        meter
+    }
+
+    /// Emits one instruction; returns whether execution can continue with the next slot.
+    fn insn<E: Emit>(
+        &mut self,
+        e: &mut E,
+        pc: usize,
+        plan: FuncPlan,
+        insn: Insn,
+        stubs: &mut Stubs,
+        entry: bool,
+    ) -> Result<bool, CompileError> {
+        match insn {
+            Insn::Alu {
+                width,
+                op,
+                dst,
+                src,
+            } => e.alu(width, op, dst, src),
+            Insn::Endian { order, bits, dst } => e.endian(order, bits, dst),
+            Insn::Ja { .. } => {
+                let target = insn.jump_target(pc).expect("a jump") as usize;
+                let l = self.edge(e, pc, target, stubs);
+                e.jump(l);
+                return Ok(false);
+            }
+            Insn::Jmp {
+                width,
+                cond,
+                dst,
+                src,
+                ..
+            } => {
+                if pc + 1 >= plan.end {
+                    return Err(CompileError::FallsOffEnd {
+                        function: plan.start,
+                        pc,
+                    });
+                }
+                let target = insn.jump_target(pc).expect("a jump") as usize;
+                let l = self.edge(e, pc, target, stubs);
+                e.branch(width, cond, dst, src, l);
+            }
+            Insn::Call(target) => self.call(e, pc, plan, target, stubs)?,
+            Insn::Exit => {
+                e.epilogue(entry);
+                return Ok(false);
+            }
+            Insn::Load {
+                size,
+                sign_extend,
+                dst,
+                base,
+                off,
+            } => e.load(size, sign_extend, dst, base, off),
+            Insn::Store {
+                size,
+                base,
+                off,
+                src,
+            } => e.store(size, base, off, src),
+            Insn::Atomic {
+                size,
+                op,
+                fetch,
+                base,
+                off,
+                src,
+            } => {
+                if !matches!(size, Size::W | Size::DW) {
+                    return Err(CompileError::Unsupported {
+                        pc,
+                        what: format!("{}-byte atomic", size.bytes()),
+                    });
+                }
+                e.atomic(size, op, fetch, base, off, src)
+            }
+            Insn::LoadImm64 {
+                dst,
+                kind,
+                imm_lo,
+                imm_hi,
+            } => match kind {
+                ImmKind::Imm => e.load_imm64(dst, Insn::imm64(imm_lo, imm_hi)),
+                ImmKind::MapIdx => {
+                    let at = e.load_word(dst);
+                    self.reloc(at, Symbol::Map(imm_lo as u32), 0);
+                }
+                ImmKind::MapIdxValue => {
+                    let at = e.load_word(dst);
+                    self.reloc(at, Symbol::MapValue(imm_lo as u32), imm_hi as u32 as i64);
+                }
+                other => {
+                    return Err(CompileError::Unsupported {
+                        pc,
+                        what: format!(
+                            "lddw of kind {other:?} (the loader resolves maps to indices)"
+                        ),
+                    })
+                }
+            },
+            Insn::LoadImm64Hi => return Err(CompileError::LddwSecondSlot { pc }),
+        }
+        Ok(true)
+    }
+
+    fn call<E: Emit>(
+        &mut self,
+        e: &mut E,
+        pc: usize,
+        plan: FuncPlan,
+        target: CallTarget,
+        stubs: &mut Stubs,
+    ) -> Result<(), CompileError> {
+        match target {
+            CallTarget::Helper(BPF_FUNC_MAP_LOOKUP_ELEM) => {
+                if let Some((index, array)) = self.inline_array_at(plan, pc) {
+                    let at = e.inline_lookup(array);
+                    self.reloc(at, Symbol::MapValue(index), 0);
+                } else {
+                    self.helper(e, pc, BPF_FUNC_MAP_LOOKUP_ELEM)?;
+                }
+            }
+            CallTarget::Helper(id) => self.helper(e, pc, id)?,
+            CallTarget::Local(_) => {
+                let start = self.insns[pc].call_target(pc).expect("a local call") as usize;
+                let callee = crate::compile::callee_index(self.plans, start);
+                e.call_local(self.func_labels[callee]);
+                if self.may_stop {
+                    let stopped = *stubs.stopped.get_or_insert_with(|| e.new_label());
+                    e.branch_if_stopped(stopped);
+                }
+            }
+            CallTarget::Kfunc(id) => {
+                return Err(CompileError::Unsupported {
+                    pc,
+                    what: format!("kfunc call (BTF id {id})"),
+                })
+            }
+            CallTarget::Reg(r) => {
+                let HelperCalls::Table { table_len } = self.opts.helper_calls else {
+                    return Err(CompileError::Unsupported {
+                        pc,
+                        what: format!("callx {r} without a helper table (HelperCalls::Table)"),
+                    });
+                };
+                let bad = *stubs.bad_helper.get_or_insert_with(|| e.new_label());
+                let at = e.call_reg(r, table_len, bad);
+                self.reloc(at, Symbol::Var(HELPER_TABLE_SYMBOL.into()), 0);
+            }
+        }
+        Ok(())
+    }
+
+    fn helper<E: Emit>(&mut self, e: &mut E, pc: usize, id: i32) -> Result<(), CompileError> {
+        let id = u32::try_from(id).map_err(|_| CompileError::Unsupported {
+            pc,
+            what: format!("helper id {id}"),
+        })?;
+        match self.opts.helper_calls {
+            HelperCalls::Direct => {
+                let at = e.call_direct();
+                self.reloc(at, Symbol::Helper(id), 0);
+            }
+            HelperCalls::Table { table_len } => {
+                if id >= table_len {
+                    return Err(CompileError::Unsupported {
+                        pc,
+                        what: format!("helper {id} beyond the {table_len}-entry helper table"),
+                    });
+                }
+                let at = e.call_table(id);
+                self.reloc(at, Symbol::Var(HELPER_TABLE_SYMBOL.into()), 0);
+            }
+        }
+        Ok(())
+    }
+
+    /// The inlinable array `r1` designates at the call in slot `pc`: the last write to `r1`
+    /// in the same straight-line run of slots is an `lddw` of a map listed in
+    /// [`CompileOptions::inline_arrays`] (the Cranelift tier's rule).
+    fn inline_array_at(&self, plan: FuncPlan, pc: usize) -> Option<(u32, InlineArray)> {
+        if self.opts.inline_arrays.is_empty() {
+            return None;
+        }
+        let mut j = pc;
+        loop {
+            if self.block_start[j] || j == plan.start {
+                return None;
+            }
+            j -= 1;
+            match &self.insns[j] {
+                Insn::LoadImm64Hi => continue,
+                Insn::LoadImm64 {
+                    dst: Reg(1),
+                    kind: ImmKind::MapIdx,
+                    imm_lo,
+                    ..
+                } => {
+                    let index = *imm_lo as u32;
+                    return self.opts.inline_arrays.get(&index).map(|a| (index, *a));
+                }
+                insn => {
+                    if matches!(insn, Insn::Call(_)) || writes_r1(insn) {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn writes_r1(insn: &Insn) -> bool {
+    let r1 = Reg(1);
+    match *insn {
+        Insn::Alu { dst, .. } | Insn::Endian { dst, .. } | Insn::Load { dst, .. } => dst == r1,
+        Insn::LoadImm64 { dst, .. } => dst == r1,
+        Insn::Atomic { op, fetch, src, .. } => op != AtomicOp::CmpXchg && fetch && src == r1,
+        _ => false,
+    }
+}
