@@ -7,9 +7,17 @@
 //! `min_runs` runs and no threshold crossed marks the version good and starts a new window;
 //! a window whose failure ratio or sampled average run time crosses its threshold rolls the
 //! hook back. Nothing runs in the node: counters are read, the rollback is one CAS.
+//!
+//! Re-profiling ([`watch_reprofiling`]): the same samples carry the hook's `deopts` counter
+//! (runs of an elite version that left their fast path at a failed guard). When a version
+//! deoptimises more than a share of its runs over a window of at least `min_runs` runs
+//! ([`rdx_deopt::profile::reprofile_decision`]), the watcher hands the hook to a
+//! [`Reoptimizer`] (the command line's: scout, merge the profiles, publish a new elite
+//! version, or revert to the generic one), each change one `tx`.
 
 use crate::error::{node_err, transport_err, Result};
 use rdx_control::{create_codeflow, CodeFlow, ExtSpec};
+use rdx_deopt::profile::{reprofile_decision, Reprofile};
 use rdx_region::layout::{active_version, offsets, HookCounters, ACTIVE_HOLD};
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -76,8 +84,11 @@ pub enum Event {
     },
     /// A version crossed a threshold and the hook was rolled back.
     RolledBack(Rollback),
+    /// An elite version deoptimised too often: the hook was re-profiled and a new elite
+    /// version published, or the generic version published instead.
+    Reoptimized(Reoptimization),
     /// A version crossed a threshold but nothing could be rolled back to (no good version
-    /// held), or the rollback failed; the watcher keeps watching.
+    /// held), or the rollback (or re-optimisation) failed; the watcher keeps watching.
     Unhealthy {
         node: String,
         hook: String,
@@ -105,6 +116,85 @@ pub struct Rollback {
     pub at: Option<Instant>,
 }
 
+/// What re-optimising a hook published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reoptimized {
+    /// A new elite version, compiled from the merged profile.
+    Elite,
+    /// The generic (plain) build.
+    Generic,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Reoptimization {
+    pub node: String,
+    pub hook: String,
+    pub from_version: u32,
+    pub to_version: u32,
+    pub outcome: Reoptimized,
+    /// Why the hook was re-profiled (the deoptimisation rate).
+    pub reason: String,
+    /// What was published and why (guards of the new version, or why it reverted).
+    pub detail: String,
+    pub window_runs: u64,
+    pub window_deopts: u64,
+    /// Re-optimisations of this hook so far, this one included.
+    pub count: u32,
+    /// From the sample that crossed the threshold to the last `tx` (the scouting window
+    /// included).
+    pub took_ms: f64,
+}
+
+/// When an elite version deoptimises too often.
+#[derive(Clone, Debug)]
+pub struct DeoptThresholds {
+    /// Re-profile when deopts / runs in a window exceed this share.
+    pub max_ratio: f64,
+    /// Runs a window needs before its deoptimisation rate is judged.
+    pub min_runs: u64,
+    /// Re-optimisations of one hook after which the watcher publishes the generic build
+    /// instead of re-profiling again.
+    pub max_reoptimizations: u32,
+}
+
+impl Default for DeoptThresholds {
+    fn default() -> Self {
+        DeoptThresholds {
+            max_ratio: 0.05,
+            min_runs: 1000,
+            max_reoptimizations: 3,
+        }
+    }
+}
+
+/// The result a [`Reoptimizer`] reports: what it published, its version, and a line saying
+/// what it did.
+pub type ReoptimizeResult =
+    std::result::Result<(Reoptimized, u32, String), Box<dyn std::error::Error + Send + Sync>>;
+
+/// Re-profiles and redeploys one hook whose elite version deoptimises too often. The
+/// command line implements it (it can scout and compile); every version it publishes must
+/// be one `tx`, so that each request runs a complete version, and a run already deoptimised
+/// finishes in the fallback image of the version it started in whatever is published.
+pub trait Reoptimizer {
+    /// Called with the version that crossed the threshold. `revert` is true when the hook
+    /// reached its limit of re-optimisations: publish the generic build.
+    fn reoptimize(
+        &mut self,
+        cf: &mut CodeFlow,
+        target: &Target,
+        version: u32,
+        revert: bool,
+    ) -> ReoptimizeResult;
+}
+
+/// Re-profiling settings of [`watch_reprofiling`].
+pub struct Reprofiling<'a> {
+    pub thresholds: DeoptThresholds,
+    pub reoptimizer: &'a mut dyn Reoptimizer,
+}
+
 /// Counters of one hook, summed over the node's thread slots.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sample {
@@ -113,6 +203,8 @@ pub struct Sample {
     pub failures: u64,
     pub timed_runs: u64,
     pub timed_ns: u64,
+    /// Runs that left an elite version's fast path (`HookCounters::deopts`).
+    pub deopts: u64,
 }
 
 /// Reads a hook's active word and counters remotely.
@@ -126,6 +218,7 @@ pub fn sample(cf: &CodeFlow, node: &str, hook_index: u32) -> Result<Sample> {
         .read_u64(slot + offsets::HOOK_FAILURES)
         .map_err(transport_err(node))?;
     let stride = std::mem::size_of::<HookCounters>();
+    const _: () = assert!(offsets::COUNTER_DEOPTS == 24);
     let mut c = vec![0u8; stride];
     let mut s = Sample {
         word,
@@ -139,6 +232,7 @@ pub fn sample(cf: &CodeFlow, node: &str, hook_index: u32) -> Result<Sample> {
         s.runs = s.runs.wrapping_add(f(&c, 0));
         s.timed_runs = s.timed_runs.wrapping_add(f(&c, 1));
         s.timed_ns = s.timed_ns.wrapping_add(f(&c, 2));
+        s.deopts = s.deopts.wrapping_add(f(&c, 3));
     }
     Ok(s)
 }
@@ -192,8 +286,33 @@ struct Watched {
     /// Versions that ran a healthy window, oldest first.
     good: Vec<u32>,
     window_start: Sample,
+    /// Start of the window the deoptimisation rate is judged over.
+    deopt_start: Sample,
+    reoptimizations: u32,
+    /// A version the reoptimizer failed on: not handed to it again.
+    failed_version: Option<u32>,
     last: Sample,
     last_clean: Instant,
+}
+
+/// Judges the deoptimisation window that began at `start` at `now`: `Some((runs, deopts))` when it
+/// crossed the threshold; a window of enough runs that did not starts a new one.
+pub fn judge_deopts(start: &mut Sample, now: &Sample, th: &DeoptThresholds) -> Option<(u64, u64)> {
+    if now.word != start.word {
+        *start = *now;
+        return None;
+    }
+    let runs = now.runs.wrapping_sub(start.runs);
+    let deopts = now.deopts.wrapping_sub(start.deopts);
+    match reprofile_decision(runs, deopts, th.min_runs, th.max_ratio) {
+        Reprofile::Reprofile => Some((runs, deopts)),
+        Reprofile::Keep => {
+            if runs >= th.min_runs.max(1) {
+                *start = *now;
+            }
+            None
+        }
+    }
 }
 
 /// Watches `targets` until the duration or rollback count of `opts` is reached, calling
@@ -201,6 +320,18 @@ struct Watched {
 pub fn watch(
     targets: &[Target],
     opts: &WatchOptions,
+    on_event: impl FnMut(&Event),
+) -> Result<Vec<Rollback>> {
+    watch_reprofiling(targets, opts, None, on_event)
+}
+
+/// [`watch`], and with `reprofiling` also re-profiles hooks whose elite version
+/// deoptimises more than its thresholds allow. The re-optimisation runs on the watcher's
+/// thread: other targets are not sampled during its scouting window.
+pub fn watch_reprofiling(
+    targets: &[Target],
+    opts: &WatchOptions,
+    mut reprofiling: Option<Reprofiling<'_>>,
     mut on_event: impl FnMut(&Event),
 ) -> Result<Vec<Rollback>> {
     let mut watched = Vec::new();
@@ -214,6 +345,9 @@ pub fn watch(
             index,
             good: Vec::new(),
             window_start: s,
+            deopt_start: s,
+            reoptimizations: 0,
+            failed_version: None,
             last: s,
             last_clean: Instant::now(),
         });
@@ -241,6 +375,16 @@ pub fn watch(
             let version = active_version(now.word);
             if version == 0 || now.word & ACTIVE_HOLD != 0 {
                 continue;
+            }
+            if let Some(rp) = reprofiling
+                .as_mut()
+                .filter(|_| w.failed_version != Some(version))
+            {
+                if let Some((runs, deopts)) = judge_deopts(&mut w.deopt_start, &now, &rp.thresholds)
+                {
+                    reoptimize(w, rp, version, seen_at, runs, deopts, &mut on_event)?;
+                    continue;
+                }
             }
             match judge(&w.window_start, &now, &opts.thresholds) {
                 Verdict::Wait => {}
@@ -300,6 +444,76 @@ pub fn watch(
     }
 }
 
+/// Hands `w`'s hook to the reoptimizer and reports what it did; the windows start again
+/// from a fresh sample either way.
+fn reoptimize(
+    w: &mut Watched,
+    rp: &mut Reprofiling<'_>,
+    version: u32,
+    seen_at: Instant,
+    runs: u64,
+    deopts: u64,
+    on_event: &mut impl FnMut(&Event),
+) -> Result<()> {
+    let th = &rp.thresholds;
+    let reason = format!(
+        "{deopts} deoptimisations in {runs} runs ({:.1}% > {:.1}%)",
+        deopts as f64 * 100.0 / runs as f64,
+        th.max_ratio * 100.0
+    );
+    let revert = w.reoptimizations >= th.max_reoptimizations;
+    let r = rp
+        .reoptimizer
+        .reoptimize(&mut w.cf, &w.target, version, revert);
+    // Give the lease back whatever happened, so other control planes are not blocked.
+    let _ = w.cf.release();
+    match r {
+        Ok((outcome, to_version, detail)) => {
+            if outcome == Reoptimized::Elite {
+                w.reoptimizations += 1;
+            }
+            let detail = if revert {
+                format!(
+                    "{detail} (limit of {} re-optimisations reached)",
+                    th.max_reoptimizations
+                )
+            } else {
+                detail
+            };
+            on_event(&Event::Reoptimized(Reoptimization {
+                node: w.target.node.clone(),
+                hook: w.target.hook.clone(),
+                from_version: version,
+                to_version,
+                outcome,
+                reason,
+                detail,
+                window_runs: runs,
+                window_deopts: deopts,
+                count: w.reoptimizations,
+                took_ms: seen_at.elapsed().as_secs_f64() * 1e3,
+            }));
+        }
+        Err(e) => {
+            w.failed_version = Some(version);
+            on_event(&Event::Unhealthy {
+                node: w.target.node.clone(),
+                hook: w.target.hook.clone(),
+                version,
+                reason: format!(
+                    "{reason}; not re-optimised (not tried again for this version): {e}"
+                ),
+            })
+        }
+    }
+    let s = sample(&w.cf, &w.target.node, w.index)?;
+    w.window_start = s;
+    w.deopt_start = s;
+    w.last = s;
+    w.last_clean = Instant::now();
+    Ok(())
+}
+
 /// Rolls back to `to` (or the newest held version older than the active one) and gives the
 /// lease back, so that deploys by other control planes are not blocked by the watcher.
 fn roll_back(cf: &mut CodeFlow, hook: &str, to: Option<u32>) -> rdx_control::Result<u32> {
@@ -321,7 +535,35 @@ mod tests {
             failures,
             timed_runs,
             timed_ns,
+            deopts: 0,
         }
+    }
+
+    #[test]
+    fn deopt_windows_need_min_runs_and_restart_when_healthy_or_republished() {
+        let th = DeoptThresholds {
+            max_ratio: 0.05,
+            min_runs: 100,
+            max_reoptimizations: 3,
+        };
+        let d = |runs, deopts| Sample {
+            deopts,
+            ..s(runs, 0, 0, 0)
+        };
+        let mut start = d(1000, 10);
+        // 50 deoptimisations in 50 runs: not judged before 100 runs.
+        assert_eq!(judge_deopts(&mut start, &d(1050, 60), &th), None);
+        assert_eq!(judge_deopts(&mut start, &d(1100, 16), &th), Some((100, 6)));
+        // 5 in 100 is not more than 5%: a new window starts there.
+        assert_eq!(judge_deopts(&mut start, &d(1100, 15), &th), None);
+        assert_eq!(start, d(1100, 15));
+        // A new version restarts the window.
+        let other = Sample {
+            word: 2 << 32,
+            ..d(1300, 100)
+        };
+        assert_eq!(judge_deopts(&mut start, &other, &th), None);
+        assert_eq!(start, other);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::deploy::ProgramTarget;
 use super::node::{attach, StateArgs};
-use super::profile::SavedProfile;
+use super::profile::{save_published_profile, SavedProfile};
 
 /// Compile a profile-specialised (elite) build of a program, or revert to the plain build.
 #[derive(clap::Args)]
@@ -53,6 +53,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let ext = Extension::from_object(&object, args.target.program.as_deref())?;
     let registry = args.state.registry()?;
     let (node, mut cf) = attach(&registry, &args.target.node)?;
+    // Recorded in the history, from where `rdx watch` finds the object to re-profile.
+    let object_label = std::fs::canonicalize(&args.target.object)
+        .unwrap_or_else(|_| args.target.object.clone())
+        .display()
+        .to_string();
     let checked = cf.validate_code(&ext, &args.target.hook, args.target.class.as_deref())?;
 
     if args.revert {
@@ -67,7 +72,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             version: published.version,
             previous_version: published.previous_version,
             program: ext.name.clone(),
-            object: args.target.object.display().to_string(),
+            object: object_label.clone(),
             class: checked.class.clone(),
             artifact: rdx_control::codeflow::hex(&compiled.artifact_hash),
             at_ms: rdx_control::lease::now_ms(),
@@ -85,7 +90,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let saved: SavedProfile = serde_json::from_str(&text)
+    let mut saved: SavedProfile = serde_json::from_str(&text)
         .with_context(|| format!("{} is not a profile written by rdx profile", path.display()))?;
     if saved.program_hash != ext.hash_hex() {
         bail!(
@@ -99,7 +104,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     saved.profile.check(&ext.insns)?;
     // The generic build, for the size comparison (and cached for `--revert`).
-    let generic = cf.jit_compile_code(&ext, &checked, Some(&registry))?.artifact;
+    let generic = cf
+        .jit_compile_code(&ext, &checked, Some(&registry))?
+        .artifact;
     let speculation = saved.profile.speculation(&saved.policy);
     let (elite, stats) = cf.jit_compile_elite(&ext, &checked, speculation)?;
     let prepared = cf.prepare_prog(&args.target.hook, &ext, &elite)?;
@@ -112,12 +119,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         version: published.version,
         previous_version: published.previous_version,
         program: ext.name.clone(),
-        object: args.target.object.display().to_string(),
+        object: object_label.clone(),
         class: checked.class.clone(),
         artifact: rdx_control::codeflow::hex(&elite.artifact_hash),
         at_ms: rdx_control::lease::now_ms(),
         generation: published.generation,
     })?;
+    // Kept for `rdx watch`, which merges a fresh window into it when this version
+    // deoptimises too often.
+    saved.node = node.clone();
+    saved.hook = args.target.hook.clone();
+    save_published_profile(registry.dir(), published.version, &saved)?;
     let report = Report {
         program: ext.name.clone(),
         guards: stats.guards,

@@ -67,6 +67,45 @@ struct Row {
     bias: String,
 }
 
+/// Where `rdx optimize` keeps the profile an elite version of `node`/`hook` was compiled
+/// from (in the state directory), so that `rdx watch` can merge a fresh scouting window into
+/// it when that version deoptimises too often.
+pub fn published_profile_path(
+    state_dir: &std::path::Path,
+    node: &str,
+    hook: &str,
+    version: u32,
+) -> PathBuf {
+    let clean = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    state_dir
+        .join("profiles")
+        .join(format!("{}.{}.v{version}.json", clean(node), clean(hook)))
+}
+
+/// Saves the profile an elite version was published from (see [`published_profile_path`]).
+pub fn save_published_profile(
+    state_dir: &std::path::Path,
+    version: u32,
+    saved: &SavedProfile,
+) -> anyhow::Result<()> {
+    let path = published_profile_path(state_dir, &saved.node, &saved.hook, version);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    std::fs::write(&path, serde_json::to_string(saved)?)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
 /// Name of the counter map of a program's instrumented build.
 pub fn counter_map_name(ext: &Extension) -> String {
     format!("rdx_prof_{}", &ext.hash_hex()[..8])

@@ -1,12 +1,19 @@
-//! `rdx watch`: reads hooks' failure and latency counters remotely and rolls a hook back to
-//! its last good version when a threshold is crossed (see docs/broadcast.md).
+//! `rdx watch`: reads hooks' failure, latency and deoptimisation counters remotely, rolls a
+//! hook back to its last good version when a threshold is crossed, and re-profiles a hook
+//! whose elite version deoptimises too often (see docs/broadcast.md and docs/deopt.md).
 
 use anyhow::{bail, Context as _};
-use rdx_control::registry::HistoryEntry;
-use rdx_fleet::watch::{watch, Event, Target, Thresholds, WatchOptions};
+use rdx_control::registry::{HistoryEntry, Registry};
+use rdx_control::{CodeFlow, Extension};
+use rdx_deopt::profile::Policy;
+use rdx_fleet::watch::{
+    watch_reprofiling, DeoptThresholds, Event, ReoptimizeResult, Reoptimized, Reoptimizer,
+    Reprofiling, Target, Thresholds, WatchOptions,
+};
 use std::time::Duration;
 
 use super::node::StateArgs;
+use super::profile::{published_profile_path, save_published_profile, scout, SavedProfile, Scout};
 
 /// Watch hooks and roll each back to its last good version when it starts failing.
 #[derive(clap::Args)]
@@ -32,6 +39,22 @@ pub struct Args {
     /// Stop after this many rollbacks.
     #[arg(long)]
     max_rollbacks: Option<usize>,
+    /// Re-profile a hook when more than this share of its runs in a window left the elite
+    /// version's fast path (deoptimised).
+    #[arg(long, default_value_t = 0.05, value_name = "RATIO")]
+    max_deopt_ratio: f64,
+    /// Runs a window needs before its deoptimisation rate is judged.
+    #[arg(long, default_value_t = 1000, value_name = "RUNS")]
+    deopt_min_runs: u64,
+    /// Length of the scouting window of a re-profile.
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    reprofile_seconds: f64,
+    /// Re-optimisations per hook; past this the watcher publishes the generic build.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    max_reoptimizations: u32,
+    /// Never re-profile: deoptimisations are only counted.
+    #[arg(long)]
+    no_reprofile: bool,
     /// One JSON object per event and line.
     #[arg(long)]
     json: bool,
@@ -46,6 +69,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.max_failure_ratio
         );
     }
+    if !(0.0..=1.0).contains(&args.max_deopt_ratio) {
+        bail!(
+            "--max-deopt-ratio {} is not between 0 and 1",
+            args.max_deopt_ratio
+        );
+    }
+    let reprofile_window = Duration::try_from_secs_f64(args.reprofile_seconds)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .context("--reprofile-seconds must be a positive number of seconds")?;
     if !(args.interval_ms > 0.0 && args.interval_ms.is_finite()) {
         bail!("--interval-ms must be a positive number of milliseconds");
     }
@@ -77,8 +110,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .context("--duration")?,
         max_rollbacks: args.max_rollbacks,
     };
+    let mut reoptimizer = CliReoptimizer {
+        registry: &registry,
+        window: reprofile_window,
+    };
+    let reprofiling = (!args.no_reprofile).then(|| Reprofiling {
+        thresholds: DeoptThresholds {
+            max_ratio: args.max_deopt_ratio,
+            min_runs: args.deopt_min_runs.max(1),
+            max_reoptimizations: args.max_reoptimizations,
+        },
+        reoptimizer: &mut reoptimizer,
+    });
     let mut failed_record = None;
-    watch(&targets, &opts, |e| {
+    watch_reprofiling(&targets, &opts, reprofiling, |e| {
         if let Event::RolledBack(r) = e {
             let recorded = registry.record(&HistoryEntry {
                 id: 0,
@@ -122,6 +167,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 r.fault_to_rollback_us,
                 r.rollback_us
             ),
+            Event::Reoptimized(r) => println!(
+                "{}/{}: version {} {}: {}; {} is version {} ({}, {:.0} ms)",
+                r.node,
+                r.hook,
+                r.from_version,
+                match r.outcome {
+                    Reoptimized::Elite => "re-profiled",
+                    Reoptimized::Generic => "reverted",
+                },
+                r.reason,
+                match r.outcome {
+                    Reoptimized::Elite => "the new elite build",
+                    Reoptimized::Generic => "the generic build",
+                },
+                r.to_version,
+                r.detail,
+                r.took_ms
+            ),
             Event::Unhealthy {
                 node,
                 hook,
@@ -134,4 +197,198 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return Err(e).context("a rollback was done but could not be recorded in the history");
     }
     Ok(())
+}
+
+/// Re-optimises a hook from the registry: the history names the object and program of the
+/// elite version that deoptimises, the state directory holds the profile it was compiled
+/// from. A scouting window (instrumented build, one `tx`) measures the current traffic, the
+/// merged profile compiles a new elite build (one `tx`); when it has no stable branch, or
+/// anything fails, or the limit is reached, the plain build is published (one `tx`).
+struct CliReoptimizer<'a> {
+    registry: &'a Registry,
+    window: Duration,
+}
+
+/// Where an elite version came from.
+struct Source {
+    ext: Extension,
+    object: String,
+    class: String,
+    /// The profile it was compiled from, when it was kept and fits this program.
+    profile: Option<SavedProfile>,
+}
+
+impl CliReoptimizer<'_> {
+    fn source(&self, target: &Target, version: u32) -> anyhow::Result<Source> {
+        let entry = self
+            .registry
+            .history(&target.node, Some(&target.hook))?
+            .into_iter()
+            .rev()
+            .find(|e| e.version == version && e.action == "optimize")
+            .with_context(|| {
+                format!(
+                    "version {version} of {}/{} was not published by `rdx optimize` \
+                     (no history entry): its program is unknown",
+                    target.node, target.hook
+                )
+            })?;
+        let bytes = std::fs::read(&entry.object)
+            .with_context(|| format!("cannot read {}", entry.object))?;
+        let object = rdx_bpf::loader::load(&bytes)
+            .with_context(|| format!("cannot load {}", entry.object))?;
+        let ext = Extension::from_object(&object, Some(&entry.program))?;
+        let path = published_profile_path(self.registry.dir(), &target.node, &target.hook, version);
+        let profile = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| serde_json::from_str::<SavedProfile>(&t).ok())
+            .filter(|p| p.program_hash == ext.hash_hex() && p.profile.check(&ext.insns).is_ok());
+        Ok(Source {
+            ext,
+            object: entry.object,
+            class: entry.class,
+            profile,
+        })
+    }
+
+    fn record(
+        &self,
+        target: &Target,
+        src: &Source,
+        action: &str,
+        artifact: &[u8; 32],
+        p: &rdx_control::Published,
+    ) -> anyhow::Result<()> {
+        self.registry.record(&HistoryEntry {
+            id: 0,
+            node: target.node.clone(),
+            hook: target.hook.clone(),
+            action: action.into(),
+            version: p.version,
+            previous_version: p.previous_version,
+            program: src.ext.name.clone(),
+            object: src.object.clone(),
+            class: src.class.clone(),
+            artifact: rdx_control::codeflow::hex(artifact),
+            at_ms: rdx_control::lease::now_ms(),
+            generation: p.generation,
+        })?;
+        Ok(())
+    }
+
+    /// Publishes the plain build with one `tx`.
+    fn revert(&self, cf: &mut CodeFlow, target: &Target, src: &Source) -> anyhow::Result<u32> {
+        let checked = cf.validate_code(&src.ext, &target.hook, Some(&src.class))?;
+        let compiled = cf.jit_compile_code(&src.ext, &checked, Some(self.registry))?;
+        let prepared = cf.prepare_prog(&target.hook, &src.ext, &compiled)?;
+        let published = cf.tx(vec![prepared])?.remove(0);
+        self.record(target, src, "deploy", &compiled.artifact_hash, &published)?;
+        Ok(published.version)
+    }
+
+    /// Scouts, merges and publishes a new elite build; `Ok(None)` when the merged profile
+    /// has no stable branch.
+    fn reprofile(
+        &self,
+        cf: &mut CodeFlow,
+        target: &Target,
+        src: &Source,
+    ) -> anyhow::Result<Option<(u32, String)>> {
+        let scouted = scout(
+            cf,
+            self.registry,
+            &Scout {
+                ext: &src.ext,
+                node: &target.node,
+                hook: &target.hook,
+                class: Some(&src.class),
+                object: &src.object,
+                window: self.window,
+                // The next version published is the new elite build (or the plain one).
+                keep: true,
+            },
+        )?;
+        let (mut profile, policy, merged) = match &src.profile {
+            Some(old) => (old.profile.clone(), old.policy, true),
+            None => (Default::default(), Policy::default(), false),
+        };
+        if merged {
+            profile.merge(&scouted.profile);
+        } else {
+            profile = scouted.profile;
+        }
+        let speculation = profile.speculation(&policy);
+        if speculation.guards.is_empty() {
+            return Ok(None);
+        }
+        let checked = cf.validate_code(&src.ext, &target.hook, Some(&src.class))?;
+        let (elite, stats) = cf.jit_compile_elite(&src.ext, &checked, speculation)?;
+        let prepared = cf.prepare_prog(&target.hook, &src.ext, &elite)?;
+        let published = cf.tx(vec![prepared])?.remove(0);
+        self.record(target, src, "optimize", &elite.artifact_hash, &published)?;
+        let saved = SavedProfile {
+            program: src.ext.name.clone(),
+            program_hash: src.ext.hash_hex(),
+            node: target.node.clone(),
+            hook: target.hook.clone(),
+            seconds: src.profile.as_ref().map_or(0.0, |p| p.seconds) + scouted.seconds,
+            policy,
+            profile,
+        };
+        save_published_profile(self.registry.dir(), published.version, &saved)?;
+        Ok(Some((
+            published.version,
+            format!(
+                "{} guards, {} slots dropped; profile of {:.1} s{} (scouting build was \
+                 version {})",
+                stats.guards,
+                stats.dropped_insns,
+                scouted.seconds,
+                if merged {
+                    " merged into the old one"
+                } else {
+                    ", no old profile kept"
+                },
+                scouted.instrumented_version
+            ),
+        )))
+    }
+}
+
+impl Reoptimizer for CliReoptimizer<'_> {
+    fn reoptimize(
+        &mut self,
+        cf: &mut CodeFlow,
+        target: &Target,
+        version: u32,
+        revert: bool,
+    ) -> ReoptimizeResult {
+        self.reoptimize_or_revert(cf, target, version, revert)
+            .map_err(|e| format!("{e:#}").into())
+    }
+}
+
+impl CliReoptimizer<'_> {
+    fn reoptimize_or_revert(
+        &self,
+        cf: &mut CodeFlow,
+        target: &Target,
+        version: u32,
+        revert: bool,
+    ) -> anyhow::Result<(Reoptimized, u32, String)> {
+        let src = self.source(target, version)?;
+        let why = if revert {
+            "not re-profiled again".to_string()
+        } else {
+            match self.reprofile(cf, target, &src) {
+                Ok(Some((v, detail))) => return Ok((Reoptimized::Elite, v, detail)),
+                Ok(None) => "the new profile has no stable branch".to_string(),
+                Err(e) => format!("re-optimising failed: {e:#}"),
+            }
+        };
+        let v = self
+            .revert(cf, target, &src)
+            .with_context(|| format!("{why}; publishing the plain build failed"))?;
+        Ok((Reoptimized::Generic, v, why))
+    }
 }

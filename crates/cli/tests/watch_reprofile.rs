@@ -1,0 +1,308 @@
+//! `rdx watch` re-profiling against a live host: this test process is the host and serves
+//! requests on a thread of its own, counting every answer, while separate `rdx` processes
+//! profile the traffic, publish an elite build from it, and watch the hook. The traffic then
+//! shifts so that the elite build's guards fail; the watcher sees the deoptimisation rate
+//! cross its threshold, re-profiles (an instrumented build, read remotely), merges the fresh
+//! window into the old profile and publishes a new elite build. Afterwards the hook
+//! deoptimises rarely again, and every request got the right answer and was counted once
+//! in the program's map.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use rdx_runtime::{HookSpec, Runtime};
+
+const EIM: &str = "\
+version: 1
+hooks:
+  - name: on_request
+    context:
+      size: 16
+      fields:
+        - {name: value, offset: 0, size: 8, access: read}
+        - {name: out, offset: 8, size: 8, access: read_write}
+classes:
+  - name: default
+    hook: on_request
+    context: {read: [value, out], write: [out]}
+    helpers: [map_lookup_elem, map_update_elem]
+    instructions: 100000
+    xstate_bytes: 1048576
+";
+
+#[repr(C)]
+struct Ctx {
+    value: u64,
+    out: u64,
+}
+
+fn rdx(state: &PathBuf, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rdx"))
+        .args(args)
+        .arg("--state-dir")
+        .arg(state)
+        .output()
+        .expect("rdx runs")
+}
+
+fn ok(state: &PathBuf, args: &[&str]) -> String {
+    let out = rdx(state, args);
+    assert!(
+        out.status.success(),
+        "rdx {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The node's `classes` counts (classes 0..3), read remotely.
+fn classes(state: &PathBuf) -> Vec<u64> {
+    let dump: serde_json::Value = serde_json::from_str(&ok(
+        state,
+        &["map", "dump", "--node", "n1", "classes", "--json"],
+    ))
+    .unwrap();
+    (0..3)
+        .map(|k| {
+            dump.as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["key"].as_str() == Some(k.to_string().as_str()))
+                .map_or(0, |e| e["value"].as_str().unwrap().parse().unwrap())
+        })
+        .collect()
+}
+
+/// The request class `request_classify` answers for `value`, and its `(r0, out)`.
+fn expected(value: u64) -> (usize, (u64, u64)) {
+    match value {
+        0 => (0, (0, 0)),
+        1..1000 => (1, (1, value * 2)),
+        _ => (2, (2, 1000)),
+    }
+}
+
+#[test]
+fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
+    let started = Instant::now();
+    let tag = std::process::id();
+    let region = format!("/dev/shm/rdx-cli-watch-reprofile-{tag}");
+    let rt = Runtime::builder()
+        .path(&region)
+        .eim_spec(EIM)
+        .code_size(1 << 20)
+        .scratch_size(1 << 20)
+        .thread_slots(4)
+        .hook(
+            "on_request",
+            HookSpec::for_context::<Ctx>().default_return(0),
+        )
+        .build()
+        .unwrap();
+    rt.register().unwrap();
+    let state = std::env::temp_dir().join(format!("rdx-cli-watch-reprofile-state-{tag}"));
+    let _ = std::fs::remove_dir_all(&state);
+    std::fs::create_dir_all(&state).unwrap();
+    let object = rdx_testdata::object_path("deopt/request_classify")
+        .display()
+        .to_string();
+    let profile_file = state.join("profile.json");
+    ok(&state, &["node", "add", "n1", &format!("shm:{region}")]);
+    ok(
+        &state,
+        &["deploy", &object, "--node", "n1", "--hook", "on_request"],
+    );
+    let hook = rt.hook("on_request").unwrap();
+    let failures_before = hook.stats().failures;
+
+    // Phase 0: values 1..1000 only (zero and large values never seen: both are guards of
+    // the elite build). Phase 1: every third request is zero, every fifth is large.
+    let phase = AtomicU8::new(0);
+    let stop = AtomicBool::new(false);
+    let wrong = AtomicU64::new(0);
+    let sent: [AtomicU64; 3] = Default::default();
+    let watch_events = std::thread::scope(|s| {
+        s.spawn(|| {
+            rt.register().unwrap();
+            let hook = rt.hook("on_request").unwrap();
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let value = match phase.load(Ordering::Relaxed) {
+                    0 => 1 + i % 999,
+                    _ if i.is_multiple_of(3) => 0,
+                    _ if i.is_multiple_of(5) => 5000,
+                    _ => 1 + i % 999,
+                };
+                let mut c = Ctx { value, out: 0 };
+                let r0 = hook.run(&mut c);
+                let (class, want) = expected(value);
+                if (r0, c.out) != want {
+                    wrong.fetch_add(1, Ordering::Relaxed);
+                }
+                sent[class].fetch_add(1, Ordering::Relaxed);
+                if i.is_multiple_of(64) {
+                    std::thread::yield_now();
+                }
+            }
+        });
+
+        ok(
+            &state,
+            &[
+                "profile",
+                &object,
+                "--node",
+                "n1",
+                "--hook",
+                "on_request",
+                "--seconds",
+                "0.5",
+                "--min-runs",
+                "10",
+                "--out",
+                profile_file.to_str().unwrap(),
+                "--json",
+            ],
+        );
+        let report: serde_json::Value = serde_json::from_str(&ok(
+            &state,
+            &[
+                "optimize",
+                &object,
+                "--node",
+                "n1",
+                "--hook",
+                "on_request",
+                "--profile",
+                profile_file.to_str().unwrap(),
+                "--json",
+            ],
+        ))
+        .unwrap();
+        let elite = report["version"].as_u64().unwrap();
+        assert!(report["guards"].as_u64().unwrap() >= 2, "{report}");
+        let st = hook.stats();
+        std::thread::sleep(Duration::from_millis(100));
+        let st2 = hook.stats();
+        assert!(st2.runs > st.runs, "traffic runs");
+        assert_eq!(
+            st2.deopts, st.deopts,
+            "the profiled traffic follows the fast path"
+        );
+
+        let mut watcher = Command::new(env!("CARGO_BIN_EXE_rdx"))
+            .args([
+                "watch",
+                "n1/on_request",
+                "--json",
+                "--interval-ms",
+                "2",
+                "--max-deopt-ratio",
+                "0.05",
+                "--deopt-min-runs",
+                "2000",
+                "--reprofile-seconds",
+                "0.5",
+                "--duration",
+                "20",
+                "--state-dir",
+            ])
+            .arg(&state)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = mpsc::channel::<serde_json::Value>();
+        let stdout = watcher.stdout.take().unwrap();
+        s.spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let _ = tx.send(serde_json::from_str(&line).expect("a JSON event per line"));
+            }
+        });
+        let mut events = Vec::new();
+        let next = |what: &str, events: &mut Vec<serde_json::Value>| loop {
+            let e = rx
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap_or_else(|_| panic!("no {what} event; saw {events:?}"));
+            events.push(e.clone());
+            if e["event"] == what {
+                break e;
+            }
+        };
+        // The elite version runs a healthy window before the traffic shifts.
+        let good = next("good", &mut events);
+        assert_eq!(good["version"].as_u64(), Some(elite), "{good}");
+        phase.store(1, Ordering::Relaxed);
+        let shifted = Instant::now();
+        let r = next("reoptimized", &mut events);
+        let reacted = shifted.elapsed();
+        assert_eq!(r["outcome"], "elite", "{r}");
+        assert_eq!(r["from_version"].as_u64(), Some(elite), "{r}");
+        let (runs, deopts) = (
+            r["window_runs"].as_u64().unwrap(),
+            r["window_deopts"].as_u64().unwrap(),
+        );
+        assert!(runs >= 2000 && deopts * 20 > runs, "{r}");
+        let new_elite = r["to_version"].as_u64().unwrap();
+        assert!(new_elite > elite, "{r}");
+        assert_eq!(
+            active_version(&state),
+            new_elite,
+            "the new elite build serves"
+        );
+
+        // The shifted traffic now follows the new elite build's fast path.
+        let a = hook.stats();
+        std::thread::sleep(Duration::from_millis(300));
+        let b = hook.stats();
+        let (runs, deopts) = (b.runs - a.runs, b.deopts - a.deopts);
+        assert!(runs > 1000, "{runs} runs");
+        assert!(
+            deopts * 100 <= runs,
+            "{deopts} deoptimisations in {runs} runs after re-profiling"
+        );
+        stop.store(true, Ordering::Relaxed);
+        // The watcher was started by this test; it ends here.
+        watcher.kill().unwrap();
+        watcher.wait().unwrap();
+        eprintln!("traffic shift to re-optimised elite build: {reacted:?}");
+        events
+    });
+    assert_eq!(
+        wrong.load(Ordering::Relaxed),
+        0,
+        "a request got a wrong answer"
+    );
+    assert_eq!(hook.stats().failures, failures_before, "no run failed");
+    // Every request was counted exactly once, across five versions (plain, scouting,
+    // elite, scouting, elite) and the deoptimised runs of the first elite build.
+    let sent: Vec<u64> = sent.iter().map(|n| n.load(Ordering::Relaxed)).collect();
+    assert_eq!(classes(&state), sent, "events: {watch_events:?}");
+
+    let history = ok(&state, &["history", "--node", "n1"]);
+    assert_eq!(history.matches("optimize").count(), 2, "{history}");
+    assert_eq!(history.matches("profile").count(), 2, "{history}");
+    eprintln!("test took {:?}", started.elapsed());
+
+    let _ = std::fs::remove_dir_all(&state);
+    drop(rt);
+    let _ = std::fs::remove_file(&region);
+}
+
+/// The hook's active version, read remotely.
+fn active_version(state: &PathBuf) -> u64 {
+    let status: serde_json::Value =
+        serde_json::from_str(&ok(state, &["node", "show", "n1", "--json"])).unwrap();
+    status["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["name"] == "on_request")
+        .map(|h| h["version"].as_u64().unwrap())
+        .unwrap()
+}
