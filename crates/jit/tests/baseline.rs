@@ -1,5 +1,6 @@
 //! The baseline tier (`Pipeline::Baseline`) against the interpreter and the Cranelift tier:
-//! every conformance vector (on this host, and for aarch64 under qemu through the C harness),
+//! every conformance vector (on this host, and for aarch64 under qemu through the C harness of
+//! `aarch64_qemu.rs`),
 //! every corpus program (`bpf/tests`), random verified programs (the differential generator
 //! of `differential.rs`), metering, local calls, `callx` and the typed refusals.
 //!
@@ -1019,5 +1020,338 @@ mod behaviour {
             let back = rdx_jit::Artifact::from_bytes(&base.to_bytes()).unwrap();
             assert_eq!(back, base);
         }
+    }
+}
+
+mod aarch64_qemu {
+    use std::collections::HashMap;
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    use rdx_bpf::asm::{assemble, TestVector};
+    use rdx_bpf::isa::{CallTarget, Insn};
+    use rdx_jit::link::{link_bytes, LinkTarget};
+    use rdx_jit::{Arch, CompileOptions, EntryAbi, HelperCalls, Pipeline, Symbol};
+
+    const CODE_BASE: u64 = 0x5000_0000;
+
+    fn find_tool(names: &[&str]) -> Option<PathBuf> {
+        let path = std::env::var_os("PATH")?;
+        names
+            .iter()
+            .flat_map(|n| std::env::split_paths(&path).map(move |d| d.join(n)))
+            .find(|p| p.is_file())
+    }
+
+    fn conformance_dir() -> PathBuf {
+        std::env::var_os("RDX_CONFORMANCE_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance")
+            })
+    }
+
+    struct Job {
+        name: String,
+        code: Vec<u8>,
+        entry: u32,
+        mem: Option<Vec<u8>>,
+        budget: u64,
+        want_r0: u64,
+        want_status: u32,
+        /// The deoptimisation slot an elite job must report (status 3).
+        want_pc: u32,
+    }
+
+    fn write_jobs(jobs: &[Job], path: &Path) {
+        let mut b = b"RDXH".to_vec();
+        b.extend_from_slice(&(jobs.len() as u32).to_le_bytes());
+        for j in jobs {
+            b.extend_from_slice(&(j.name.len() as u16).to_le_bytes());
+            b.extend_from_slice(j.name.as_bytes());
+            b.extend_from_slice(&CODE_BASE.to_le_bytes());
+            b.extend_from_slice(&(j.code.len() as u32).to_le_bytes());
+            b.extend_from_slice(&j.entry.to_le_bytes());
+            b.extend_from_slice(&j.code);
+            match &j.mem {
+                Some(m) => {
+                    b.extend_from_slice(&(m.len() as u32).to_le_bytes());
+                    b.extend_from_slice(m);
+                }
+                None => b.extend_from_slice(&u32::MAX.to_le_bytes()),
+            }
+            b.extend_from_slice(&j.budget.to_le_bytes());
+        }
+        std::fs::write(path, b).unwrap();
+    }
+
+    #[test]
+    fn baseline_conformance_vectors_pass_on_aarch64_under_qemu() {
+        let Some(gcc) = find_tool(&["aarch64-linux-gnu-gcc"]) else {
+            eprintln!("SKIPPED: aarch64-linux-gnu-gcc not found (apt install gcc-aarch64-linux-gnu libc6-dev-arm64-cross)");
+            return;
+        };
+        let Some(qemu) = find_tool(&["qemu-aarch64", "qemu-aarch64-static"]) else {
+            eprintln!("SKIPPED: qemu-aarch64 not found (apt install qemu-user-static)");
+            return;
+        };
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let harness = dir.join("rdx_harness_aarch64_baseline");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("harness/rdx_harness.c");
+        let st = Command::new(&gcc)
+            .args(["-O2", "-static", "-Wall", "-Werror", "-o"])
+            .arg(&harness)
+            .arg(&src)
+            .status()
+            .expect("run the cross compiler");
+        assert!(st.success(), "building the harness failed");
+
+        let out = Command::new(&qemu)
+            .arg(&harness)
+            .arg("symbols")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "harness symbols: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut syms: HashMap<Symbol, u64> = HashMap::new();
+        for line in String::from_utf8(out.stdout).unwrap().lines() {
+            let (name, addr) = line.split_once(' ').unwrap();
+            let addr = u64::from_str_radix(addr.trim_start_matches("0x"), 16).unwrap();
+            syms.insert(name.parse().unwrap(), addr);
+        }
+
+        let mut jobs = Vec::new();
+        let mut add = |name: String,
+                       insns: &[Insn],
+                       opts: &CompileOptions,
+                       mem: Option<Vec<u8>>,
+                       budget: u64,
+                       want_r0: u64,
+                       want_status: u32| {
+            let mut opts = opts.clone();
+            opts.pipeline = Pipeline::Baseline;
+            let artifact = rdx_jit::compile(insns, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+            // Through the serialised form, as the control plane ships it.
+            let linked = link_bytes(
+                &artifact.to_bytes(),
+                LinkTarget::new(Arch::Aarch64),
+                &syms,
+                CODE_BASE,
+            )
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+            jobs.push(Job {
+                name,
+                code: linked.code,
+                entry: linked.entry_offset,
+                mem,
+                budget,
+                want_r0,
+                want_status,
+                want_pc: 0,
+            });
+        };
+
+        let mut files: Vec<_> = std::fs::read_dir(conformance_dir().join("tests"))
+            .expect("conformance vectors")
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "data"))
+            .collect();
+        files.sort();
+        assert!(files.len() >= 313);
+        for p in &files {
+            let text = String::from_utf8_lossy(&std::fs::read(p).unwrap()).into_owned();
+            let v = TestVector::parse(&text).unwrap();
+            let insns = v.program().unwrap();
+            let mut opts = CompileOptions::new(Arch::Aarch64);
+            opts.entry_abi = EntryAbi::WithLength;
+            let callx = insns
+                .iter()
+                .any(|i| matches!(i, Insn::Call(CallTarget::Reg(_))));
+            if callx {
+                opts.helper_calls = HelperCalls::Table { table_len: 16 };
+            }
+            let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+            add(name, &insns, &opts, v.mem.clone(), 0, v.result.unwrap(), 0);
+        }
+
+        // Metering, helper arguments and local calls on aarch64.
+        let lp =
+            assemble("mov %r0, 0\nmov %r1, 1000\nadd %r0, 2\nsub %r1, 1\njne %r1, 0, -3\nexit")
+                .unwrap();
+        let mut metered = CompileOptions::new(Arch::Aarch64);
+        metered.needs_budget = true;
+        add("budget-exhausted".into(), &lp, &metered, None, 100, 0, 1);
+        add(
+            "budget-enough".into(),
+            &lp,
+            &metered,
+            None,
+            1 << 20,
+            2000,
+            0,
+        );
+        let calls = assemble(
+            "mov %r1, 1\nmov %r2, 2\nmov %r3, 3\nmov %r4, 4\nmov %r5, 5\ncall 9\nmov %r6, %r0\nmov %r1, 7\ncall local sub\nadd %r0, %r6\nexit\nsub:\nmov %r0, %r1\nmul %r0, 100000\nexit",
+        )
+        .unwrap();
+        {
+            for (mode, name) in [
+                (HelperCalls::Direct, "helpers-direct"),
+                (HelperCalls::Table { table_len: 16 }, "helpers-table"),
+            ] {
+                let mut o = metered.clone();
+                o.helper_calls = mode;
+                add(name.into(), &calls, &o, None, 1 << 20, 712345, 0);
+            }
+        }
+
+        // Inlined array lookups (the harness's map 0: 8 values, value i = 3 * i + 1): a hit, a miss
+        // (NULL, then 99), and a masked key whose range check and NULL test the compiler drops.
+        let mut inline_opts = CompileOptions::new(Arch::Aarch64);
+        inline_opts.entry_abi = EntryAbi::WithLength;
+        inline_opts.pipeline = Pipeline::Baseline;
+        inline_opts.inline_arrays.insert(
+            0,
+            rdx_jit::InlineArray {
+                max_entries: 8,
+                value_size: 8,
+            },
+        );
+        for (name, mask, key, want) in [
+            ("inline-array-hit", None, 3u32, 10u64),
+            ("inline-array-miss", None, 8, 99),
+            ("inline-array-masked", Some(7), 13, 16),
+        ] {
+            let artifact = rdx_jit::compile(&array_lookup_program(mask), &inline_opts).unwrap();
+            assert!(!artifact.symbols.contains(&Symbol::Helper(1)), "{name}");
+            let linked = link_bytes(
+                &artifact.to_bytes(),
+                LinkTarget::new(Arch::Aarch64),
+                &syms,
+                CODE_BASE,
+            )
+            .unwrap();
+            jobs.push(Job {
+                name: name.into(),
+                code: linked.code,
+                entry: linked.entry_offset,
+                mem: Some(key.to_le_bytes().to_vec()),
+                budget: 0,
+                want_r0: want,
+                want_status: 0,
+                want_pc: 0,
+            });
+        }
+
+        let job_file = dir.join("aarch64_baseline_jobs.bin");
+        write_jobs(&jobs, &job_file);
+        let out = Command::new(&qemu)
+            .arg(&harness)
+            .arg("run")
+            .arg(&job_file)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "harness failed: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let results: HashMap<&str, (u64, u32, u32)> = stdout
+            .lines()
+            .map(|l| {
+                let mut it = l.split(' ');
+                let name = it.next().unwrap();
+                let r0 =
+                    u64::from_str_radix(it.next().unwrap().trim_start_matches("0x"), 16).unwrap();
+                let status = it.next().unwrap().parse().unwrap();
+                let pc = it.next().unwrap().parse().unwrap();
+                (name, (r0, status, pc))
+            })
+            .collect();
+        let mut failures = Vec::new();
+        for j in &jobs {
+            match results.get(j.name.as_str()) {
+                Some(&(r0, status, pc))
+                    if status == j.want_status
+                        && (status != 0 || r0 == j.want_r0)
+                        && (status != 3 || pc == j.want_pc) => {}
+                other => failures.push(format!(
+                    "{}: got {other:?}, want r0 {:#x} status {} pc {}",
+                    j.name, j.want_r0, j.want_status, j.want_pc
+                )),
+            }
+        }
+        eprintln!(
+            "{} baseline-tier jobs ran on aarch64 under qemu",
+            jobs.len()
+        );
+        assert!(
+            failures.is_empty(),
+            "{} failures:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+    }
+
+    /// `key = *(u32 *)r1 [& mask]`, passed through the stack; `v = bpf_map_lookup_elem(map 0,
+    /// &key)`; `return v ? *v : 99`.
+    fn array_lookup_program(mask: Option<i32>) -> Vec<Insn> {
+        use rdx_bpf::isa::{AluOp, ImmKind, JmpCond, Operand, Reg, Size, Width};
+        let alu = |op, dst, src| Insn::Alu {
+            width: Width::W64,
+            op,
+            dst: Reg(dst),
+            src,
+        };
+        let mut p = vec![Insn::Load {
+            size: Size::W,
+            sign_extend: false,
+            dst: Reg(3),
+            base: Reg(1),
+            off: 0,
+        }];
+        if let Some(m) = mask {
+            p.push(alu(AluOp::And, 3, Operand::Imm(m)));
+        }
+        p.extend([
+            Insn::Store {
+                size: Size::W,
+                base: Reg(10),
+                off: -4,
+                src: Operand::Reg(Reg(3)),
+            },
+            alu(AluOp::Mov, 2, Operand::Reg(Reg(10))),
+            alu(AluOp::Add, 2, Operand::Imm(-4)),
+            Insn::LoadImm64 {
+                dst: Reg(1),
+                kind: ImmKind::MapIdx,
+                imm_lo: 0,
+                imm_hi: 0,
+            },
+            Insn::LoadImm64Hi,
+            Insn::Call(CallTarget::Helper(1)),
+            Insn::Jmp {
+                width: Width::W64,
+                cond: JmpCond::Ne,
+                dst: Reg(0),
+                src: Operand::Imm(0),
+                off: 2,
+            },
+            alu(AluOp::Mov, 0, Operand::Imm(99)),
+            Insn::Exit,
+            Insn::Load {
+                size: Size::DW,
+                sign_extend: false,
+                dst: Reg(0),
+                base: Reg(0),
+                off: 0,
+            },
+            Insn::Exit,
+        ]);
+        p
     }
 }
