@@ -298,7 +298,8 @@ pub unsafe extern "C" fn rdx_declare_hook(
 pub unsafe extern "C" fn rdx_run_hook(hook: *const RdxHook, ctx: *mut u8) -> u64 {
     // SAFETY: by the caller's contract.
     let h = unsafe { &*hook };
-    crate::hook::Hook::new(&h.rt.inner, h.index, h.default_return).run_raw(ctx)
+    h.rt.hook_at(h.index, h.default_return)
+        .map_or(h.default_return, |hook| hook.run_raw(ctx))
 }
 
 /// Exports a host function as helper id `id`.
@@ -366,7 +367,10 @@ pub struct RdxHookStats {
 pub unsafe extern "C" fn rdx_hook_get_stats(hook: *const RdxHook, out: *mut RdxHookStats) -> i32 {
     // SAFETY: by the caller's contract.
     let h = unsafe { &*hook };
-    let s = crate::hook::Hook::new(&h.rt.inner, h.index, h.default_return).stats();
+    let s =
+        h.rt.hook_at(h.index, h.default_return)
+            .map(|hook| hook.stats())
+            .unwrap_or_default();
     // SAFETY: by the caller's contract.
     unsafe {
         *out = RdxHookStats {

@@ -451,6 +451,15 @@ impl Runtime {
         Ok(Hook::new(&self.inner, index as u32, spec.default_return))
     }
 
+    /// The hook in slot `index` ([`Hook::index`]) without the name lookup of
+    /// [`Runtime::hook`] or its lock: for handles that keep a runtime and an index rather
+    /// than a borrowed [`Hook`] and make one per run (the C ABI, crate `rdx-runtime-c`).
+    /// `empty_return` is what it returns while nothing is attached (the declared spec's
+    /// `default_return`). `None` when `index` is not below the region's `max_hooks`.
+    pub fn hook_at(&self, index: u32, empty_return: u64) -> Option<Hook<'_>> {
+        (index < self.inner.info.max_hooks).then(|| Hook::new(&self.inner, index, empty_return))
+    }
+
     /// Names of the declared hooks, in slot order.
     pub fn hooks(&self) -> Vec<String> {
         let ex = self.inner.exports.lock().unwrap_or_else(|e| e.into_inner());
