@@ -33,25 +33,6 @@ use std::time::{Duration, Instant};
 
 const HOOK: &str = "on_request";
 
-/// The host's EIM: the same hook and class as the control tests' host.
-const EIM: &str = "\
-version: 1
-hooks:
-  - name: on_request
-    context:
-      size: 16
-      fields:
-        - {name: value, offset: 0, size: 8, access: read}
-        - {name: out, offset: 8, size: 8, access: read_write}
-classes:
-  - name: default
-    hook: on_request
-    context: {read: [value, out], write: [out]}
-    helpers: [map_lookup_elem, map_update_elem]
-    instructions: 4000000
-    xstate_bytes: 1048576
-";
-
 /// The map [`path_sensitive`] indexes: one value wide enough for every path's offset plus
 /// the body's constant offsets.
 fn wide_map() -> MapDef {
@@ -184,7 +165,7 @@ fn host_main(path: &str) {
     let priority = host_priority(10);
     let rt = rdx_runtime::Runtime::builder()
         .path(path)
-        .eim_spec(EIM)
+        .eim_spec(rdx_test_support::eim::bench_on_request())
         .code_size(64 << 20)
         .scratch_size(1 << 20)
         .thread_slots(8)

@@ -21,26 +21,7 @@ struct Ctx {
     out: u64,
 }
 
-const EIM: &str = "\
-version: 1
-hooks:
-  - name: on_request
-    description: called once per request; out is the response value
-    context:
-      size: 16
-      fields:
-        - {name: value, offset: 0, size: 8, access: read}
-        - {name: out, offset: 8, size: 8, access: read_write}
-classes:
-  - name: default
-    hook: on_request
-    context: {read: [value, out], write: [out]}
-    helpers: [map_lookup_elem, map_update_elem, map_delete_elem, ktime_get_ns, get_prandom_u32,
-              get_smp_processor_id, ringbuf_output, ringbuf_reserve, ringbuf_submit, ringbuf_discard,
-              trace_printk]
-    instructions: 2000000
-    xstate_bytes: 16777216
-";
+const EIM: &str = include_str!("../../../eim/on_request.yaml");
 
 fn main() {
     if let Err(e) = run() {

@@ -107,6 +107,20 @@ pub fn on_request(helpers: &[&str]) -> String {
         .yaml()
 }
 
+/// The control-path benchmarks' host (injection, verifier control shapes): `on_request` with a
+/// `default` class allowing map lookups and updates, 4 000 000 instructions and 1 MiB of
+/// extension state.
+pub fn bench_on_request() -> String {
+    EimSpec::value_out(&["on_request"])
+        .class(
+            "default",
+            &["map_lookup_elem", "map_update_elem"],
+            4_000_000,
+            1 << 20,
+        )
+        .yaml()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

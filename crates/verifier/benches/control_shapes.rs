@@ -16,25 +16,6 @@ use rdx_test_support::programs::{generate, path_sensitive, Shape};
 use rdx_verifier::{verify_insns, EimSpec, VerifyOptions};
 use std::time::{Duration, Instant};
 
-/// The control bench's EIM: hook `on_request`, class `default`.
-const EIM: &str = "\
-version: 1
-hooks:
-  - name: on_request
-    context:
-      size: 16
-      fields:
-        - {name: value, offset: 0, size: 8, access: read}
-        - {name: out, offset: 8, size: 8, access: read_write}
-classes:
-  - name: default
-    hook: on_request
-    context: {read: [value, out], write: [out]}
-    helpers: [map_lookup_elem, map_update_elem]
-    instructions: 4000000
-    xstate_bytes: 1048576
-";
-
 fn array(name: &str, value_size: u32, max_entries: u32) -> MapDef {
     MapDef {
         name: name.into(),
@@ -59,7 +40,7 @@ struct Case {
 }
 
 fn cases() -> Vec<Case> {
-    let spec = EimSpec::from_yaml(EIM).expect("bench EIM");
+    let spec = EimSpec::from_yaml(&rdx_test_support::eim::bench_on_request()).expect("bench EIM");
     let control = VerifyOptions::eim(&spec, "on_request", "default").expect("bench class");
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let acl_spec = EimSpec::from_yaml(
