@@ -11,12 +11,19 @@ use crate::runtime::Inner;
 use crate::thread;
 use rdx_exec::image::{self, HelperCall, HelperTable, Image};
 use rdx_exec::machine::HelperReturn;
-use rdx_region::abi::{DeoptRunState, FallbackLocator, FALLBACK_MAGIC};
+use rdx_region::abi::{DeoptRunState, FallbackLocator, RunState, FALLBACK_MAGIC};
 use rdx_region::layout::SectionId;
 use std::sync::atomic::AtomicU64;
 
 /// The fallback image of the elite code whose entry is `entry`, if its record has one.
 fn image_of(inner: &Inner, entry: u64) -> Option<Image<'static>> {
+    Image::parse(image_bytes(inner, entry)?).ok()
+}
+
+/// The bytes of the fallback image of the elite code whose entry is `entry`, if its record
+/// has one. Valid while the caller is inside the epoch of a run of that code (the record
+/// cannot be reclaimed meanwhile); `'static` must not escape that.
+pub(crate) fn image_bytes(inner: &Inner, entry: u64) -> Option<&'static [u8]> {
     let code = inner.info.section(SectionId::Code);
     let (lo, hi) = (inner.base + code.offset, inner.base + code.end());
     let at = entry.checked_sub(FallbackLocator::BYTES)?;
@@ -36,10 +43,9 @@ fn image_of(inner: &Inner, entry: u64) -> Option<Image<'static>> {
     }
     // SAFETY: inside the readable code arena (checked). The record cannot be reclaimed
     // while this thread is inside the epoch of the run that executed its code, and the
-    // image is only used within it (`'static` does not escape `resume`).
-    let bytes =
-        unsafe { std::slice::from_raw_parts(start as *const u8, locator.image_len as usize) };
-    Image::parse(bytes).ok()
+    // image is only used within it (`'static` does not escape `resume` or the copy the
+    // queued path makes).
+    Some(unsafe { std::slice::from_raw_parts(start as *const u8, locator.image_len as usize) })
 }
 
 /// The host's helper table, plus what the hook path does around a tail call: a successful
@@ -73,6 +79,29 @@ impl HelperCall for HostHelpers<'_> {
 /// Called from the hook's stopped path, before the run leaves its epoch.
 pub(crate) fn resume(inner: &Inner, run: &Prepared) -> Option<u64> {
     let image = image_of(inner, run.entry as usize as u64)?;
+    // SAFETY: the image was written by the control plane beside the elite code that just
+    // ran (same record, same version, published together), lowered from the same verified
+    // program and linked for this region; `run.state` is this run's `DeoptRunState`, which
+    // the elite code filled at its failed guard and nothing else uses meanwhile (helpers
+    // reach it through this thread's state, as during native code).
+    unsafe { resume_in(inner, image, run.state.cast::<DeoptRunState>()) }
+}
+
+/// Continues a queued run (on the fallback worker's thread, inside its epoch) in `image`,
+/// a copy of its version's fallback image; `state` is the captured state whose pointers
+/// designate the run's own copies of its stack, context and packet.
+pub(crate) fn resume_owned(inner: &Inner, image: &[u8], state: *mut DeoptRunState) -> Option<u64> {
+    let image = Image::parse(image).ok()?;
+    // SAFETY: the image is a copy of the one written beside the elite code that stopped
+    // (taken while that run was inside its epoch); `state` is that run's state, copied and
+    // rebased, owned by the caller and used by nothing else meanwhile.
+    unsafe { resume_in(inner, image, state) }
+}
+
+/// # Safety
+/// `image` belongs to the elite code that stopped with `*state`, which nothing else uses
+/// meanwhile except the helpers the run calls.
+unsafe fn resume_in(inner: &Inner, image: Image<'_>, state: *mut DeoptRunState) -> Option<u64> {
     let table = inner.info.section(SectionId::HelperTable);
     // SAFETY: the helper table section of this runtime's mapping: `helper_capacity` 8-byte
     // words, written by the host at export time (atomically read here).
@@ -85,13 +114,9 @@ pub(crate) fn resume(inner: &Inner, run: &Prepared) -> Option<u64> {
     let helpers = HostHelpers {
         table: HelperTable {
             entries,
-            run: run.state,
+            run: state.cast::<RunState>(),
         },
     };
-    // SAFETY: the image was written by the control plane beside the elite code that just
-    // ran (same record, same version, published together), lowered from the same verified
-    // program and linked for this region; `run.state` is this run's `DeoptRunState`, which
-    // the elite code filled at its failed guard and nothing else uses meanwhile (helpers
-    // reach it through this thread's state, as during native code).
-    unsafe { image::resume(image, run.state.cast::<DeoptRunState>(), helpers) }.ok()
+    // SAFETY: the caller's contract; the helpers are this host's.
+    unsafe { image::resume(image, state, helpers) }.ok()
 }

@@ -1,5 +1,6 @@
 //! The hook fast path.
 
+pub mod queued;
 mod stopped;
 
 use crate::runtime::Inner;

@@ -37,6 +37,8 @@ mod runtime;
 mod thread;
 
 pub use helpers::{helper_ids, HELPERS};
+/// Queued mode: deoptimised runs finished by a fallback worker thread (`docs/deopt.md`).
+pub use hook::queued;
 pub use hook::{Hook, HookSpec, HookStats};
 pub use runtime::{Runtime, RuntimeBuilder};
 pub use thread::current_run_state;

@@ -11,8 +11,10 @@ impl Hook<'_> {
     /// version that ran, its code and its fallback image, cannot be reclaimed meanwhile).
     ///
     /// A deoptimisation (an elite artifact's failed guard) is counted in this thread's
-    /// `deopts` cell and continues synchronously in the fallback image the control plane
-    /// wrote beside that code (`crate::deopt`); the hook returns the run's final `r0`. Any
+    /// `deopts` cell; in queued mode (`queued.rs`) its state goes to the hook's fallback
+    /// worker and the hook returns the deferred verdict, otherwise it continues
+    /// synchronously in the fallback image the control plane wrote beside that code
+    /// (`crate::deopt`) and the hook returns the run's final `r0`. Any
     /// other status, and a deoptimised run that cannot be finished (no image, budget spent
     /// in the resumed part, or the guard was in a program reached through a tail call,
     /// whose image the hook's entry does not lead to), is a failure: counted, the hook's
@@ -38,6 +40,11 @@ impl Hook<'_> {
             // SAFETY: as above.
             let through_tail_call = std::mem::take(&mut unsafe { &mut *ts }.tail_deopt);
             if !through_tail_call {
+                // Queued mode: the run goes to the hook's fallback worker, the hook
+                // answers its deferred verdict.
+                if let Some(verdict) = self.defer(ts, run) {
+                    return verdict;
+                }
                 if let Some(r0) = crate::deopt::resume(self.inner, run) {
                     return r0;
                 }

@@ -1,0 +1,827 @@
+//! Queued mode: a deoptimised run leaves the hook's thread. Its exact state, with copies of
+//! the context and the packet it points into, goes to a fallback queue; the hook answers a
+//! "deferred" verdict at once and the fast path keeps serving, while a fallback worker
+//! thread finishes the run in the fallback image (`docs/deopt.md`).
+//!
+//! Two layers:
+//!
+//! - the state transfer, shared with `rdx-deopt` (whose interpreter-side tier uses it too):
+//!   [`ContextLayout`], the [`PacketArena`] of packet copies below 4 GiB, [`capture`] (copy
+//!   and rebase) and the [`FallbackQueue`];
+//! - the host's queued mode: [`crate::Runtime::queued_fallback`] starts a worker thread for
+//!   one hook and returns a [`FallbackWorker`], whose [`FallbackWorker::run`] runs the hook
+//!   and answers the configured verdict for a run that deoptimised and was queued.
+//!
+//! Pointers are rebased onto the copies: a 64-bit word of the state — a register of the
+//! innermost frame, a callee-saved register of a caller frame, or an 8-byte-aligned word of a
+//! live stack frame — whose value lies in the old stack (its end included: the entry frame's
+//! `r10`), the old context, or the 64 KiB from the old packet's start (packet pointers may
+//! point past `data_end` before a bounds check fails, and must keep comparing the same way
+//! against it) without lying in shared memory (a map value), is moved by the distance
+//! between the old and the new copy; the context's packet fields ([`ContextLayout`]) are
+//! rewritten to point into the packet copy. Map pointers stay as they are: maps are shared
+//! with the worker. Verified programs spill pointers only as aligned 8-byte words, so the
+//! rule finds every pointer; a scalar that happens to equal an address in those ranges
+//! would be moved too, which a verified program cannot observe except by comparing it with
+//! a pointer.
+//!
+//! The worker does not rely on the epoch of the run it continues (which ends when the hook
+//! returns): the fallback image is copied out of the code arena when the run is queued
+//! (once per published version, cached), the stack, context and packet are copies, and
+//! XState maps are never freed while the region lives.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread::JoinHandle;
+
+use rdx_region::abi::{DeoptRunState, RunState, RunStatus, DEOPT_FRAME_BYTES, DEOPT_MAX_FRAMES};
+use rdx_region::layout::SectionId;
+
+use super::{Hook, Prepared};
+use crate::runtime::Inner;
+use crate::thread::{self, ThreadState};
+use crate::{Runtime, RuntimeError};
+
+/// How far past its start a packet pointer may point (the verifier's largest packet
+/// offset), so that pointers past `data_end` are rebased too.
+pub const PACKET_POINTER_REACH: u64 = 1 << 16;
+
+/// Which part of the packet a context field points at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PacketRole {
+    Start,
+    End,
+    Meta,
+}
+
+/// A context field holding a packet pointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PacketField {
+    pub offset: usize,
+    /// 4 (a 32-bit field such as `xdp_md.data`: the copy is placed below 4 GiB) or 8.
+    pub width: usize,
+    pub role: PacketRole,
+}
+
+/// The shape of a hook's context as far as copying it is concerned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContextLayout {
+    pub size: usize,
+    pub packet_fields: Vec<PacketField>,
+}
+
+impl ContextLayout {
+    /// A context of `size` bytes that points at no packet.
+    pub fn plain(size: usize) -> ContextLayout {
+        ContextLayout {
+            size,
+            packet_fields: Vec::new(),
+        }
+    }
+
+    /// `struct xdp_md` as programs see it: `data`, `data_end`, `data_meta` are 32-bit.
+    pub fn xdp_md() -> ContextLayout {
+        let f = |offset, role| PacketField {
+            offset,
+            width: 4,
+            role,
+        };
+        ContextLayout {
+            size: 24,
+            packet_fields: vec![
+                f(0, PacketRole::Start),
+                f(4, PacketRole::End),
+                f(8, PacketRole::Meta),
+            ],
+        }
+    }
+
+    /// The value of packet field `f` in `ctx` (which holds at least `self.size` bytes).
+    pub fn read(&self, ctx: &[u8], f: &PacketField) -> u64 {
+        let b = &ctx[f.offset..f.offset + f.width];
+        if f.width == 4 {
+            u32::from_le_bytes(b.try_into().expect("4 bytes")) as u64
+        } else {
+            u64::from_le_bytes(b.try_into().expect("8 bytes"))
+        }
+    }
+
+    fn field(&self, ctx: &[u8], role: PacketRole) -> Option<u64> {
+        self.packet_fields
+            .iter()
+            .find(|f| f.role == role)
+            .map(|f| self.read(ctx, f))
+    }
+
+    /// The packet `ctx` points at, from its metadata (or start) to its end: `(lo, end)`;
+    /// `(0, 0)` for a layout without packet fields.
+    pub fn packet_bounds(&self, ctx: &[u8]) -> Result<(u64, u64), QueueError> {
+        self.check(ctx.len())?;
+        let start = self.field(ctx, PacketRole::Start).unwrap_or(0);
+        let end = self.field(ctx, PacketRole::End).unwrap_or(start);
+        let lo = self
+            .field(ctx, PacketRole::Meta)
+            .map_or(start, |m| m.min(start));
+        if end < lo {
+            return Err(QueueError::Context(format!(
+                "packet end {end:#x} is below its start {lo:#x}"
+            )));
+        }
+        Ok((lo, end))
+    }
+
+    /// Checks that a context of `ctx_len` bytes fits the layout and its fields fit in it.
+    pub fn check(&self, ctx_len: usize) -> Result<(), QueueError> {
+        if ctx_len < self.size {
+            return Err(QueueError::Context(format!(
+                "context is {ctx_len} bytes, the layout needs {}",
+                self.size
+            )));
+        }
+        for f in &self.packet_fields {
+            if !matches!(f.width, 4 | 8) || f.offset + f.width > self.size {
+                return Err(QueueError::Context(format!(
+                    "packet field at {} of width {} does not fit",
+                    f.offset, f.width
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a deoptimised run could not be queued.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("state to queue: {0}")]
+    State(String),
+    #[error("context: {0}")]
+    Context(String),
+    #[error("packet of {len} bytes exceeds the queue's {slot}-byte packet slots")]
+    PacketTooLarge { len: usize, slot: usize },
+    #[error("fallback queue is full ({0} runs waiting)")]
+    Full(usize),
+    #[error("cannot map the packet arena: {0}")]
+    Arena(std::io::Error),
+    #[error("the queue is closed")]
+    Closed,
+}
+
+/// Fixed-size packet slots in one mapping below 4 GiB, so that 32-bit context fields can
+/// point into copies; and run states to copy deoptimised states into, recycled so that
+/// queueing a run allocates nothing in the steady state.
+pub struct PacketArena {
+    base: *mut u8,
+    slot: usize,
+    slots: usize,
+    free: Mutex<Vec<usize>>,
+    spare_states: Mutex<Vec<Box<DeoptRunState>>>,
+}
+
+// SAFETY: the mapping is owned by the arena; slots are handed out exclusively (free list
+// under a mutex) and each is only touched by the run that holds it.
+unsafe impl Send for PacketArena {}
+// SAFETY: as above.
+unsafe impl Sync for PacketArena {}
+
+impl PacketArena {
+    /// `slots` packet slots of at least `slot` bytes each (rounded up to 64).
+    pub fn new(slot: usize, slots: usize) -> Result<PacketArena, QueueError> {
+        let slot = slot.max(64).next_multiple_of(64);
+        let slots = slots.max(1);
+        let len = slot * slots;
+        #[cfg(target_arch = "x86_64")]
+        let low = libc::MAP_32BIT;
+        #[cfg(not(target_arch = "x86_64"))]
+        let low = 0;
+        // SAFETY: fresh anonymous mapping, result checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | low,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(QueueError::Arena(std::io::Error::last_os_error()));
+        }
+        if (p as u64) + len as u64 > 1 << 32 {
+            // SAFETY: our mapping.
+            unsafe { libc::munmap(p, len) };
+            return Err(QueueError::Arena(std::io::Error::other(
+                "no memory below 4 GiB for 32-bit packet pointers",
+            )));
+        }
+        Ok(PacketArena {
+            base: p.cast(),
+            slot,
+            slots,
+            free: Mutex::new((0..slots).rev().collect()),
+            spare_states: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Bytes of one packet slot.
+    pub fn slot_bytes(&self) -> usize {
+        self.slot
+    }
+}
+
+impl Drop for PacketArena {
+    fn drop(&mut self) {
+        // SAFETY: our mapping; every slot holder keeps the arena alive through an Arc.
+        unsafe { libc::munmap(self.base.cast(), self.slot * self.slots) };
+    }
+}
+
+/// A packet copy in the arena; the slot returns to the arena on drop.
+struct PacketCopy {
+    arena: Arc<PacketArena>,
+    index: usize,
+    len: usize,
+}
+
+impl PacketCopy {
+    fn addr(&self) -> u64 {
+        self.arena.base as u64 + (self.index * self.arena.slot) as u64
+    }
+}
+
+impl Drop for PacketCopy {
+    fn drop(&mut self) {
+        self.arena.free.lock().expect("arena lock").push(self.index);
+    }
+}
+
+/// A deoptimised state with its own copies of the context and packet, every pointer
+/// rebased onto them: what a fallback worker resumes.
+pub struct Captured {
+    /// Always `Some` until drop, which returns it to the arena's spares.
+    state: Option<Box<DeoptRunState>>,
+    ctx: Box<[u64]>,
+    ctx_len: usize,
+    packet: PacketCopy,
+}
+
+// SAFETY: the raw pointers inside the state point into this value's own copies (stack,
+// context, packet slot) or into maps shared by design; the run is moved, never shared.
+unsafe impl Send for Captured {}
+
+impl Captured {
+    /// The state to resume (its pointers designate this value's copies).
+    pub fn state_mut(&mut self) -> &mut DeoptRunState {
+        self.state.as_mut().expect("present until drop")
+    }
+
+    /// The context copy.
+    pub fn ctx(&self) -> &[u8] {
+        // SAFETY: ctx holds ctx_len bytes.
+        unsafe { std::slice::from_raw_parts(self.ctx.as_ptr().cast::<u8>(), self.ctx_len) }
+    }
+
+    /// The state and the context copy at once (a resumed run uses both).
+    pub fn parts_mut(&mut self) -> (&mut DeoptRunState, &mut [u8]) {
+        // SAFETY: ctx holds ctx_len bytes, a separate allocation from the state.
+        let ctx = unsafe {
+            std::slice::from_raw_parts_mut(self.ctx.as_mut_ptr().cast::<u8>(), self.ctx_len)
+        };
+        (self.state.as_mut().expect("present until drop"), ctx)
+    }
+
+    /// Address and length of the packet copy.
+    pub fn packet_region(&self) -> (u64, usize) {
+        (self.packet.addr(), self.packet.len)
+    }
+
+    /// The packet copy.
+    pub fn packet(&self) -> &[u8] {
+        // SAFETY: inside the arena, exclusively ours while this value lives.
+        unsafe { std::slice::from_raw_parts(self.packet.addr() as *const u8, self.packet.len) }
+    }
+}
+
+impl Drop for Captured {
+    fn drop(&mut self) {
+        if let Some(state) = self.state.take() {
+            self.packet
+                .arena
+                .spare_states
+                .lock()
+                .expect("arena lock")
+                .push(state);
+        }
+    }
+}
+
+/// Copies a deoptimised state (status `Deopt`) with the context and packet it points into,
+/// rebasing every pointer onto the copies; `shared(v)` says that address `v` lies in memory
+/// shared with the worker (a map value), which is never rebased.
+///
+/// # Safety
+/// `ctx` is the context the elite run used; the packet fields of `layout` in it point at
+/// readable packet memory (as when the hook was called).
+pub unsafe fn capture(
+    state: &DeoptRunState,
+    ctx: &[u8],
+    layout: &ContextLayout,
+    arena: &Arc<PacketArena>,
+    shared: impl Fn(u64) -> bool,
+) -> Result<Captured, QueueError> {
+    if state.run.status != RunStatus::Deopt as u32 {
+        return Err(QueueError::State(format!(
+            "run status {} is not Deopt",
+            state.run.status
+        )));
+    }
+    let depth = state.depth as usize;
+    if depth >= DEOPT_MAX_FRAMES {
+        return Err(QueueError::State(format!("depth {depth}")));
+    }
+    let (lo, end) = layout.packet_bounds(ctx)?;
+    let len = (end - lo) as usize;
+    if len > arena.slot {
+        return Err(QueueError::PacketTooLarge {
+            len,
+            slot: arena.slot,
+        });
+    }
+    let index = arena
+        .free
+        .lock()
+        .expect("arena lock")
+        .pop()
+        .ok_or(QueueError::Full(arena.slots))?;
+    let packet = PacketCopy {
+        arena: arena.clone(),
+        index,
+        len,
+    };
+    // SAFETY: the caller vouches that [lo, end) is readable; the slot is ours and at least
+    // `len` bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(lo as *const u8, packet.addr() as *mut u8, len);
+    }
+    let mut ctx_copy = vec![0u64; ctx.len().div_ceil(8)].into_boxed_slice();
+    // SAFETY: the copy has at least ctx.len() bytes.
+    unsafe { std::ptr::copy_nonoverlapping(ctx.as_ptr(), ctx_copy.as_mut_ptr().cast(), ctx.len()) };
+
+    let spare = arena.spare_states.lock().expect("arena lock").pop();
+    let mut copy = spare.unwrap_or_else(|| DeoptRunState::boxed(0));
+    copy.run = RunState {
+        budget: state.run.budget,
+        status: state.run.status,
+        reserved: 0,
+        env: state.run.env,
+    };
+    copy.pc = state.pc;
+    copy.depth = state.depth;
+    copy.regs = state.regs;
+    copy.frames = state.frames;
+    // Only the live frames: frame k lies below top - 512 k.
+    let live = (depth + 1) * DEOPT_FRAME_BYTES;
+    let total = copy.stack.len();
+    copy.stack[total - live..].copy_from_slice(&state.stack[total - live..]);
+
+    let old_stack = (state.stack_top() - total as u64, state.stack_top());
+    let new_stack_lo = copy.stack_top() - total as u64;
+    let old_ctx = (ctx.as_ptr() as u64, ctx.as_ptr() as u64 + ctx.len() as u64);
+    let new_ctx = ctx_copy.as_ptr() as u64;
+    let new_packet = packet.addr();
+    let has_packet = !layout.packet_fields.is_empty();
+    let rebase = |v: u64| -> u64 {
+        // The stack's end is included: it is the entry frame's r10.
+        if (old_stack.0..=old_stack.1).contains(&v) {
+            v - old_stack.0 + new_stack_lo
+        } else if (old_ctx.0..old_ctx.1).contains(&v) {
+            v - old_ctx.0 + new_ctx
+        } else if has_packet
+            && (lo..lo.saturating_add(PACKET_POINTER_REACH)).contains(&v)
+            && !shared(v)
+        {
+            v - lo + new_packet
+        } else {
+            v
+        }
+    };
+    for r in copy.regs.iter_mut() {
+        *r = rebase(*r);
+    }
+    for f in copy.frames[..depth].iter_mut() {
+        for r in f.saved.iter_mut() {
+            *r = rebase(*r);
+        }
+    }
+    for word in copy.stack[total - live..].chunks_exact_mut(8) {
+        let v = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+        let r = rebase(v);
+        if r != v {
+            word.copy_from_slice(&r.to_le_bytes());
+        }
+    }
+    // SAFETY: ctx_copy holds ctx.len() >= layout.size bytes.
+    let ctx_bytes =
+        unsafe { std::slice::from_raw_parts_mut(ctx_copy.as_mut_ptr().cast::<u8>(), ctx.len()) };
+    for f in &layout.packet_fields {
+        let v = rebase(layout.read(ctx, f));
+        if f.width == 4 {
+            ctx_bytes[f.offset..f.offset + 4].copy_from_slice(&(v as u32).to_le_bytes());
+        } else {
+            ctx_bytes[f.offset..f.offset + 8].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    Ok(Captured {
+        state: Some(copy),
+        ctx: ctx_copy,
+        ctx_len: ctx.len(),
+        packet,
+    })
+}
+
+struct Pending<T> {
+    runs: VecDeque<(u64, T)>,
+    closed: bool,
+}
+
+/// Deoptimised runs waiting for a fallback worker, each with a ticket.
+pub struct FallbackQueue<T> {
+    pending: Mutex<Pending<T>>,
+    ready: Condvar,
+    next_ticket: AtomicU64,
+}
+
+impl<T> FallbackQueue<T> {
+    pub fn new(capacity: usize) -> FallbackQueue<T> {
+        FallbackQueue {
+            pending: Mutex::new(Pending {
+                runs: VecDeque::with_capacity(capacity),
+                closed: false,
+            }),
+            ready: Condvar::new(),
+            next_ticket: AtomicU64::new(1),
+        }
+    }
+
+    /// Hands a run to the workers; returns its ticket.
+    pub fn push(&self, run: T) -> Result<u64, QueueError> {
+        let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        let mut p = self.pending.lock().expect("queue lock");
+        if p.closed {
+            return Err(QueueError::Closed);
+        }
+        p.runs.push_back((ticket, run));
+        drop(p);
+        self.ready.notify_one();
+        Ok(ticket)
+    }
+
+    /// Runs waiting.
+    pub fn len(&self) -> usize {
+        self.pending.lock().expect("queue lock").runs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// No more runs: workers finish what is queued and return.
+    pub fn close(&self) {
+        self.pending.lock().expect("queue lock").closed = true;
+        self.ready.notify_all();
+    }
+
+    /// Takes the next run, waiting for one; `None` once the queue is closed and drained.
+    pub fn pop(&self) -> Option<(u64, T)> {
+        let mut p = self.pending.lock().expect("queue lock");
+        loop {
+            if let Some(r) = p.runs.pop_front() {
+                return Some(r);
+            }
+            if p.closed {
+                return None;
+            }
+            p = self.ready.wait(p).expect("queue lock");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The host's queued mode.
+
+/// Queued mode for one hook ([`Runtime::queued_fallback`]).
+#[derive(Clone, Debug)]
+pub struct QueuedFallback {
+    /// What the hook returns for a run that deoptimised and was queued.
+    pub deferred_return: u64,
+    /// The hook's context: its size and the fields that point at a packet.
+    pub layout: ContextLayout,
+    /// Largest packet a queued run may point at (bytes).
+    pub packet_slot: usize,
+    /// Runs in flight at once; when every slot is taken the hook's thread finishes the run
+    /// itself (synchronously) rather than fail it or run it again.
+    pub capacity: usize,
+}
+
+impl QueuedFallback {
+    /// Queued mode for a context of `layout`, answering `deferred_return`; 2 KiB packets,
+    /// 256 runs in flight.
+    pub fn new(layout: ContextLayout, deferred_return: u64) -> QueuedFallback {
+        QueuedFallback {
+            deferred_return,
+            layout,
+            packet_slot: 2048,
+            capacity: 256,
+        }
+    }
+}
+
+/// A queued run the fallback worker finished.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completed {
+    /// The ticket [`FallbackWorker::last_ticket`] gave when the run was queued.
+    pub ticket: u64,
+    /// The run's final `r0`; `None` when it could not be finished (the hook's failure
+    /// counter counts it).
+    pub result: Option<u64>,
+    /// The context and packet after the run (what the host forwards or answers with).
+    pub ctx: Vec<u8>,
+    pub packet: Vec<u8>,
+}
+
+/// A fallback image copied out of the code arena, 16-byte aligned.
+struct OwnedImage {
+    words: Box<[u128]>,
+    len: usize,
+}
+
+impl OwnedImage {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `words` holds at least `len` bytes.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
+    }
+}
+
+struct Deferred {
+    captured: Captured,
+    image: Arc<OwnedImage>,
+}
+
+/// Images cached per published active word (a word never comes back with other code).
+const IMAGE_CACHE: usize = 8;
+
+struct HostQueue {
+    runtime_id: u64,
+    hook: u32,
+    deferred_return: u64,
+    layout: ContextLayout,
+    arena: Arc<PacketArena>,
+    queue: FallbackQueue<Deferred>,
+    images: Mutex<VecDeque<(u64, Arc<OwnedImage>)>>,
+    /// The XState scratchpad: map values, shared with the worker, never rebased.
+    shared: (u64, u64),
+}
+
+/// Queues of the hooks in queued mode (any runtime of the process). Read only on the
+/// deoptimisation path.
+static QUEUES: RwLock<Vec<Arc<HostQueue>>> = RwLock::new(Vec::new());
+/// Whether any hook is in queued mode (skips the lock on synchronous deoptimisations).
+static ANY_QUEUED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// The queued run in progress on this thread: runtime id, hook, context.
+    static QUEUED_RUN: Cell<(u64, u32, *mut u8)> = const { Cell::new((0, 0, std::ptr::null_mut())) };
+    /// Ticket of this thread's last queued run.
+    static LAST_TICKET: Cell<u64> = const { Cell::new(0) };
+}
+
+impl Runtime {
+    /// Puts `hook` in queued mode: a run of it through the returned worker's
+    /// [`FallbackWorker::run`] that stops at a failed guard of an elite version is copied
+    /// (state, context, packet; pointers rebased) to a fallback queue and the hook answers
+    /// `cfg.deferred_return` at once; a worker thread (claiming a thread slot of this
+    /// runtime) finishes each queued run in its version's fallback image and hands it to
+    /// `done`. Runs through [`Hook::run`] keep deoptimising synchronously.
+    pub fn queued_fallback(
+        &self,
+        hook: &str,
+        cfg: QueuedFallback,
+        mut done: impl FnMut(Completed) + Send + 'static,
+    ) -> Result<FallbackWorker<'_>, RuntimeError> {
+        let h = self.hook(hook)?;
+        cfg.layout
+            .check(cfg.layout.size)
+            .map_err(|e| RuntimeError::Config(e.to_string()))?;
+        let scratch = self.inner.info.section(SectionId::Scratch);
+        let q = Arc::new(HostQueue {
+            runtime_id: self.inner.id,
+            hook: h.index,
+            deferred_return: cfg.deferred_return,
+            layout: cfg.layout,
+            arena: Arc::new(
+                PacketArena::new(cfg.packet_slot, cfg.capacity)
+                    .map_err(|e| RuntimeError::Config(e.to_string()))?,
+            ),
+            queue: FallbackQueue::new(cfg.capacity),
+            images: Mutex::new(VecDeque::new()),
+            shared: (
+                self.inner.base + scratch.offset,
+                self.inner.base + scratch.end(),
+            ),
+        });
+        {
+            let mut all = QUEUES.write().expect("queues lock");
+            if all
+                .iter()
+                .any(|o| o.runtime_id == q.runtime_id && o.hook == q.hook)
+            {
+                return Err(RuntimeError::Config(format!(
+                    "hook {hook:?} is in queued mode already"
+                )));
+            }
+            all.push(q.clone());
+            ANY_QUEUED.store(true, Ordering::Release);
+        }
+        let inner = self.inner.clone();
+        let worker_q = q.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("rdx-fallback-{hook}"))
+            .spawn(move || work(&inner, &worker_q, &mut done))
+            .map_err(|source| RuntimeError::Io {
+                what: "cannot start the fallback worker for",
+                path: hook.into(),
+                source,
+            })?;
+        Ok(FallbackWorker {
+            hook: h,
+            q,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// The fallback worker: finishes queued runs until the queue is closed and drained.
+fn work(inner: &Arc<Inner>, q: &HostQueue, done: &mut impl FnMut(Completed)) {
+    let ts = thread::state_slow(inner);
+    while let Some((ticket, mut d)) = q.queue.pop() {
+        let result = match ts {
+            Some(ts) => {
+                // SAFETY: this thread's live state; the reference ends before the run,
+                // whose helpers reach it through the thread-local pointer.
+                let inside = unsafe { &mut *ts }.enter();
+                let state: *mut DeoptRunState = d.captured.state_mut();
+                let r = crate::deopt::resume_owned(inner, d.image.bytes(), state);
+                // SAFETY: as above; the run has returned.
+                unsafe { &mut *ts }.leave(inside);
+                r
+            }
+            None => None,
+        };
+        if result.is_none() {
+            inner.slot(q.hook).failures.fetch_add(1, Ordering::Relaxed);
+        }
+        done(Completed {
+            ticket,
+            result,
+            ctx: d.captured.ctx().to_vec(),
+            packet: d.captured.packet().to_vec(),
+        });
+    }
+}
+
+/// A hook in queued mode and its fallback worker thread. Dropping it finishes the queued
+/// runs, stops the worker and ends queued mode.
+pub struct FallbackWorker<'rt> {
+    hook: Hook<'rt>,
+    q: Arc<HostQueue>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl FallbackWorker<'_> {
+    /// Runs the hook on `ctx`: the program's `r0`, or the deferred verdict when the run
+    /// deoptimised and was queued (its ticket is then [`FallbackWorker::last_ticket`]).
+    #[inline]
+    pub fn run<T>(&self, ctx: &mut T) -> u64 {
+        self.run_raw(ctx as *mut T as *mut u8)
+    }
+
+    /// [`FallbackWorker::run`] on a raw context pointer (of the layout's size at least).
+    pub fn run_raw(&self, ctx: *mut u8) -> u64 {
+        let previous = QUEUED_RUN.with(|c| c.replace((self.q.runtime_id, self.q.hook, ctx)));
+        let r0 = self.hook.run_raw(ctx);
+        QUEUED_RUN.with(|c| c.set(previous));
+        r0
+    }
+
+    /// The ticket of this thread's last queued run.
+    pub fn last_ticket() -> u64 {
+        LAST_TICKET.with(|c| c.get())
+    }
+
+    /// Runs waiting for the worker.
+    pub fn pending(&self) -> usize {
+        self.q.queue.len()
+    }
+
+    /// The hook.
+    pub fn hook(&self) -> Hook<'_> {
+        self.hook
+    }
+}
+
+impl Drop for FallbackWorker<'_> {
+    fn drop(&mut self) {
+        {
+            let mut all = QUEUES.write().expect("queues lock");
+            all.retain(|o| !Arc::ptr_eq(o, &self.q));
+            ANY_QUEUED.store(!all.is_empty(), Ordering::Release);
+        }
+        self.q.queue.close();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Hook<'_> {
+    /// Queues a deoptimised run when this hook is in queued mode and the run came through
+    /// its [`FallbackWorker::run`] on this thread (not nested): `Some(deferred verdict)`.
+    /// `None` leaves the run to the synchronous path (not queued mode, or no slot free, or
+    /// a packet too large for a slot: the state is untouched).
+    pub(super) fn defer(&self, ts: *mut ThreadState, run: &Prepared) -> Option<u64> {
+        if !ANY_QUEUED.load(Ordering::Acquire) {
+            return None;
+        }
+        let (runtime_id, hook, ctx) = QUEUED_RUN.with(|c| c.get());
+        if ctx.is_null() || runtime_id != self.runtime_id || hook != self.index {
+            return None;
+        }
+        // SAFETY: this thread's live state; the reference ends in this block.
+        let (nesting, word, entry) = unsafe {
+            let t = &*ts;
+            let (w, e) = t.seen[self.index as usize];
+            (t.nesting, w, e)
+        };
+        if nesting != 0 {
+            return None;
+        }
+        let q = QUEUES
+            .read()
+            .expect("queues lock")
+            .iter()
+            .find(|q| q.runtime_id == runtime_id && q.hook == hook)?
+            .clone();
+        let image = q.image(
+            self.inner,
+            run,
+            (entry as usize == run.entry as usize).then_some(word),
+        )?;
+        // SAFETY: the hook was called with a context of at least the layout's size (the
+        // worker's contract), whose packet fields point at the live packet.
+        let ctx = unsafe { std::slice::from_raw_parts(ctx.cast_const(), q.layout.size) };
+        // SAFETY: `run.state` is this run's DeoptRunState, filled at its failed guard.
+        let state = unsafe { &mut *run.state.cast::<DeoptRunState>() };
+        let (lo, hi) = q.shared;
+        // SAFETY: as above.
+        let captured =
+            unsafe { capture(state, ctx, &q.layout, &q.arena, |v| (lo..hi).contains(&v)) }.ok()?;
+        let ticket = q.queue.push(Deferred { captured, image }).ok()?;
+        LAST_TICKET.with(|c| c.set(ticket));
+        state.run.status = RunStatus::Ok as u32;
+        Some(q.deferred_return)
+    }
+}
+
+impl HostQueue {
+    /// The fallback image of the code `run` ran, copied out of the code arena (cached by
+    /// its active word when known).
+    fn image(&self, inner: &Inner, run: &Prepared, word: Option<u64>) -> Option<Arc<OwnedImage>> {
+        if let Some(w) = word {
+            let cache = self.images.lock().expect("image cache");
+            if let Some((_, img)) = cache.iter().find(|(k, _)| *k == w) {
+                return Some(img.clone());
+            }
+        }
+        let bytes = crate::deopt::image_bytes(inner, run.entry as usize as u64)?;
+        let mut words = vec![0u128; bytes.len().div_ceil(16)].into_boxed_slice();
+        // SAFETY: `words` holds at least bytes.len() bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), words.as_mut_ptr().cast(), bytes.len())
+        };
+        let img = Arc::new(OwnedImage {
+            words,
+            len: bytes.len(),
+        });
+        if let Some(w) = word {
+            let mut cache = self.images.lock().expect("image cache");
+            if cache.len() >= IMAGE_CACHE {
+                cache.pop_front();
+            }
+            cache.push_back((w, img.clone()));
+        }
+        Some(img)
+    }
+}
