@@ -177,7 +177,7 @@ impl EliteTier {
                 // Backpressure: every packet slot is in flight, so this thread finishes the
                 // run itself. The fast path's side effects already happened; running the
                 // request again instead would repeat them.
-                let packet = layout.packet_region(ctx);
+                let packet = crate::queue::packet_region(layout, ctx);
                 let r0 = if self.checked {
                     crate::resume::resume_checked(&self.vm, state, ctx, packet, self.metered)?
                 } else {

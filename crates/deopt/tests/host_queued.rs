@@ -1,0 +1,228 @@
+//! Queued mode in the host runtime: the runtime in this process, the control plane
+//! deploying elite builds of `bpf/deopt/request_classify.c` into its region with every
+//! conditional jump guarded one way, then the other. Requests go through the hook's
+//! `FallbackWorker`: a run that fails a guard is copied (state, context; pointers rebased)
+//! to the fallback queue, the hook answers the deferred verdict at once, and the worker
+//! thread finishes it in the fallback image. Each answer (the hook's, or the completed
+//! deferred run's `r0` and context) and the program's map equal a run of the same requests
+//! in the interpreter alone: exactly once on the queued path. A second round queues many
+//! runs without waiting and publishes the plain build while they are in flight.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rdx_bpf::helpers::Helpers;
+use rdx_bpf::interp::{Config, Input, Vm};
+use rdx_bpf::maps::MapSet;
+use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension};
+use rdx_jit::{branch_sites, Expect, Speculation};
+use rdx_runtime::queued::{Completed, ContextLayout, FallbackWorker, QueuedFallback};
+use rdx_runtime::{HookSpec, Runtime};
+
+const EIM: &str = "\
+version: 1
+hooks:
+  - name: on_request
+    context:
+      size: 16
+      fields:
+        - {name: value, offset: 0, size: 8, access: read}
+        - {name: out, offset: 8, size: 8, access: read_write}
+classes:
+  - name: default
+    hook: on_request
+    context: {read: [value, out], write: [out]}
+    helpers: [map_lookup_elem, map_update_elem]
+    instructions: 100000
+    xstate_bytes: 1048576
+";
+
+/// The hook's answer for a queued run: none of the program's results (0, 1, 2).
+const DEFERRED: u64 = 0xdefe_44ed;
+
+const VALUES: [u64; 9] = [5, 0, 999, 1000, 7, 123_456, 0, 1, 4242];
+
+#[repr(C)]
+struct Ctx {
+    value: u64,
+    out: u64,
+}
+
+fn request_classify() -> Extension {
+    let obj = rdx_bpf::loader::load(&rdx_testdata::object("deopt/request_classify")).unwrap();
+    Extension::from_object(&obj, None).unwrap()
+}
+
+/// `(r0, out)` per value and the map's counts after them, in the interpreter alone.
+fn reference(ext: &Extension, values: &[u64]) -> (Vec<(u64, u64)>, Vec<u64>) {
+    let maps = MapSet::new(&ext.maps).unwrap();
+    let vm = Vm::new(&ext.insns, &maps, &Helpers::standard(), Config::default()).unwrap();
+    let answers = values
+        .iter()
+        .map(|&v| {
+            let mut ctx = [0u8; 16];
+            ctx[..8].copy_from_slice(&v.to_le_bytes());
+            let r0 = vm.run_checked(Input::Bytes(&mut ctx)).unwrap();
+            (r0, u64::from_le_bytes(ctx[8..].try_into().unwrap()))
+        })
+        .collect();
+    let counts = (0u32..4)
+        .map(|k| {
+            let v = maps.get(0).unwrap().lookup(&k.to_le_bytes()).unwrap();
+            u64::from_le_bytes(v[..8].try_into().unwrap())
+        })
+        .collect();
+    (answers, counts)
+}
+
+fn classes(cf: &CodeFlow, map_id: u32) -> Vec<u64> {
+    let info = cf.view().info.clone();
+    let m = rdx_transport::xstate::open(cf.transport(), &info, map_id).unwrap();
+    (0u32..4)
+        .map(|k| {
+            let mut v = [0u8; 8];
+            rdx_transport::xstate::lookup(cf.transport(), &m.map, &k.to_le_bytes(), &mut v)
+                .unwrap();
+            u64::from_le_bytes(v)
+        })
+        .collect()
+}
+
+/// Sends `value` through the worker: the answer now, or the ticket of the queued run.
+fn send(worker: &FallbackWorker<'_>, value: u64) -> Result<(u64, u64), u64> {
+    let mut c = Ctx { value, out: 0 };
+    let r0 = worker.run(&mut c);
+    if r0 == DEFERRED {
+        Err(FallbackWorker::last_ticket())
+    } else {
+        Ok((r0, c.out))
+    }
+}
+
+fn answer_of(c: &Completed) -> (u64, u64) {
+    (
+        c.result.expect("the deferred run finished"),
+        u64::from_le_bytes(c.ctx[8..16].try_into().unwrap()),
+    )
+}
+
+#[test]
+fn queued_runs_finish_in_the_worker_exactly_once() {
+    let ext = request_classify();
+    let sites = branch_sites(&ext.insns);
+    assert!(sites.len() >= 2);
+    for expect in [Expect::NotTaken, Expect::Taken] {
+        let path = format!(
+            "/dev/shm/rdx-deopt-queued-{}-{expect:?}",
+            std::process::id()
+        );
+        let rt = Runtime::builder()
+            .path(&path)
+            .eim_spec(EIM)
+            .code_size(1 << 20)
+            .scratch_size(1 << 20)
+            .thread_slots(4)
+            .hook(
+                "on_request",
+                HookSpec::for_context::<Ctx>().default_return(0),
+            )
+            .build()
+            .unwrap();
+        rt.register().unwrap();
+        let mut cf = create_codeflow(&format!("shm:{path}"), ExtSpec::default()).unwrap();
+        let checked = cf.validate_code(&ext, "on_request", None).unwrap();
+        let speculation = Speculation {
+            guards: sites.iter().map(|&pc| (pc, expect)).collect(),
+        };
+        let (elite, _) = cf.jit_compile_elite(&ext, &checked, speculation).unwrap();
+        let prepared = cf.prepare_prog("on_request", &ext, &elite).unwrap();
+        let published = cf.tx(vec![prepared]).unwrap().remove(0);
+        let map_id = published.map_ids[0];
+
+        let (tx, rx) = mpsc::channel::<Completed>();
+        let worker = rt
+            .queued_fallback(
+                "on_request",
+                QueuedFallback::new(ContextLayout::plain(16), DEFERRED),
+                move |c| {
+                    let _ = tx.send(c);
+                },
+            )
+            .unwrap();
+        let hook = worker.hook();
+
+        // One request at a time: each deferred run completes before the next request, so
+        // the order of side effects is the reference's.
+        let (want, want_counts) = reference(&ext, &VALUES);
+        let mut deferred = 0;
+        for (&v, want) in VALUES.iter().zip(&want) {
+            let got = match send(&worker, v) {
+                Ok(a) => a,
+                Err(ticket) => {
+                    deferred += 1;
+                    let c = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+                    assert_eq!(c.ticket, ticket);
+                    answer_of(&c)
+                }
+            };
+            assert_eq!(got, *want, "{expect:?}: value {v}");
+        }
+        assert!(deferred > 0, "{expect:?}: no run was queued");
+        assert_eq!(classes(&cf, map_id), want_counts, "{expect:?}: map");
+        let stats = hook.stats();
+        assert_eq!(stats.failures, 0, "{stats:?}");
+        assert_eq!(stats.deopts, deferred, "{stats:?}");
+
+        // A run through the plain hook handle deoptimises synchronously meanwhile.
+        let mut c = Ctx { value: 0, out: 0 };
+        assert_eq!((hook.run(&mut c), c.out), want[1]);
+        assert_eq!(rx.try_recv().ok(), None, "nothing was queued");
+        let before = classes(&cf, map_id);
+
+        // Many runs in flight, the plain build published in the middle of them: every
+        // queued run still finishes in the image of the version it started in.
+        let rounds: Vec<u64> = (0..40).flat_map(|_| VALUES).collect();
+        let (want, _) = reference(&ext, &rounds);
+        let mut tickets = Vec::new();
+        let mut now = Vec::new();
+        for (i, &v) in rounds.iter().enumerate() {
+            if i == rounds.len() / 2 {
+                let plain = cf.jit_compile_code(&ext, &checked, None).unwrap();
+                let p = cf.prepare_prog("on_request", &ext, &plain).unwrap();
+                cf.tx(vec![p]).unwrap();
+            }
+            match send(&worker, v) {
+                Ok(a) => now.push((i, a)),
+                Err(t) => tickets.push((i, t)),
+            }
+        }
+        assert!(!tickets.is_empty());
+        let mut done = std::collections::HashMap::new();
+        while done.len() < tickets.len() {
+            let c = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            done.insert(c.ticket, answer_of(&c));
+        }
+        for (i, a) in now {
+            assert_eq!(a, want[i], "{expect:?}: request {i}");
+        }
+        for (i, t) in &tickets {
+            assert_eq!(done[t], want[*i], "{expect:?}: queued request {i}");
+        }
+        // The map counted each request once: the reference's counts for these requests.
+        let after = classes(&cf, map_id);
+        let mut sent = [0u64; 4];
+        for &v in &rounds {
+            sent[match v {
+                0 => 0,
+                1..1000 => 1,
+                _ => 2,
+            }] += 1;
+        }
+        let delta: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+        assert_eq!(delta, sent.to_vec(), "{expect:?}: exactly once under load");
+        assert_eq!(hook.stats().failures, 0);
+        drop(worker);
+        drop(rt);
+        let _ = std::fs::remove_file(&path);
+    }
+}
