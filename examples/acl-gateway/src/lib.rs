@@ -9,7 +9,10 @@
 //! budget spent), the hook returns 1: the gateway fails closed.
 //!
 //! The library is the host side, for the binary, the tests and the benchmark: [`Gateway`]
-//! owns the region and decides frames; [`Tally`] counts decisions.
+//! owns the region and decides frames; [`Tally`] counts decisions; [`capture::Capture`]
+//! receives the frames arriving on a network interface (AF_PACKET, `TPACKET_V3` ring).
+
+pub mod capture;
 
 use std::fmt;
 use std::path::Path;
