@@ -1,13 +1,13 @@
 /*
- * rdx.h — the C ABI of the rdx data-plane runtime (crate rdx-runtime, built as
- * librdx_runtime.so and librdx_runtime.a).
+ * rdx.h — the C ABI of the rdx data-plane runtime (crate rdx-runtime-c, built as
+ * librdx_runtime_c.so and librdx_runtime_c.a).
  *
  * A host creates its region (rdx_init), declares hooks, exports functions and variables,
  * exposes the region (rdx_register) and calls rdx_run_hook at its hook points. Extension code
  * arrives from a control plane through the region; the host never loads anything.
  *
- * Serving across hosts: when the library is built with the rdx-runtime `fabric` cargo
- * feature (cargo build -p rdx-runtime --features fabric; link the host with -lfabric),
+ * Serving across hosts: when the library is built with the rdx-runtime-c `fabric` cargo
+ * feature (cargo build -p rdx-runtime-c --features fabric; link the host with -lfabric),
  * rdx_register also serves the region over libfabric if RDX_FABRIC_LISTEN is set (see
  * docs/fabric.md for RDX_FABRIC_TOKEN_FILE and the other variables) until rdx_teardown.
  * Built without it, rdx_register fails with -ENOTSUP while RDX_FABRIC_LISTEN is set.

@@ -7,6 +7,6 @@ export PATH="$HOME/.cargo/bin:$PATH"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 # Build every artifact first: integration tests link the runtime's C libraries
-# (librdx_runtime.a/.so) and run the workspace's binaries.
+# (librdx_runtime_c.a/.so) and run the workspace's binaries.
 cargo build --workspace
 cargo test --workspace --no-fail-fast

@@ -26,10 +26,9 @@
 //! # Ok::<(), rdx_runtime::RuntimeError>(())
 //! ```
 //!
-//! The C ABI (`include/rdx.h`) wraps the same API; see [`ffi`].
+//! The C ABI (`include/rdx.h`) wraps the same API in its own crate, `rdx-runtime-c`.
 
 mod deopt;
-pub mod ffi;
 mod helpers;
 mod hook;
 mod mapping;

@@ -1,5 +1,5 @@
-//! The C example host (examples/c-host), built with the system C compiler against this
-//! crate's static library, serving HTTP while an extension is deployed into it from this
+//! The C example host (examples/c-host), built with the system C compiler against the C
+//! ABI's static library (crate `rdx-runtime-c`), serving HTTP while an extension is deployed into it from this
 //! test process (the control plane).
 
 #![cfg(target_arch = "x86_64")]
@@ -18,17 +18,18 @@ fn build_c_host() -> PathBuf {
         .parent()
         .unwrap()
         .to_path_buf();
-    // `cargo test` builds the static library into deps/ and copies it up only on a plain
-    // `cargo build`, so the copy next to the binaries may be stale: take the newest.
+    // `cargo test` builds the static library (the dev-dependency `rdx-runtime-c`) into deps/
+    // and copies it up only on a plain `cargo build`, so the copy next to the binaries may
+    // be stale: take the newest.
     let lib = [
-        out_dir.join("deps/librdx_runtime.a"),
-        out_dir.join("librdx_runtime.a"),
+        out_dir.join("deps/librdx_runtime_c.a"),
+        out_dir.join("librdx_runtime_c.a"),
     ]
     .into_iter()
     .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
     .max()
     .map(|(_, p)| p)
-    .unwrap_or_else(|| panic!("librdx_runtime.a not built under {}", out_dir.display()));
+    .unwrap_or_else(|| panic!("librdx_runtime_c.a not built under {}", out_dir.display()));
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let exe = out_dir.join("c-host-test");
     let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))

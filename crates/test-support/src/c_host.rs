@@ -1,5 +1,5 @@
 //! C hosts: programs written against `include/rdx.h` and linked with the runtime's static
-//! library, as a C or C++ application embeds rdx.
+//! library (crate `rdx-runtime-c`), as a C or C++ application embeds rdx.
 
 use crate::ShmPath;
 use std::path::{Path, PathBuf};
@@ -10,22 +10,23 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The `librdx_runtime.a` cargo built for this test run, in the test binary's `deps/` (with
-/// the features the tested package's dev-dependency asks for, e.g. `fabric`); the copy in
+/// The C ABI's `librdx_runtime_c.a` (crate `rdx-runtime-c`) cargo built for this test run,
+/// in the test binary's `deps/` (with the features the tested package's dev-dependency on
+/// `rdx-runtime-c` asks for, e.g. `fabric`); the copy in
 /// the target directory (made by a plain `cargo build`) only when there is none there.
 pub fn runtime_static_lib() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let deps = exe.parent().expect("deps dir");
     [deps, deps.parent().expect("target dir")]
         .iter()
-        .map(|d| d.join("librdx_runtime.a"))
+        .map(|d| d.join("librdx_runtime_c.a"))
         .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("librdx_runtime.a not built in {}", deps.display()))
+        .unwrap_or_else(|| panic!("librdx_runtime_c.a not built in {}", deps.display()))
 }
 
 /// Compiles the C host `source` into `exe` (warnings are errors) against `include/` and
-/// [`runtime_static_lib`]. libfabric is linked too: the library has it when the runtime's
-/// `fabric` feature is on, and the linker drops it otherwise.
+/// [`runtime_static_lib`]. libfabric is linked too: the library has it when
+/// `rdx-runtime-c`'s `fabric` feature is on, and the linker drops it otherwise.
 pub fn compile(source: &Path, exe: &Path) {
     let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
         .args(["-O2", "-Wall", "-Wextra", "-Werror", "-I"])

@@ -1,12 +1,16 @@
-//! The C ABI (`include/rdx.h`). Every function is thread-safe; errors are negative errno
-//! values, with a message for the calling thread in [`rdx_last_error`].
+//! `rdx-runtime-c`: the C ABI (`include/rdx.h`) of the rdx data-plane runtime, built as
+//! `librdx_runtime_c.a` and `librdx_runtime_c.so`. Every function is thread-safe; errors are
+//! negative errno values, with a message for the calling thread in [`rdx_last_error`].
+//!
+//! It wraps `rdx-runtime`'s Rust API and nothing else: like that crate, it contains no code
+//! that loads, parses, verifies or compiles extensions.
 //!
 //! With the `fabric` feature, [`rdx_register`] also serves the region across hosts when the
 //! environment asks for it (`RDX_FABRIC_LISTEN`, see `rdx_fabric::serve_from_env`); the
 //! server lives in the handle until [`rdx_teardown`].
 
-use crate::{HookSpec, Runtime, RuntimeError};
 use rdx_region::abi::HelperFn;
+use rdx_runtime::{HookSpec, Runtime, RuntimeError};
 use std::cell::RefCell;
 use std::ffi::{c_char, CStr, CString};
 use std::sync::Mutex;
@@ -232,7 +236,7 @@ fn serve_fabric(_rt: &Runtime) -> Result<Option<Served>, (i32, String)> {
             libc::ENOTSUP,
             format!(
                 "{ENV_FABRIC_LISTEN} is set but this rdx runtime library was built without \
-                 the `fabric` feature (cargo build -p rdx-runtime --features fabric)"
+                 the `fabric` feature (cargo build -p rdx-runtime-c --features fabric)"
             ),
         )),
     }
