@@ -80,7 +80,7 @@ fn apply_deploys_the_policy_into_a_running_hook() {
         .path(&region)
         .eim_spec(enforce::EIM_SPEC.as_bytes().to_vec())
         .code_size(8 << 20)
-        .scratch_size(32 << 20)
+        .scratch_size(512 << 20)
         .hook(
             enforce::HOOK,
             HookSpec::for_context::<AclContext>().default_return(1),
