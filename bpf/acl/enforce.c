@@ -7,20 +7,38 @@
 // and, for allowed CM messages, updates the connection table. It returns 0 (allow) or
 // 1 (deny) and writes why into the context.
 //
-// The compiled policy is the rule image of rdx-acl (`compile::RuleImage`: a 32-byte header and
-// 224-byte rules, little-endian) held in this program's own global-data section `.data.acl`.
-// A control plane deploying a policy puts the image into that section's initial contents,
-// so every version of the program carries its own rule table: publishing a version (one
-// compare-and-swap on the hook slot) switches program and rules together, and no packet is
-// ever classified by a mix of two rule sets. `acl_cm` and `acl_stats` are named maps, reused
-// by every version: connection state and counters survive policy updates.
+// The compiled policy is the native cut tree of rdx-acl (crates/acl/src/classify/tree.rs)
+// serialised into flat arrays of fixed-size records (crates/acl/src/classify/image.rs): the
+// words array `acl_words` (nodes, child references, leaves), the compact leaf entries
+// `acl_entries` and the 224-byte rules `acl_rules`. Each array map holds two banks. This
+// program's own small global-data section `.data.acl` (`struct acl_ctl`) names the bank, the
+// trees' roots and where each tier starts: a control plane writes a new rule set into the
+// bank no running version uses, then publishes a version whose section names it (one
+// compare-and-swap on the hook slot switches program, layout and bank together), and reuses
+// the old bank only after the node's epochs show no thread still runs the old version. No
+// packet is ever classified by a mix of two rule sets.
+//
+// In front of the trees, a per-thread hot-flow table (in the thread's `acl_scratch` value)
+// keeps the decision of recent flows, keyed by the whole match key and tagged with the
+// version's `tag`, so a publication invalidates it. `acl_cm` and `acl_stats` are named maps,
+// reused by every version: connection state and counters survive policy updates.
 //
 // The native engine (crates/acl/src/engine.rs) is the oracle this program is tested against;
 // field meanings, malformed reasons and CM semantics follow it exactly (docs/acl.md).
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
-#define ACL_MAX_RULES 2048
+// One bank of each array (the maps hold two); crates/acl/src/enforce.rs mirrors these.
+#define ACL_BANK_WORD_RECORDS (1 << 18)
+#define ACL_BANK_ENTRIES 655360
+#define ACL_BANK_RULES 327680
+// Deepest tree walk (the tree builder stops at 24), longest leaf scanned.
+#define ACL_MAX_DEPTH 26
+#define ACL_MAX_LEAF 4096
+#define ACL_MAX_GROUPS 8
+#define ACL_LEAF_REF 0x80000000u
+// Hot-flow table entries per thread (a power of two).
+#define ACL_HOT 1024
 // Largest header offset ever dereferenced: Ethernet, two tags, IPv6 with four 2 KiB
 // extension headers, UDP, BTH, extension headers and a MAD stay below 8.5 KiB.
 #define ACL_MAX_OFF 16383
@@ -119,30 +137,80 @@ struct acl_rule {
 };
 _Static_assert(sizeof(struct acl_rule) == 224, "rule layout");
 
-struct acl_header {
+// Where one priority tier lives (crates/acl/src/classify/image.rs, TierLayout): indices are
+// absolute in the arrays (bank included).
+struct acl_tier {
+	__u32 lo, hi;        // priorities
+	__u32 groups;        // trees
+	__u32 nodes;         // word index of node 0 (8 words per node)
+	__u32 refs;          // word index of child reference 0
+	__u32 leaves;        // word index of leaf 0 (2 words per leaf: first entry, length)
+	__u32 entries;       // entry index of the tier's entry 0
+	__u32 pad;
+	__u32 roots[ACL_MAX_GROUPS];
+};
+_Static_assert(sizeof(struct acl_tier) == 64, "tier layout");
+
+// The per-version control block (image.rs, TreeImage::control).
+struct acl_ctl {
 	char magic[8];
 	__u32 version;
-	__u32 rule_size;
-	__u32 count;
-	__u8 default_action;
-	__u8 reserved[3];
-	__u64 generation;
+	__u32 bank;
+	__u64 generation;    // reported with every decision
+	__u64 tag;           // unique per published version: hot-flow entries carry it
+	__u32 rule_count;
+	__u32 rules;         // rule index of rule 0 (bank included)
+	__u32 tiers;
+	__u32 default_deny;
+	struct acl_tier tier[2];
 };
-_Static_assert(sizeof(struct acl_header) == 32, "header layout");
+_Static_assert(sizeof(struct acl_ctl) == 176, "control layout");
 
-struct acl_image {
-	struct acl_header hdr;
-	struct acl_rule rules[ACL_MAX_RULES];
+// No rule, default allow, until a control plane deploys a policy.
+struct acl_ctl acl_ctl SEC(".data.acl") = {
+	.magic = "RDXACLT",
+	.version = 2,
 };
 
-// The empty policy (no rule, default allow) until a control plane deploys one.
-struct acl_image acl_table SEC(".data.acl") = {
-	.hdr = {
-		.magic = "RDXACL",
-		.version = 1,
-		.rule_size = sizeof(struct acl_rule),
-	},
+struct acl_words {
+	__u32 w[16];
 };
+
+// A compact leaf entry (the cut tree's 64-byte copy of a rule).
+struct acl_entry {
+	__u64 va_lo, va_hi, opcodes;
+	__u32 sip_lo, sip_hi, dip_lo, dip_hi, dqpn_lo, dqpn_hi;
+	__u16 sport_lo, sport_hi, dport_lo, dport_hi, absent_ok, flags;
+	__u32 priority;
+};
+_Static_assert(sizeof(struct acl_entry) == 64, "entry layout");
+
+#define E_SIP_V4 1
+#define E_SIP_ANY 2
+#define E_DIP_V4 4
+#define E_DIP_ANY 8
+#define E_INEXACT 16
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * ACL_BANK_WORD_RECORDS);
+	__type(key, __u32);
+	__type(value, struct acl_words);
+} acl_words SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * ACL_BANK_ENTRIES);
+	__type(key, __u32);
+	__type(value, struct acl_entry);
+} acl_entries SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * ACL_BANK_RULES);
+	__type(key, __u32);
+	__type(value, struct acl_rule);
+} acl_rules SEC(".maps");
 
 // Counters, one copy per host thread (index: ACL_STAT_*).
 enum {
@@ -219,12 +287,31 @@ struct acl_pkt {
 	__u32 next_at, limit;
 };
 
-// Per-thread scratch space for the packet being decided.
+_Static_assert(__builtin_offsetof(struct acl_pkt, dest_qp) == 96, "match key is 96 bytes");
+
+// A remembered decision: the match key, the version's tag, the outcome.
+struct acl_hot {
+	__u64 key[12];
+	__u64 tag;
+	__u32 rule, policy;
+	__u32 action, pad;
+	__u64 pad2;
+};
+_Static_assert(sizeof(struct acl_hot) == 128, "hot entry");
+
+// Per-thread state: the packet being decided, its match fields by field index (high, low
+// halves) for the tree walk, and the hot-flow table.
+struct acl_thread {
+	struct acl_pkt p;
+	__u64 vals[16][2];
+	struct acl_hot hot[ACL_HOT];
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct acl_pkt);
+	__type(value, struct acl_thread);
 } acl_scratch SEC(".maps");
 
 #define BIT(f) (1u << (f))
@@ -822,40 +909,230 @@ static __always_inline __u64 rule_matches(const struct acl_rule *r, const struct
 	AND_FIELD(F_DLID, in64(r->dlid_lo, k->dlid, r->dlid_hi));
 	AND_FIELD(F_SGID, in128(&r->sgid, k->sgid_hi, k->sgid_lo));
 	AND_FIELD(F_DGID, in128(&r->dgid, k->dgid_hi, k->dgid_lo));
-#undef AND_FIELD
 	return ok;
 }
 
-// Whether rule `i` matches. Straight-line code from the table pointer to the result: the
-// verifier widens the scan loop's states (it cannot count 2048 iterations exactly), and a
-// pointer whose variable offset changes from one iteration to the next would be widened past
-// the table's end at the first branch after it is formed; here there is none.
-static __noinline __u64 match_at(__u32 i, const struct acl_pkt *k)
+#define NONE 0xffffffffu
+#define ERR 0xfffffffeu
+
+static __always_inline const struct acl_words *word_rec(__u32 w)
 {
-	return rule_matches(&acl_table.rules[i & (ACL_MAX_RULES - 1)], k);
+	__u32 key = w >> 4;
+	return bpf_map_lookup_elem(&acl_words, &key);
 }
 
-// The two fields almost every rule constrains, opcode and dQPN: a rule failing them is
-// skipped after a few dozen instructions instead of the full check. Inlined into the scan
-// loop, branch-free from forming the rule pointer to the result, for the same reason as
-// match_at (the loop's only branch comes after the last load through the pointer).
-static __always_inline __u64 prefilter_at(__u32 i, const struct acl_pkt *k)
+// (hi, lo) >> s for s in 0..=255.
+static __always_inline void shr128(__u64 hi, __u64 lo, __u32 s, __u64 *oh, __u64 *ol)
 {
-	const struct acl_rule *r = &acl_table.rules[i & (ACL_MAX_RULES - 1)];
+	if (s >= 128) {
+		*oh = 0;
+		*ol = 0;
+	} else if (s >= 64) {
+		*oh = 0;
+		*ol = hi >> (s & 63);
+	} else if (s == 0) {
+		*oh = hi;
+		*ol = lo;
+	} else {
+		*oh = hi >> (s & 63);
+		*ol = (lo >> (s & 63)) | (hi << ((64 - s) & 63));
+	}
+}
+
+// Which child of node `n` (8 words) the packet goes to (tree.rs, Node::child_of).
+static __always_inline __u32 child_of(const __u32 *n, const struct acl_thread *th)
+{
+	__u32 meta = n[5];
+	__u32 field = meta & 15;
+	__u32 bits = (meta >> 8) & 15;
+	__u32 shift = (meta >> 16) & 255;
+	__u32 whole = meta >> 24;
+	if (!((th->p.present >> field) & 1))
+		return (1u << bits) + 1;
+	__u64 hi = th->vals[field][0], lo = th->vals[field][1];
+	__u64 vh, vl;
+	if (!whole) {
+		shr128(hi, lo, shift + bits, &vh, &vl);
+		__u64 ph = ((__u64)n[3] << 32) | n[2], pl = ((__u64)n[1] << 32) | n[0];
+		if (vh != ph || vl != pl)
+			return 1u << bits;
+	}
+	shr128(hi, lo, shift, &vh, &vl);
+	return vl & ((1u << bits) - 1);
+}
+
+// Walks tree `g` of tier `t` to its leaf; returns the leaf index or ERR.
+static __noinline __u32 leaf_of(__u32 t, __u32 g, const struct acl_thread *th)
+{
+	const struct acl_tier *tl = &acl_ctl.tier[t & 1];
+	__u32 r = tl->roots[g & (ACL_MAX_GROUPS - 1)];
+	__u32 nodes = tl->nodes, refs = tl->refs;
+	for (int d = 0; d < ACL_MAX_DEPTH; d++) {
+		if (r & ACL_LEAF_REF)
+			return r & ~ACL_LEAF_REF;
+		__u32 w = nodes + r * 8;
+		const struct acl_words *rec = word_rec(w);
+		if (!rec)
+			return ERR;
+		const __u32 *n = &rec->w[w & 8];
+		__u32 c = refs + n[4] + child_of(n, th);
+		const struct acl_words *cr = word_rec(c);
+		if (!cr)
+			return ERR;
+		r = cr->w[c & 15];
+	}
+	return ERR;
+}
+
+// 1 if an address field passes a compact entry's check (tree.rs, Compact::verdict).
+static __always_inline __u64 addr_ok(__u64 flags, __u64 v4, __u64 any, __u64 hi, __u64 lo,
+				     __u64 elo, __u64 ehi)
+{
+	__u64 low = lo & 0xffffffff;
+	__u64 mapped = eq64(hi, 0) & eq64(lo >> 32, 0xffff);
+	__u64 t = (flags >> any) & 1;
+	t |= ((flags >> v4) & 1) ^ 1;
+	asm volatile("" : "+r"(t));
+	return t | (mapped & le64(elo, low) & le64(low, ehi));
+}
+
+// 0: the entry's rule does not match; 1: it matches; 2: the full rule must decide.
+static __always_inline __u64 entry_verdict(const struct acl_entry *e, const struct acl_pkt *k)
+{
 	__u64 present = k->present;
-	__u64 absent_ok = r->absent_ok;
+	__u64 absent_ok = e->absent_ok;
+	__u64 flags = e->flags;
 	__u64 op = k->opcode;
-	__u64 ok = FIELD_OK(F_OPCODE, (opcode_word(r, op) >> (op & 63)) & 1);
+	__u64 big = le64(64, op);
+	__u64 ok = FIELD_OK(F_OPCODE, big | ((e->opcodes >> (op & 63)) & 1));
 	asm volatile("" : "+r"(ok));
-	return ok & FIELD_OK(F_DQPN, in64(r->dqpn_lo, k->dqpn, r->dqpn_hi));
+	AND_FIELD(F_DQPN, in64(e->dqpn_lo, k->dqpn, e->dqpn_hi));
+	AND_FIELD(F_SIP, addr_ok(flags, 0, 1, k->sip_hi, k->sip_lo, e->sip_lo, e->sip_hi));
+	AND_FIELD(F_DIP, addr_ok(flags, 2, 3, k->dip_hi, k->dip_lo, e->dip_lo, e->dip_hi));
+	AND_FIELD(F_SPORT, in64(e->sport_lo, k->sport, e->sport_hi));
+	AND_FIELD(F_DPORT, in64(e->dport_lo, k->dport, e->dport_hi));
+	AND_FIELD(F_VA, in64(e->va_lo, k->va, e->va_hi));
+	__u64 inexact = ((flags >> 4) & 1) | (((present >> F_OPCODE) & 1) & big);
+	return ok + (ok & inexact);
 }
 
-// Rule `i`'s policy and action, as `policy << 8 | action`. A function of the index (not a
-// pointer carried out of the scan loop, which the loop's widening would lose).
-static __noinline __u64 rule_decision(__u32 i)
+// Whether rule `prio` matches (its full check).
+static __noinline __u64 full_match(__u32 prio, const struct acl_pkt *k)
 {
-	const struct acl_rule *r = &acl_table.rules[i & (ACL_MAX_RULES - 1)];
-	return ((__u64)r->policy << 8) | r->action;
+	if (prio >= acl_ctl.rule_count)
+		return 0;
+	__u32 key = acl_ctl.rules + prio;
+	const struct acl_rule *r = bpf_map_lookup_elem(&acl_rules, &key);
+	if (!r)
+		return 0;
+	return rule_matches(r, k);
+}
+
+#define SCAN_DONE 0
+#define SCAN_FULL 1
+#define SCAN_ERR 2
+#define SCAN(status, at, prio) (((__u64)(at) << 34) | ((__u64)(status) << 32) | (prio))
+
+// Scans leaf `leaf` of tier `t` from entry `from` for the first entry that comes before
+// `best` and matches: SCAN_DONE with that priority (or `best`), or SCAN_FULL with the entry's
+// index and priority when only its full rule can decide (checked by the caller: a full check
+// here would stack its frame on this one's), or SCAN_ERR for an inconsistent image.
+static __noinline __u64 scan_leaf(__u32 t, __u32 leaf, __u32 from, __u32 best,
+				  const struct acl_thread *th)
+{
+	const struct acl_tier *tl = &acl_ctl.tier[t & 1];
+	__u32 lw = tl->leaves + 2 * leaf;
+	const struct acl_words *rec = word_rec(lw);
+	if (!rec)
+		return SCAN(SCAN_ERR, 0, 0);
+	__u32 start = rec->w[lw & 14], len = rec->w[(lw & 14) + 1];
+	__u32 base = tl->entries + start;
+	for (__u32 i = from; i < ACL_MAX_LEAF; i++) {
+		if (i >= len)
+			break;
+		__u32 key = base + i;
+		const struct acl_entry *e = bpf_map_lookup_elem(&acl_entries, &key);
+		if (!e)
+			return SCAN(SCAN_ERR, 0, 0);
+		__u32 prio = e->priority;
+		if (prio >= best)
+			break;
+		__u64 v = entry_verdict(e, &th->p);
+		if (v == 1)
+			return SCAN(SCAN_DONE, 0, prio);
+		if (v == 2)
+			return SCAN(SCAN_FULL, i, prio);
+	}
+	return SCAN(SCAN_DONE, 0, best);
+}
+
+// The deciding rule: the first tier with a match, the smallest priority over its trees.
+static __always_inline __u32 classify(const struct acl_thread *th)
+{
+	__u32 tiers = acl_ctl.tiers;
+	for (__u32 t = 0; t < 2; t++) {
+		if (t >= tiers)
+			break;
+		__u32 groups = acl_ctl.tier[t].groups;
+		__u32 best = NONE;
+		for (__u32 g = 0; g < ACL_MAX_GROUPS; g++) {
+			if (g >= groups)
+				break;
+			__u32 leaf = leaf_of(t, g, th);
+			if (leaf == ERR)
+				return ERR;
+			__u32 from = 0;
+			for (__u32 k = 0; k < ACL_MAX_LEAF; k++) {
+				__u64 r = scan_leaf(t, leaf, from, best, th);
+				__u32 status = (r >> 32) & 3;
+				__u32 prio = (__u32)r;
+				if (status == SCAN_DONE) {
+					best = prio;
+					break;
+				}
+				if (status != SCAN_FULL)
+					return ERR;
+				if (full_match(prio, &th->p)) {
+					best = prio;
+					break;
+				}
+				from = (r >> 34) + 1;
+			}
+		}
+		if (best != NONE)
+			return best;
+	}
+	return NONE;
+}
+
+static __always_inline __u64 hot_hash(const __u64 *k)
+{
+	__u64 h = 0;
+#pragma clang loop unroll(full)
+	for (int i = 0; i < 12; i++)
+		h += (k[i] ^ (k[i] >> 29)) * (0x9e3779b97f4a7c15ull + 2 * i);
+	return (h ^ (h >> 31)) >> 54;
+}
+
+// The match fields by field index, for the tree walk.
+static __always_inline void fill_vals(struct acl_thread *th)
+{
+	const struct acl_pkt *p = &th->p;
+	th->vals[F_SIP][0] = p->sip_hi;
+	th->vals[F_SIP][1] = p->sip_lo;
+	th->vals[F_DIP][0] = p->dip_hi;
+	th->vals[F_DIP][1] = p->dip_lo;
+	th->vals[F_SGID][0] = p->sgid_hi;
+	th->vals[F_SGID][1] = p->sgid_lo;
+	th->vals[F_DGID][0] = p->dgid_hi;
+	th->vals[F_DGID][1] = p->dgid_lo;
+	th->vals[F_SPORT][1] = p->sport;
+	th->vals[F_DPORT][1] = p->dport;
+	th->vals[F_SLID][1] = p->slid;
+	th->vals[F_DLID][1] = p->dlid;
+	th->vals[F_LQPN][1] = p->lqpn;
+	th->vals[F_DQPN][1] = p->dqpn;
+	th->vals[F_VA][1] = p->va;
 }
 
 SEC("rdx/acl_packet")
@@ -866,7 +1143,7 @@ int acl_enforce(struct acl_ctx *ctx)
 	// The parse result lives in a per-thread map value, not on the stack: its contents are
 	// unknown to the verifier, so the many parser paths reach the classifier in one state
 	// (on the stack every path would carry its own constants and be verified separately).
-	struct acl_pkt *p = bpf_map_lookup_elem(&acl_scratch, &zero);
+	struct acl_thread *th = bpf_map_lookup_elem(&acl_scratch, &zero);
 	struct acl_conn_key key = {};
 	int parsed;
 
@@ -875,13 +1152,14 @@ int acl_enforce(struct acl_ctx *ctx)
 	*(volatile __u32 *)&ctx->rule = 0xffffffff;
 	*(volatile __u32 *)&ctx->policy = 0xffffffff;
 	*(volatile __u32 *)&ctx->reason = 0;
-	ctx->generation = acl_table.hdr.generation;
+	ctx->generation = acl_ctl.generation;
 	if (st)
 		st->n[S_PACKETS]++;
-	if (!p) {
+	if (!th) {
 		ctx->cause = ACL_CAUSE_MALFORMED;
 		return 1;
 	}
+	struct acl_pkt *p = &th->p;
 	__builtin_memset(p, 0, sizeof(*p));
 	// Parsing runs in stages, each a function called from here that takes its starting
 	// offset from the scratch value: the verifier then checks each stage once, instead of
@@ -925,30 +1203,48 @@ int acl_enforce(struct acl_ctx *ctx)
 		p->present |= BIT(F_DQPN);
 	}
 
-	__u32 count = acl_table.hdr.count;
-	__u32 hit = 0xffffffff;
-	for (__u32 i = 0; i < ACL_MAX_RULES; i++) {
-		if (i >= count)
-			break;
-		// An opaque copy of the index, so that the compiler cannot turn the table access
-		// into a pointer stepped across iterations (which the verifier's widening loses).
-		__u32 j = i;
-		asm volatile("" : "+r"(j));
-		if (prefilter_at(j, p) && match_at(i, p)) {
-			hit = i;
-			break;
+	// The hot-flow table first: the whole match key and this version's tag must agree.
+	const __u64 *k = (const __u64 *)p;
+	__u64 tag = acl_ctl.tag;
+	struct acl_hot *h = &th->hot[hot_hash(k) & (ACL_HOT - 1)];
+	__u64 diff = h->tag ^ tag;
+#pragma clang loop unroll(full)
+	for (int i = 0; i < 12; i++)
+		diff |= h->key[i] ^ k[i];
+	__u32 hit, policy, action;
+	if (diff == 0) {
+		hit = h->rule;
+		policy = h->policy;
+		action = h->action;
+	} else {
+		fill_vals(th);
+		hit = classify(th);
+		if (hit == ERR)
+			return 1; // an inconsistent image: fail closed, cause left unset
+		policy = NONE;
+		action = acl_ctl.default_deny;
+		if (hit != NONE) {
+			__u32 rk = acl_ctl.rules + hit;
+			const struct acl_rule *r = bpf_map_lookup_elem(&acl_rules, &rk);
+			if (!r)
+				return 1;
+			policy = r->policy;
+			action = r->action == 1;
 		}
+#pragma clang loop unroll(full)
+		for (int i = 0; i < 12; i++)
+			h->key[i] = k[i];
+		h->tag = tag;
+		h->rule = hit;
+		h->policy = policy;
+		h->action = action;
 	}
 
-	__u32 action;
-	if (hit < ACL_MAX_RULES) {
-		__u64 decision = rule_decision(hit);
-		action = (decision & 0xff) == 1;
+	if (hit != NONE) {
 		ctx->rule = hit;
-		ctx->policy = decision >> 8;
+		ctx->policy = policy;
 		ctx->cause = ACL_CAUSE_RULE;
 	} else {
-		action = acl_table.hdr.default_action == 1;
 		ctx->cause = ACL_CAUSE_DEFAULT;
 		if (st)
 			st->n[S_DEFAULT]++;

@@ -1,19 +1,28 @@
 //! The contract between the compiler and the eBPF enforcement program `bpf/acl/enforce.c`.
 //!
 //! The program runs at the `acl_packet` hook of a host that declares the EIM spec
-//! [`EIM_SPEC`] (`bpf/acl/acl.yaml`). Its rule table is its own global-data section
-//! [`RULES_SECTION`]: a control plane deploying a policy replaces that section's initial
-//! contents with [`section_image`] before preparing the version, so the rules travel with
-//! the code and one publication (one compare-and-swap of the hook slot) switches both. The
-//! named maps [`CM_MAP`] (connection state) and [`STATS_MAP`] (counters) are shared by every
-//! version and survive updates.
+//! [`EIM_SPEC`] (`bpf/acl/acl.yaml`). It classifies with the native cut tree serialised by
+//! [`crate::classify::image`] into three XState array maps ([`WORDS_MAP`], [`ENTRIES_MAP`],
+//! [`RULES_MAP`]), each holding two banks of [`BANK`] records. Its own small global-data
+//! section [`RULES_SECTION`] (the control block, [`control_section`]) names the bank, the
+//! trees' roots and the tiers' offsets: a control plane writes a rule set into the bank no
+//! running version uses ([`bank_writes`]), then deploys the program with the control block
+//! naming that bank as the section's initial contents, so one publication (one
+//! compare-and-swap of the hook slot) switches code, layout and rules together. Before it
+//! writes into a bank again it waits, through the node's epochs, until no thread can still
+//! run a version that reads it (`CodeFlow::reclaim`). The named maps [`CM_MAP`] (connection
+//! state) and [`STATS_MAP`] (counters) are shared by every version and survive updates.
 //!
 //! Nothing here loads, verifies or deploys anything: it defines the layouts both sides use
 //! and converts between them.
 
 use thiserror::Error;
 
-use crate::compile::{RuleImage, RuleSet, IMAGE_HEADER_SIZE};
+use crate::classify::image::{
+    Capacity, Dirty, ImageError, TreeImage, CONTROL_SIZE, ENTRY_SIZE, WORDS_PER_RECORD,
+};
+use crate::classify::CutTree;
+use crate::compile::{RuleImage, RuleSet};
 use crate::engine::{Cause, Verdict};
 use crate::packet::{LinkType, MalformedReason};
 use crate::policy::Action;
@@ -25,16 +34,31 @@ pub const HOOK: &str = "acl_packet";
 pub const CLASS: &str = "acl";
 /// The EIM spec a host running the enforcement program declares.
 pub const EIM_SPEC: &str = include_str!("../../../bpf/acl/acl.yaml");
-/// The global-data section holding the rule image.
+/// The global-data section holding the control block.
 pub const RULES_SECTION: &str = ".data.acl";
-/// Rules the program's table holds (`ACL_MAX_RULES` in `enforce.c`).
-pub const MAX_RULES: usize = 2048;
+/// The words array (nodes, child references, leaves; 16 words per element).
+pub const WORDS_MAP: &str = "acl_words";
+/// The compact leaf entries (64 bytes per element).
+pub const ENTRIES_MAP: &str = "acl_entries";
+/// The rules (224 bytes per element).
+pub const RULES_MAP: &str = "acl_rules";
+/// One bank of each array (`ACL_BANK_*` in `enforce.c`; the maps hold two): words,
+/// entries, rules. Rule sets up to 320K rules fit.
+pub const BANK: Capacity = Capacity {
+    words: (1 << 18) * WORDS_PER_RECORD,
+    entries: 655_360,
+    rules: 327_680,
+};
+/// Longest leaf the program scans (`ACL_MAX_LEAF`).
+pub const MAX_LEAF: u32 = 4096;
+/// Hot-flow table entries per thread (`ACL_HOT`).
+pub const HOT_ENTRIES: usize = 1024;
 /// The connection-state map (a hash map reused across versions).
 pub const CM_MAP: &str = "acl_cm";
 /// The per-thread counters map.
 pub const STATS_MAP: &str = "acl_stats";
-/// Byte offset of the generation word in the image header.
-pub const GENERATION_OFFSET: usize = 24;
+/// Byte offset of the bank word in the control block.
+pub const BANK_OFFSET: usize = 12;
 
 /// The hook's context (`struct acl_ctx` in `enforce.c`, 48 bytes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -235,16 +259,14 @@ impl Stats {
 /// Why a rule set cannot be given to the enforcement program.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum EnforceError {
-    /// More rules than the program's table holds.
-    #[error("the policy compiles to {rules} rules; the enforcement program's table holds {capacity} (use the native classifier for larger rule sets)")]
-    TooManyRules {
-        /// Rules compiled.
-        rules: usize,
-        /// Rules the section holds.
-        capacity: usize,
-    },
-    /// The object's section is smaller than even an empty image.
-    #[error("section {RULES_SECTION} is {size} bytes, smaller than the {IMAGE_HEADER_SIZE}-byte image header")]
+    /// The classifier image does not fit the program's maps.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    /// A leaf longer than the program scans.
+    #[error("a leaf of the classifier holds {0} rules; the enforcement program scans at most {MAX_LEAF}")]
+    LeafTooLong(u32),
+    /// The object's section is not the control block.
+    #[error("section {RULES_SECTION} is {size} bytes, not the {CONTROL_SIZE}-byte control block")]
     SectionTooSmall {
         /// Section size.
         size: usize,
@@ -254,27 +276,161 @@ pub enum EnforceError {
     StatsSize(usize),
 }
 
-/// The initial contents of [`RULES_SECTION`] (whose size is `section_size`) for a rule set,
-/// stamped with `generation` (reported by the program with every decision). Only the image
-/// is returned; the rest of the section stays zero.
-pub fn section_image(
-    set: &RuleSet,
+/// The classifier of a rule set and its image for the program.
+pub fn image(set: &RuleSet) -> Result<(CutTree, TreeImage), EnforceError> {
+    let tree = CutTree::new(set.rules.clone());
+    let img = TreeImage::build(&tree, set, BANK)?;
+    check_leaves(&tree)?;
+    Ok((tree, img))
+}
+
+/// Every leaf fits the program's scan.
+pub fn check_leaves(tree: &CutTree) -> Result<(), EnforceError> {
+    for t in 0..tree.tier_count() {
+        let v = tree.tier_view(t);
+        for i in 0..v.leaf_count() {
+            let (_, len) = v.leaf(i);
+            if len > MAX_LEAF {
+                return Err(EnforceError::LeafTooLong(len));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Element indices where bank `bank` of each array starts.
+pub fn bank_base(bank: u32) -> Capacity {
+    let b = bank as usize;
+    Capacity {
+        words: b * BANK.words,
+        entries: b * BANK.entries,
+        rules: b * BANK.rules,
+    }
+}
+
+/// The initial contents of [`RULES_SECTION`] (of `section_size` bytes) for `img` in bank
+/// `bank`, reporting `generation` with every decision and tagging the threads' hot-flow
+/// entries with `tag` (unique per published version, so a publication invalidates them).
+pub fn control_section(
+    img: &TreeImage,
+    bank: u32,
     generation: u64,
+    tag: u64,
     section_size: usize,
 ) -> Result<Vec<u8>, EnforceError> {
-    if section_size < IMAGE_HEADER_SIZE {
+    if section_size != CONTROL_SIZE {
         return Err(EnforceError::SectionTooSmall { size: section_size });
     }
-    let capacity = (section_size - IMAGE_HEADER_SIZE) / RULE_SIZE;
-    if set.rules.len() > capacity {
-        return Err(EnforceError::TooManyRules {
-            rules: set.rules.len(),
-            capacity,
+    Ok(img.control(bank, bank_base(bank), generation, tag))
+}
+
+/// One contiguous write into an array map: `bytes` from element `first` on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BankWrite<'a> {
+    /// [`WORDS_MAP`], [`ENTRIES_MAP`] or [`RULES_MAP`].
+    pub map: &'static str,
+    /// First element (bank included).
+    pub first: u32,
+    /// Whole elements, back to back (each map's values are packed: their sizes are
+    /// multiples of 8).
+    pub bytes: &'a [u8],
+}
+
+/// Sorted, merged ranges.
+fn coalesce(mut r: Vec<std::ops::Range<u32>>) -> Vec<std::ops::Range<u32>> {
+    r.sort_by_key(|x| x.start);
+    let mut out: Vec<std::ops::Range<u32>> = Vec::new();
+    for x in r {
+        if x.start >= x.end {
+            continue;
+        }
+        match out.last_mut() {
+            Some(last) if x.start <= last.end => last.end = last.end.max(x.end),
+            _ => out.push(x),
+        }
+    }
+    out
+}
+
+/// The writes that bring bank `bank` from a state lacking `dirty` to `img`.
+pub fn bank_writes<'a>(img: &'a TreeImage, dirty: &Dirty, bank: u32) -> Vec<BankWrite<'a>> {
+    let base = bank_base(bank);
+    let (words, entries, rules) = if dirty.all {
+        (
+            std::iter::once(0..img.words.len() as u32).collect(),
+            std::iter::once(0..img.entries.len() as u32).collect(),
+            std::iter::once(0..img.rules.len() as u32).collect(),
+        )
+    } else {
+        let rec = WORDS_PER_RECORD as u32;
+        (
+            dirty
+                .words
+                .iter()
+                .map(|r| r.start / rec * rec..r.end.div_ceil(rec) * rec)
+                .collect(),
+            dirty.entries.clone(),
+            dirty.rules.iter().map(|&r| r..r + 1).collect(),
+        )
+    };
+    let mut out = Vec::new();
+    let word_bytes: &[u8] = bytemuck_u32(&img.words);
+    for r in coalesce(words) {
+        let rec = WORDS_PER_RECORD as u32;
+        out.push(BankWrite {
+            map: WORDS_MAP,
+            first: (base.words as u32 + r.start) / rec,
+            bytes: &word_bytes[r.start as usize * 4..r.end as usize * 4],
         });
     }
-    let mut image = RuleImage::to_bytes(set);
-    image[GENERATION_OFFSET..GENERATION_OFFSET + 8].copy_from_slice(&generation.to_le_bytes());
-    Ok(image)
+    let entry_bytes = img.entries.as_flattened();
+    for r in coalesce(entries) {
+        out.push(BankWrite {
+            map: ENTRIES_MAP,
+            first: base.entries as u32 + r.start,
+            bytes: &entry_bytes[r.start as usize * ENTRY_SIZE..r.end as usize * ENTRY_SIZE],
+        });
+    }
+    let rule_bytes = img.rules.as_flattened();
+    for r in coalesce(rules) {
+        out.push(BankWrite {
+            map: RULES_MAP,
+            first: base.rules as u32 + r.start,
+            bytes: &rule_bytes[r.start as usize * RULE_SIZE..r.end as usize * RULE_SIZE],
+        });
+    }
+    out
+}
+
+/// The words as little-endian bytes (the image keeps them so on little-endian hosts, which
+/// is what the program's maps hold).
+fn bytemuck_u32(w: &[u32]) -> &[u8] {
+    #[cfg(target_endian = "big")]
+    compile_error!("the classifier image is written as in-memory little-endian words");
+    // SAFETY: `u32` has no padding and every byte pattern is a valid `u8`; the slice covers
+    // exactly the words' memory and lives as long as they do.
+    unsafe { std::slice::from_raw_parts(w.as_ptr().cast::<u8>(), std::mem::size_of_val(w)) }
+}
+
+/// The rules that differ between two sets of equal length, as in-place updates
+/// (`rule.priority` names the slot), or `None` when the sets differ in length or default.
+pub fn rule_updates(old: &RuleSet, new: &RuleSet) -> Option<Vec<crate::rule::Rule>> {
+    if old.rules.len() != new.rules.len() || old.default != new.default {
+        return None;
+    }
+    Some(
+        old.rules
+            .iter()
+            .zip(&new.rules)
+            .enumerate()
+            .filter(|(_, (a, b))| a != b)
+            .map(|(i, (_, b))| {
+                let mut r = *b;
+                r.priority = i as u32;
+                r
+            })
+            .collect(),
+    )
 }
 
 /// A generation word that names a rule set's content (FNV-1a of its image), for control
@@ -306,28 +462,32 @@ mod tests {
     }
 
     #[test]
-    fn image_is_stamped_and_bounded_by_the_section() {
+    fn control_blocks_and_bank_writes_cover_the_image() {
         let s = set(3);
-        let size = IMAGE_HEADER_SIZE + MAX_RULES * RULE_SIZE;
-        let img = section_image(&s, 0x1122_3344_5566_7788, size).unwrap();
-        assert_eq!(img.len(), IMAGE_HEADER_SIZE + 3 * RULE_SIZE);
+        let (_, img) = image(&s).unwrap();
+        let ctl = control_section(&img, 1, 0x1122_3344_5566_7788, 5, CONTROL_SIZE).unwrap();
+        assert_eq!(u32::from_le_bytes(ctl[12..16].try_into().unwrap()), 1);
         assert_eq!(
-            u64::from_le_bytes(img[24..32].try_into().unwrap()),
+            u64::from_le_bytes(ctl[16..24].try_into().unwrap()),
             0x1122_3344_5566_7788
         );
-        assert_eq!(RuleImage::from_bytes(&img).unwrap().rules, s.rules);
         assert_eq!(
-            section_image(&s, 0, IMAGE_HEADER_SIZE + 2 * RULE_SIZE),
-            Err(EnforceError::TooManyRules {
-                rules: 3,
-                capacity: 2
-            })
-        );
-        assert_eq!(
-            section_image(&s, 0, 8),
+            control_section(&img, 0, 0, 0, 8),
             Err(EnforceError::SectionTooSmall { size: 8 })
         );
+        let writes = bank_writes(&img, &Dirty::everything(), 1);
+        let rules = writes.iter().find(|w| w.map == RULES_MAP).unwrap();
+        assert_eq!(rules.first as usize, BANK.rules);
+        assert_eq!(rules.bytes.len(), 3 * RULE_SIZE);
+        assert!(writes
+            .iter()
+            .all(|w| w.map != WORDS_MAP || w.bytes.len() % (4 * WORDS_PER_RECORD) == 0));
         assert_ne!(content_generation(&s), content_generation(&set(4)));
+        let mut t = set(4);
+        assert_eq!(rule_updates(&s, &t), None);
+        t.rules.truncate(3);
+        t.rules[1] = t.rules[2];
+        assert_eq!(rule_updates(&s, &t).unwrap().len(), 1);
     }
 
     #[test]

@@ -118,8 +118,10 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let object = rdx_bpf::loader::load(&bytes)
         .with_context(|| format!("cannot load {}", object_path.display()))?;
     // The code does not depend on the policy: it is compiled (and cached) from the object as
-    // built; the policy travels in the version's copy of the rule section.
+    // built; the classifier goes into the bank of its XState maps that no running version
+    // reads, and the version's copy of the control section names that bank.
     let code = Extension::from_object(&object, None)?;
+    let (_, image) = enforce::image(&rules)?;
     let mut with_rules = object.clone();
     let section = with_rules
         .maps
@@ -132,15 +134,27 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
                 enforce::RULES_SECTION
             )
         })?;
-    section.initial_value = Some(enforce::section_image(
-        &rules,
-        generation,
-        section.value_size as usize,
-    )?);
-    let policy_ext = Extension::from_object(&with_rules, None)?;
+    let section_size = section.value_size as usize;
 
     let registry = a.state.registry()?;
     let (node, mut cf) = attach(&registry, &a.node)?;
+    // Only the active version may still run once older ones are released (epoch wait), so
+    // the bank it does not read is free to write.
+    cf.reclaim(0)
+        .context("cannot release the hook's previous versions")?;
+    let bank = match active_bank(&mut cf, &a.hook)? {
+        Some(b) => 1 - b,
+        None => 0,
+    };
+    let tag = rdx_control::lease::now_ms() << 20 ^ std::process::id() as u64;
+    section.initial_value = Some(enforce::control_section(
+        &image,
+        bank,
+        generation,
+        tag,
+        section_size,
+    )?);
+    let policy_ext = Extension::from_object(&with_rules, None)?;
     let progress = |msg: String| {
         if !a.json {
             eprint!("{msg}");
@@ -165,6 +179,11 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let compile_us = us(t);
     let t = Instant::now();
     let prepared = cf.prepare_prog(&a.hook, &policy_ext, &compiled)?;
+    let writes = enforce::bank_writes(&image, &rdx_acl::classify::image::Dirty::everything(), bank);
+    if let Err(e) = write_bank(&cf, &prepared.map_ids, &writes) {
+        cf.abort(prepared)?;
+        return Err(e);
+    }
     let write_us = us(t);
     let t = Instant::now();
     let published = cf.tx(vec![prepared])?.remove(0);
@@ -215,6 +234,63 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
             report.write_us,
             report.publish_us
         );
+    }
+    Ok(())
+}
+
+/// The bank the hook's active version reads (from its control section), if it runs the
+/// enforcement program.
+fn active_bank(cf: &mut rdx_control::CodeFlow, hook: &str) -> anyhow::Result<Option<u32>> {
+    let Some(active) = cf.versions(hook)?.into_iter().find(|v| v.active) else {
+        return Ok(None);
+    };
+    let t = cf.transport();
+    let info = &cf.view().info;
+    for id in active.map_ids {
+        let Ok(m) = rdx_transport::xstate::open(t, info, id as u32) else {
+            continue;
+        };
+        if m.name != enforce::RULES_SECTION {
+            continue;
+        }
+        let mut head = [0u8; 16];
+        t.read(m.map.data, &mut head)?;
+        if head[..8] != rdx_acl::classify::image::CONTROL_MAGIC {
+            return Ok(None);
+        }
+        let bank = u32::from_le_bytes(head[enforce::BANK_OFFSET..16].try_into()?);
+        return Ok(Some(bank & 1));
+    }
+    Ok(None)
+}
+
+/// Copies the image into the version's bank maps.
+fn write_bank(
+    cf: &rdx_control::CodeFlow,
+    map_ids: &[u32],
+    writes: &[enforce::BankWrite<'_>],
+) -> anyhow::Result<()> {
+    let t = cf.transport();
+    let info = &cf.view().info;
+    let maps: Vec<rdx_transport::xstate::MapInfo> = map_ids
+        .iter()
+        .filter_map(|&id| rdx_transport::xstate::open(t, info, id).ok())
+        .collect();
+    for w in writes {
+        let m = &maps
+            .iter()
+            .find(|m| m.name == w.map)
+            .with_context(|| format!("the new version has no map {}", w.map))?
+            .map;
+        let at = m.data + w.first as u64 * m.value_stride as u64;
+        anyhow::ensure!(
+            w.bytes.len() % m.value_stride as usize == 0
+                && w.first as u64 * m.value_stride as u64 + w.bytes.len() as u64
+                    <= m.max_entries as u64 * m.value_stride as u64,
+            "map {} has another shape than the program's",
+            w.map
+        );
+        t.write(at, w.bytes)?;
     }
     Ok(())
 }

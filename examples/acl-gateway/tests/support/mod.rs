@@ -1,10 +1,13 @@
 //! The control-plane side of the gateway's tests and benchmark: what `rdx acl apply` does,
-//! through the CodeFlow API, from the test process.
+//! through the CodeFlow API, from the test process, plus a shadow copy of the classifier so
+//! that an update writes only what changed.
 
 #![allow(dead_code)]
 
 use std::time::{Duration, Instant};
 
+use rdx_acl::classify::image::{Dirty, TreeImage};
+use rdx_acl::classify::CutTree;
 use rdx_acl::compile::RuleSet;
 use rdx_acl::enforce::{self, Stats};
 use rdx_bpf::program::Object;
@@ -12,13 +15,52 @@ use rdx_control::codeflow::{Compiled, Published};
 use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension};
 use rdx_transport::xstate;
 
+/// The native tree and its image as the newest published version uses them.
+struct Shadow {
+    rules: RuleSet,
+    tree: CutTree,
+    image: TreeImage,
+    /// The bank the newest published version reads.
+    bank: u32,
+    /// What the other bank lacks of `image`.
+    pending: Dirty,
+}
+
+/// What one apply cost.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ApplyTimes {
+    /// Native tree and image brought up to date (in place, or built).
+    pub shadow: Duration,
+    /// Records written into the inactive bank.
+    pub write: Duration,
+    /// Code and control block written, then the publishing compare-and-swap.
+    pub publish: Duration,
+    /// Waiting on the node's epochs until no thread can run the replaced version, so its
+    /// bank may be written next time.
+    pub release: Duration,
+    /// Bytes written into the bank.
+    pub bytes: usize,
+    /// The update was applied in place (not a full build).
+    pub in_place: bool,
+}
+
+impl ApplyTimes {
+    /// From the decision to the new rule set being visible.
+    pub fn visible(&self) -> Duration {
+        self.shadow + self.write + self.publish
+    }
+}
+
 /// A control plane attached to one gateway, with the enforcement program verified and
-/// compiled once (the code does not depend on the policy; only its rule section does).
+/// compiled once (the code does not depend on the policy; only its control block does).
 pub struct Applier {
     pub cf: CodeFlow,
     object: Object,
     compiled: Compiled,
     section_size: usize,
+    shadow: Option<Shadow>,
+    /// Hot-flow tag of the next version.
+    tag: u64,
 }
 
 /// The enforcement program as clang compiled it.
@@ -44,13 +86,19 @@ impl Applier {
             .maps
             .iter()
             .find(|m| m.name == enforce::RULES_SECTION)
-            .expect("rule section")
+            .expect("control section")
             .value_size as usize;
+        let tag = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
         Applier {
             cf,
             object,
             compiled,
             section_size,
+            shadow: None,
+            tag,
         }
     }
 
@@ -59,31 +107,99 @@ impl Applier {
         &self.compiled
     }
 
-    /// The program with `rules` in its rule section.
-    pub fn extension(&self, rules: &RuleSet, generation: u64) -> Extension {
+    /// The program with `control` as its control block.
+    fn extension(&self, control: Vec<u8>) -> Extension {
         let mut object = self.object.clone();
-        let image = enforce::section_image(rules, generation, self.section_size).unwrap();
         let m = object
             .maps
             .iter_mut()
             .find(|m| m.name == enforce::RULES_SECTION)
             .unwrap();
-        m.initial_value = Some(image);
+        m.initial_value = Some(control);
         Extension::from_object(&object, None).unwrap()
     }
 
-    /// Deploys `rules` as a new version of the hook: writes code and rule section, then one
-    /// compare-and-swap. Returns the publication and the time of the write and the swap (the
-    /// image is built before the clock starts).
+    /// Deploys `rules` as a new version of the hook. See [`Applier::apply_timed`].
     pub fn apply(&mut self, rules: &RuleSet, generation: u64) -> (Published, Duration) {
-        let ext = self.extension(rules, generation);
+        let (p, t) = self.apply_timed(rules, generation);
+        (p, t.visible())
+    }
+
+    /// Deploys `rules`: brings the shadow tree and image up to date (in place when the set
+    /// has the length and default of the previous one, else built anew), writes what the
+    /// inactive bank lacks into it, writes code and control block naming that bank, publishes
+    /// with one compare-and-swap, then waits until no thread can still run the replaced
+    /// version (whose bank the next apply writes).
+    pub fn apply_timed(&mut self, rules: &RuleSet, generation: u64) -> (Published, ApplyTimes) {
+        let mut times = ApplyTimes::default();
+        let t = Instant::now();
+        let mut shadow = self.shadow.take();
+        let mut dirty = Dirty::everything();
+        let updated = shadow.as_mut().and_then(|s| {
+            let updates = enforce::rule_updates(&s.rules, rules)?;
+            if updates.len() > rules.rules.len() / 4 + 16 {
+                return None;
+            }
+            s.tree.replace_rules(&updates);
+            let d = s.image.apply(&s.tree, &updates).ok()?;
+            enforce::check_leaves(&s.tree).ok()?;
+            s.rules = rules.clone();
+            Some(d)
+        });
+        let (tree, image, bank) = match (updated, shadow) {
+            (Some(d), Some(s)) => {
+                times.in_place = true;
+                dirty = s.pending.clone();
+                dirty.merge(&d);
+                let bank = 1 - s.bank;
+                self.shadow = Some(Shadow {
+                    pending: d,
+                    bank,
+                    ..s
+                });
+                (None, None, bank)
+            }
+            (_, old) => {
+                let (tree, image) = enforce::image(rules).expect("the rule set fits the program");
+                (Some(tree), Some(image), old.map_or(0, |s| 1 - s.bank))
+            }
+        };
+        if let (Some(tree), Some(image)) = (tree, image) {
+            self.shadow = Some(Shadow {
+                rules: rules.clone(),
+                tree,
+                image,
+                bank,
+                pending: Dirty::everything(),
+            });
+        }
+        times.shadow = t.elapsed();
+        let s = self.shadow.as_ref().unwrap();
+        self.tag += 1;
+        let control =
+            enforce::control_section(&s.image, bank, generation, self.tag, self.section_size)
+                .unwrap();
+        let ext = self.extension(control);
+
+        // The maps exist once the version is prepared (created on the first deploy), and
+        // nothing reads the inactive bank until the version is published.
         let t = Instant::now();
         let prepared = self
             .cf
             .prepare_prog(enforce::HOOK, &ext, &self.compiled)
             .unwrap();
+        let prepare = t.elapsed();
+        let t = Instant::now();
+        let writes = enforce::bank_writes(&s.image, &dirty, bank);
+        times.bytes = write_banks(&self.cf, &prepared.map_ids, &writes);
+        times.write = t.elapsed();
+        let t = Instant::now();
         let published = self.cf.tx(vec![prepared]).unwrap().remove(0);
-        (published, t.elapsed())
+        times.publish = prepare + t.elapsed();
+        let t = Instant::now();
+        self.cf.reclaim(0).expect("old versions released");
+        times.release = t.elapsed();
+        (published, times)
     }
 
     /// The program's counters, summed over the host's threads.
@@ -98,4 +214,29 @@ impl Applier {
         }
         total
     }
+}
+
+/// Copies `writes` into the version's maps (straight into their data: the bank is not read
+/// by any published version). Returns the bytes written.
+pub fn write_banks(cf: &CodeFlow, map_ids: &[u32], writes: &[enforce::BankWrite<'_>]) -> usize {
+    let t = cf.transport();
+    let info = &cf.view().info;
+    let maps: Vec<xstate::MapInfo> = map_ids
+        .iter()
+        .filter_map(|&id| xstate::open(t, info, id).ok())
+        .collect();
+    let mut bytes = 0;
+    for w in writes {
+        let m = &maps
+            .iter()
+            .find(|m| m.name == w.map)
+            .unwrap_or_else(|| panic!("map {} of the version", w.map))
+            .map;
+        assert_eq!(w.bytes.len() % m.value_stride as usize, 0);
+        let at = m.data + w.first as u64 * m.value_stride as u64;
+        assert!(at + w.bytes.len() as u64 <= m.data + m.max_entries as u64 * m.value_stride as u64);
+        t.write(at, w.bytes).unwrap();
+        bytes += w.bytes.len();
+    }
+    bytes
 }
