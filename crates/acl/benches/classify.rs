@@ -8,8 +8,14 @@
 //! (`synth::specific_rules`); plus build times and the time to apply a 100-rule update to a
 //! shadow copy and publish it.
 //!
+//! The cut tree is measured one packet per call and in bursts of 64 (`classify_batch`, whose
+//! tree walks are interleaved); `rte_acl` likewise, and the ratios printed compare like with
+//! like.
+//!
 //! `cargo bench -p rdx-acl --bench classify` (env `ACL_BENCH_RULES` overrides the rule count;
-//! `ACL_BENCH_ONLY_TREE=1` skips the tuple-space rows and `rte_acl`).
+//! `ACL_BENCH_ONLY_TREE=1` skips the tuple-space rows and `rte_acl`; `ACL_BENCH_QUICK=1`
+//! runs only the cut tree on the first rule set and its five-tuple part against `rte_acl`,
+//! a few minutes less).
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -212,6 +218,7 @@ fn main() {
         ts.bytes as f64 / 1e6
     );
     let only_tree = std::env::var("ACL_BENCH_ONLY_TREE").is_ok_and(|v| v == "1");
+    let quick = std::env::var("ACL_BENCH_QUICK").is_ok_and(|v| v == "1");
     let t = Instant::now();
     let layered = Layered::new(rules.clone());
     println!(
@@ -270,6 +277,18 @@ fn main() {
         let before_tc = tree_cache.stats();
         let cut_flow = measure(&packets, |k| tree_cache.classify(&tree, k), timer_ns);
         let after_tc = tree_cache.stats();
+        let mut out = vec![None; packets.len()];
+        tree.classify_batch(&packets, &mut out);
+        for (k, got) in sample.iter().zip(&out) {
+            assert_eq!(*got, linear.classify(k), "batched cut tree disagrees");
+        }
+        let cut_batch = measure_batch(&packets, |b, o| tree.classify_batch(b, o), timer_ns);
+        let mut batch_tree_cache = FlowCache::new(FLOW_SLOTS);
+        let cut_flow_batch = measure_batch(
+            &packets,
+            |b, o| batch_tree_cache.classify_batch(&tree, b, o),
+            timer_ns,
+        );
         let mut tw = [0u64; 5];
         for k in &packets[..LATENCY_SAMPLE] {
             let (_, w) = tree.classify_counting(k);
@@ -299,6 +318,8 @@ fn main() {
             &format!("cut tree + hot-flow table ({FLOW_SLOTS})"),
             &cut_flow,
         );
+        burst_row("cut tree, batched", &cut_batch);
+        burst_row("cut tree + hot-flow table, batched", &cut_flow_batch);
         row("layered", &lay);
         row(
             &format!("layered + hot-flow table ({FLOW_SLOTS})"),
@@ -310,6 +331,17 @@ fn main() {
             100.0 * tc_hits as f64 / (tc_hits + after_tc.misses - before_tc.misses).max(1) as f64
         );
         if only_tree {
+            continue;
+        }
+        if quick {
+            rte_compare(
+                &harness,
+                &five,
+                (&five_table, &five_tree, &five_layered),
+                &packets,
+                timer_ns,
+                quick,
+            );
             continue;
         }
         let mut check_tier = HotTier::new(HOT_CAPACITY, 1024);
@@ -422,7 +454,11 @@ fn main() {
             (&five_table, &five_tree, &five_layered),
             &packets,
             timer_ns,
+            false,
         );
+    }
+    if quick {
+        return;
     }
 
     // A 100-rule update: rules at random priorities change; built into a shadow copy, then
@@ -631,6 +667,18 @@ fn specific_section(n_rules: usize, harness: &Option<std::path::PathBuf>, timer_
         let cut = measure(&packets, |k| tree.classify(k), timer_ns);
         let mut cache = FlowCache::new(FLOW_SLOTS);
         let cut_flow = measure(&packets, |k| cache.classify(&tree, k), timer_ns);
+        let mut out = vec![None; LINEAR_SAMPLE];
+        tree.classify_batch(&packets[..LINEAR_SAMPLE], &mut out);
+        for (k, got) in packets.iter().zip(&out) {
+            assert_eq!(*got, linear.classify(k), "batched cut tree disagrees");
+        }
+        let cut_batch = measure_batch(&packets, |b, o| tree.classify_batch(b, o), timer_ns);
+        let mut batch_cache = FlowCache::new(FLOW_SLOTS);
+        let cut_flow_batch = measure_batch(
+            &packets,
+            |b, o| batch_cache.classify_batch(&tree, b, o),
+            timer_ns,
+        );
         let tss = measure(&packets, |k| table.classify(k), timer_ns);
         for k in &packets[..LINEAR_SAMPLE] {
             assert_eq!(layered.classify(k), linear.classify(k), "layered disagrees");
@@ -643,6 +691,8 @@ fn specific_section(n_rules: usize, harness: &Option<std::path::PathBuf>, timer_
             &format!("cut tree + hot-flow table ({FLOW_SLOTS})"),
             &cut_flow,
         );
+        burst_row("cut tree, batched", &cut_batch);
+        burst_row("cut tree + hot-flow table, batched", &cut_flow_batch);
         row("layered", &lay);
         row(
             &format!("layered + hot-flow table ({FLOW_SLOTS})"),
@@ -655,6 +705,7 @@ fn specific_section(n_rules: usize, harness: &Option<std::path::PathBuf>, timer_
             (&five_table, &five_tree, &five_layered),
             &packets,
             timer_ns,
+            false,
         );
     }
 }
@@ -730,6 +781,7 @@ fn rte_compare(
     (table, tree, layered): (&TupleSpace, &CutTree, &Layered),
     packets: &[PacketKey],
     timer_ns: f64,
+    tree_only: bool,
 ) {
     let Some(harness) = harness else {
         return;
@@ -801,32 +853,87 @@ fn rte_compare(
             "five-tuple layered disagrees"
         );
     }
+    let mut out = vec![None; packets.len()];
+    tree.classify_batch(packets, &mut out);
+    for (k, got) in packets[..RTE_CHECK].iter().zip(&out) {
+        assert_eq!(
+            *got,
+            oracle.classify(k),
+            "five-tuple cut tree, batched, disagrees"
+        );
+    }
     let ours_tree = measure(packets, |k| tree.classify(k), timer_ns);
-    let ours_layered = measure(packets, |k| layered.classify(k), timer_ns);
-    let ours = measure(packets, |k| table.classify(k), timer_ns);
-    let ours_batched = measure_batch(packets, |b, o| table.classify_batch(b, o), timer_ns);
+    let ours_tree_batched = measure_batch(packets, |b, o| tree.classify_batch(b, o), timer_ns);
+    let mut work = [0u64; 4];
+    for k in &packets[..LATENCY_SAMPLE] {
+        let (_, w) = tree.classify_counting(k);
+        work[0] += w.tiers as u64;
+        work[1] += w.trees as u64;
+        work[2] += w.nodes as u64;
+        work[3] += w.entries as u64;
+    }
+    let per = |x: u64| x as f64 / LATENCY_SAMPLE as f64;
     println!(
         "  five-tuple part ({} rules): rte_acl build {:.0} ms; rte_acl and linear scan agree on {agree}/{} packets",
         five.len(),
         value("build_ms"),
         picks.len()
     );
+    println!(
+        "  five-tuple cut-tree work per packet: {:.2} tiers, {:.1} trees walked, {:.1} nodes, {:.1} leaf entries checked",
+        per(work[0]),
+        per(work[1]),
+        per(work[2]),
+        per(work[3])
+    );
+    let (rte_single, rte_burst) = (value("single_mpps"), value("burst_mpps"));
     row("cut tree, five-tuple rules", &ours_tree);
-    row("layered, five-tuple rules", &ours_layered);
-    row("tuple space, five-tuple rules", &ours);
-    burst_row("tuple space, five-tuple rules, batched", &ours_batched);
-    println!(
-        "  {:<38} {:>7.3} Mpps/core  p50 {:>6.0} ns  p99 {:>6.0} ns   (burst of 64: {:.3} Mpps/core)",
-        "DPDK rte_acl, 1 packet per call",
-        value("single_mpps"),
-        value("p50_ns"),
-        value("p99_ns"),
-        value("burst_mpps")
-    );
-    println!(
-        "  against rte_acl (1 packet per call): cut tree x{:.2}, layered x{:.2}, tuple space x{:.2}",
-        ours_tree.mpps / value("single_mpps"),
-        ours_layered.mpps / value("single_mpps"),
-        ours.mpps / value("single_mpps")
-    );
+    burst_row("cut tree, five-tuple rules, batched", &ours_tree_batched);
+    if !tree_only {
+        let ours_layered = measure(packets, |k| layered.classify(k), timer_ns);
+        let ours = measure(packets, |k| table.classify(k), timer_ns);
+        let ours_batched = measure_batch(packets, |b, o| table.classify_batch(b, o), timer_ns);
+        row("layered, five-tuple rules", &ours_layered);
+        row("tuple space, five-tuple rules", &ours);
+        burst_row("tuple space, five-tuple rules, batched", &ours_batched);
+        println!(
+            "  {:<38} {:>7.3} Mpps/core  p50 {:>6.0} ns  p99 {:>6.0} ns",
+            "DPDK rte_acl, 1 packet per call",
+            rte_single,
+            value("p50_ns"),
+            value("p99_ns"),
+        );
+        println!(
+            "  {:<38} {:>7.3} Mpps/core",
+            "DPDK rte_acl, bursts of 64", rte_burst
+        );
+        println!(
+            "  against rte_acl, 1 packet per call: cut tree x{:.2}, layered x{:.2}, tuple space x{:.2}",
+            ours_tree.mpps / rte_single,
+            ours_layered.mpps / rte_single,
+            ours.mpps / rte_single
+        );
+        println!(
+            "  against rte_acl, bursts of 64: cut tree x{:.2}, tuple space x{:.2}",
+            ours_tree_batched.mpps / rte_burst,
+            ours_batched.mpps / rte_burst
+        );
+    } else {
+        println!(
+            "  {:<38} {:>7.3} Mpps/core  p50 {:>6.0} ns  p99 {:>6.0} ns",
+            "DPDK rte_acl, 1 packet per call",
+            rte_single,
+            value("p50_ns"),
+            value("p99_ns"),
+        );
+        println!(
+            "  {:<38} {:>7.3} Mpps/core",
+            "DPDK rte_acl, bursts of 64", rte_burst
+        );
+        println!(
+            "  against rte_acl: 1 packet per call, cut tree x{:.2}; bursts of 64, cut tree x{:.2}",
+            ours_tree.mpps / rte_single,
+            ours_tree_batched.mpps / rte_burst
+        );
+    }
 }

@@ -477,6 +477,7 @@ proptest! {
             prop_assert_eq!(tree.classify(k), oracle.classify(k), "packet {:?}", k);
             prop_assert_eq!(tiered.classify(k), oracle.classify(k), "packet {:?}", k);
         }
+        check_batches(&[&tree, &tiered], &oracle, &packets)?;
     }
 
     #[test]
@@ -494,6 +495,7 @@ proptest! {
             prop_assert_eq!(tiered.classify(k), oracle.classify(k), "packet {:?}", k);
             prop_assert_eq!(layered.classify(k), oracle.classify(k), "packet {:?}", k);
         }
+        check_batches(&[&tree, &tiered], &oracle, &packets)?;
     }
 
     #[test]
@@ -542,6 +544,12 @@ proptest! {
                 prop_assert_eq!(layered.classify(k), want, "packet {:?}", k);
                 prop_assert_eq!(cache.classify(&tree, k), want);
             }
+            check_batches(&[&tree], &oracle, &packets)?;
+            let mut got = vec![None; packets.len()];
+            cache.classify_batch(&tree, &packets, &mut got);
+            for (k, g) in packets.iter().zip(&got) {
+                prop_assert_eq!(*g, oracle.classify(k), "cached batch, packet {:?}", k);
+            }
         }
     }
 }
@@ -576,4 +584,33 @@ fn cut_tree_agrees_on_synthetic_rules_and_updates() {
     for k in &packets {
         assert_eq!(tree.classify(k), oracle.classify(k));
     }
+    let mut got = vec![None; packets.len()];
+    tree.classify_batch(&packets, &mut got);
+    for (k, g) in packets.iter().zip(&got) {
+        assert_eq!(*g, oracle.classify(k), "batched, packet {k:?}");
+    }
+}
+
+/// Every cut tree's batched lookups (whole, and in odd-sized pieces so that partial lane
+/// groups are exercised) against the oracle.
+fn check_batches(
+    trees: &[&CutTree],
+    oracle: &LinearScan<'_>,
+    packets: &[PacketKey],
+) -> Result<(), TestCaseError> {
+    for tree in trees {
+        let mut got = vec![None; packets.len()];
+        tree.classify_batch(packets, &mut got);
+        for piece in [3, 11] {
+            let mut pieces = vec![None; packets.len()];
+            for (k, o) in packets.chunks(piece).zip(pieces.chunks_mut(piece)) {
+                tree.classify_batch(k, o);
+            }
+            prop_assert_eq!(&pieces, &got);
+        }
+        for (k, g) in packets.iter().zip(&got) {
+            prop_assert_eq!(*g, oracle.classify(k), "batched, packet {:?}", k);
+        }
+    }
+    Ok(())
 }

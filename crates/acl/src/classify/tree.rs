@@ -51,6 +51,8 @@ const GROUP_FIELDS: [(Field, u128); 3] = [
 /// In the first tier, a class with less than 1/`SMALL_GROUP` of the tier's rules joins the
 /// all-wide group.
 const SMALL_GROUP: usize = 16;
+/// Sample packets that choose a small tier's shape ([`Tier::chosen`]).
+const COST_SAMPLES: usize = 2048;
 /// Rules in a leaf before a node stops splitting.
 const LEAF_RULES: usize = 8;
 /// Most bits one node cuts (256 children).
@@ -320,46 +322,107 @@ impl Compact {
 
     /// 0: the rule does not match; 1: it matches; 2: the full rule must decide.
     #[inline(always)]
-    fn verdict(&self, k: &PacketKey) -> u8 {
-        // Every test is evaluated and combined with `&`: leaf entries fail on arbitrary
-        // fields, and a branch per field would mispredict more than it saves.
-        let p = k.present;
-        let ok = |f: Field, test: bool| {
-            let has = p >> f.index() & 1 != 0;
-            (has & test) | (!has & (self.absent_ok >> f.index() & 1 != 0))
+    fn verdict(&self, k: &Probe) -> u8 {
+        // Every test is evaluated and combined without branches: leaf entries fail on
+        // arbitrary fields, and a branch per field would mispredict more than it saves. Each
+        // test sets its field's bit; a field passes when present and its bit is set, or
+        // absent and the rule accepts its absence.
+        let bit = |f: Field, test: bool| (test as u16) << f.index();
+        let addr = |v: u32, mapped: bool, lo: u32, hi: u32, v4: u16, any: u16| {
+            (self.flags & any != 0) | (self.flags & v4 == 0) | (mapped & (lo <= v) & (v <= hi))
         };
-        let addr = |v: u128, lo: u32, hi: u32, v4: u16, any: u16| {
-            (self.flags & any != 0)
-                | (self.flags & v4 == 0)
-                | ((v >> 32 == MAPPED_HI) & (lo <= v as u32) & (v as u32 <= hi))
-        };
-        let hit = ok(
-            Field::Opcode,
-            (k.opcode >= 64) | (self.opcodes >> (k.opcode & 63) & 1 != 0),
-        ) & ok(
-            Field::DQpn,
-            (self.dqpn_lo <= k.dqpn) & (k.dqpn <= self.dqpn_hi),
-        ) & ok(
-            Field::Sip,
-            addr(k.sip, self.sip_lo, self.sip_hi, SIP_V4, SIP_ANY),
-        ) & ok(
-            Field::Dip,
-            addr(k.dip, self.dip_lo, self.dip_hi, DIP_V4, DIP_ANY),
-        ) & ok(
-            Field::Sport,
-            (self.sport_lo <= k.sport) & (k.sport <= self.sport_hi),
-        ) & ok(
-            Field::Dport,
-            (self.dport_lo <= k.dport) & (k.dport <= self.dport_hi),
-        ) & ok(Field::Va, (self.va_lo <= k.va) & (k.va <= self.va_hi));
-        if !hit {
+        let tests = bit(Field::Opcode, k.op_high | (self.opcodes & k.op_bit != 0))
+            | bit(
+                Field::DQpn,
+                (self.dqpn_lo <= k.dqpn) & (k.dqpn <= self.dqpn_hi),
+            )
+            | bit(
+                Field::Sip,
+                addr(
+                    k.sip,
+                    k.sip_mapped,
+                    self.sip_lo,
+                    self.sip_hi,
+                    SIP_V4,
+                    SIP_ANY,
+                ),
+            )
+            | bit(
+                Field::Dip,
+                addr(
+                    k.dip,
+                    k.dip_mapped,
+                    self.dip_lo,
+                    self.dip_hi,
+                    DIP_V4,
+                    DIP_ANY,
+                ),
+            )
+            | bit(
+                Field::Sport,
+                (self.sport_lo <= k.sport) & (k.sport <= self.sport_hi),
+            )
+            | bit(
+                Field::Dport,
+                (self.dport_lo <= k.dport) & (k.dport <= self.dport_hi),
+            )
+            | bit(Field::Va, (self.va_lo <= k.va) & (k.va <= self.va_hi));
+        let ok = (k.present & tests) | (!k.present & self.absent_ok);
+        if ok & COMPACT_FIELDS != COMPACT_FIELDS {
             0
-        } else if self.flags & INEXACT != 0
-            || (p >> Field::Opcode.index() & 1 != 0 && k.opcode >= 64)
-        {
+        } else if (self.flags & INEXACT != 0) | k.op_high {
             2
         } else {
             1
+        }
+    }
+}
+
+/// The fields a compact copy tests.
+const COMPACT_FIELDS: u16 = 1 << Field::Opcode as u16
+    | 1 << Field::DQpn as u16
+    | 1 << Field::Sip as u16
+    | 1 << Field::Dip as u16
+    | 1 << Field::Sport as u16
+    | 1 << Field::Dport as u16
+    | 1 << Field::Va as u16;
+
+/// A packet's values as the compact checks read them, derived once per lookup rather than
+/// once per leaf entry.
+#[derive(Clone, Copy, Debug, Default)]
+struct Probe {
+    present: u16,
+    /// The opcode is present and beyond the compact copies' 64-bit mask.
+    op_high: bool,
+    /// `1 << opcode` for opcodes below 64, else 0.
+    op_bit: u64,
+    /// The addresses' low 32 bits, and whether they are IPv4-mapped.
+    sip: u32,
+    dip: u32,
+    sip_mapped: bool,
+    dip_mapped: bool,
+    dqpn: u32,
+    sport: u16,
+    dport: u16,
+    va: u64,
+}
+
+impl Probe {
+    #[inline(always)]
+    fn of(k: &PacketKey) -> Probe {
+        let has_op = k.present >> Field::Opcode.index() & 1 != 0;
+        Probe {
+            present: k.present,
+            op_high: has_op & (k.opcode >= 64),
+            op_bit: if k.opcode < 64 { 1 << k.opcode } else { 0 },
+            sip: k.sip as u32,
+            dip: k.dip as u32,
+            sip_mapped: k.sip >> 32 == MAPPED_HI,
+            dip_mapped: k.dip >> 32 == MAPPED_HI,
+            dqpn: k.dqpn,
+            sport: k.sport,
+            dport: k.dport,
+            va: k.va,
         }
     }
 }
@@ -475,7 +538,7 @@ impl CutTree {
     pub(crate) fn with_first_tier(rules: Vec<Rule>, first: usize) -> CutTree {
         let tiers = tier_bounds(rules.len(), first)
             .into_iter()
-            .map(|(lo, hi)| Tier::new(&rules, lo, hi))
+            .map(|(lo, hi)| Tier::chosen(&rules, lo, hi))
             .collect();
         CutTree {
             rules,
@@ -527,11 +590,26 @@ impl CutTree {
         }
     }
 
-    /// First match among `tier`'s rules, if any (`u32::MAX` if none). Every group's walk
+    /// First match among `tier`'s rules, if any (`u32::MAX` if none).
+    ///
+    /// The first tier's trees are small and cache-resident: they are walked one after the
+    /// other, in ascending order of their smallest priority, and the walk stops at the first
+    /// tree that cannot hold a better match than the one found (every rule of the synthetic
+    /// set's broad top sits in the first tree or two). In the other tiers every group's walk
     /// comes first, with the first candidate of each leaf prefetched, so the walks' cache
     /// misses overlap instead of waiting behind the leaf checks' branches.
     #[inline(always)]
-    fn first_in(&self, tier: &Tier, key: &PacketKey) -> u32 {
+    fn first_in(&self, tier: &Tier, key: &PacketKey, probe: &Probe) -> u32 {
+        let mut best = u32::MAX;
+        if tier.coarse() {
+            for g in &tier.groups {
+                if g.min_priority >= best {
+                    break;
+                }
+                best = self.scan(tier.leaf_of(g.root, key), key, probe, best);
+            }
+            return best;
+        }
         let mut leaves: [&[Compact]; 1 << GROUP_FIELDS.len()] = [&[]; 1 << GROUP_FIELDS.len()];
         for (leaf, g) in leaves.iter_mut().zip(&tier.groups) {
             *leaf = tier.leaf_of(g.root, key);
@@ -539,25 +617,124 @@ impl CutTree {
                 prefetch_line((c as *const Compact).cast());
             }
         }
-        let mut best = u32::MAX;
         for leaf in &leaves[..tier.groups.len()] {
-            for c in *leaf {
-                let p = c.priority;
-                if p >= best {
-                    break;
-                }
-                let hit = match c.verdict(key) {
-                    0 => false,
-                    1 => true,
-                    _ => self.rules[p as usize].matches(key),
-                };
-                if hit {
-                    best = p;
-                    break;
-                }
+            best = self.scan(leaf, key, probe, best);
+        }
+        best
+    }
+
+    /// The first entry of `leaf` matching `key` if its priority is below `best`, else `best`.
+    #[inline(always)]
+    fn scan(&self, leaf: &[Compact], key: &PacketKey, probe: &Probe, best: u32) -> u32 {
+        for c in leaf {
+            let p = c.priority;
+            if p >= best {
+                break;
+            }
+            let hit = match c.verdict(probe) {
+                0 => false,
+                1 => true,
+                _ => self.rules[p as usize].matches(key),
+            };
+            if hit {
+                return p;
             }
         }
         best
+    }
+
+    /// Up to [`LANES`] lookups at once (`keys.len() <= LANES`), tree by tree: each level of
+    /// a tree is taken for every packet before the next, with the next node, child
+    /// reference or leaf prefetched, so the cache misses of different packets' walks overlap
+    /// (what `rte_acl` does with its bursts). Packets whose match is found leave the later
+    /// tiers, and a tree is walked only for packets it could give a better match.
+    fn classify_lanes(&self, keys: &[PacketKey], out: &mut [Option<u32>]) {
+        let n = keys.len().min(out.len()).min(LANES);
+        let mut best = [u32::MAX; LANES];
+        let mut probes = [Probe::default(); LANES];
+        for (p, k) in probes.iter_mut().zip(&keys[..n]) {
+            *p = Probe::of(k);
+        }
+        let mut open: u32 = (1u32 << n) - 1;
+        for tier in &self.tiers {
+            if open == 0 {
+                break;
+            }
+            for g in &tier.groups {
+                let mut want = 0u32;
+                for_lanes(open, |i| {
+                    if best[i] > g.min_priority {
+                        want |= 1 << i;
+                    }
+                });
+                if want == 0 {
+                    // Ascending min_priority: no later tree can do better either.
+                    break;
+                }
+                let leaves = tier.leaves_of(g.root, keys, want);
+                for_lanes(want, |i| {
+                    let leaf = tier.leaves[(leaves[i] & !LEAF) as usize];
+                    let run = &tier.entries[leaf.start as usize..(leaf.start + leaf.len) as usize];
+                    best[i] = self.scan(run, &keys[i], &probes[i], best[i]);
+                });
+            }
+            for_lanes(open, |i| {
+                if best[i] != u32::MAX {
+                    open &= !(1 << i);
+                }
+            });
+        }
+        for (o, b) in out[..n].iter_mut().zip(best) {
+            *o = (b != u32::MAX).then_some(b);
+        }
+    }
+}
+
+/// Packets one interleaved walk carries ([`CutTree::classify_batch`]).
+const LANES: usize = 8;
+
+/// Calls `f` with the index of every set bit of `mask`, lowest first.
+#[inline(always)]
+fn for_lanes(mut mask: u32, mut f: impl FnMut(usize)) {
+    while mask != 0 {
+        f(mask.trailing_zeros() as usize);
+        mask &= mask - 1;
+    }
+}
+
+impl Tier {
+    /// The leaf reference each packet of `lanes` (a bit per index of `keys`) reaches from
+    /// `root`, walked a level at a time over all of them; the first line of each leaf's
+    /// entries is prefetched.
+    #[inline(always)]
+    fn leaves_of(&self, root: u32, keys: &[PacketKey], lanes: u32) -> [u32; LANES] {
+        let mut r = [root; LANES];
+        let mut walking = if root & LEAF == 0 { lanes } else { 0 };
+        let mut slot = [0usize; LANES];
+        while walking != 0 {
+            for_lanes(walking, |i| {
+                let node = &self.nodes[r[i] as usize];
+                slot[i] = node.children as usize + node.child_of(&keys[i]);
+                prefetch_line((&self.refs[slot[i]] as *const u32).cast());
+            });
+            for_lanes(walking, |i| {
+                let c = self.refs[slot[i]];
+                r[i] = c;
+                if c & LEAF != 0 {
+                    walking &= !(1 << i);
+                    prefetch_line((&self.leaves[(c & !LEAF) as usize] as *const Leaf).cast());
+                } else {
+                    prefetch_line((&self.nodes[c as usize] as *const Node).cast());
+                }
+            });
+        }
+        for_lanes(lanes, |i| {
+            let leaf = &self.leaves[(r[i] & !LEAF) as usize];
+            if let Some(c) = self.entries.get(leaf.start as usize) {
+                prefetch_line((c as *const Compact).cast());
+            }
+        });
+        r
     }
 }
 
@@ -585,7 +762,78 @@ impl Clone for Tier {
 }
 
 impl Tier {
-    fn new(rules: &[Rule], lo: u32, hi: u32) -> Tier {
+    /// The tier of priorities `lo..hi`. A small (coarse) tier is built twice — grouped,
+    /// and as one tree holding every rule — and the shape that costs less on sample
+    /// packets is kept: several trees cost a walk each, one tree copies its wide rules into
+    /// more leaves, and which weighs more depends on the rule set (one tree wins where the
+    /// top rules are broad and few, as in the five-tuple part of the synthetic set; groups
+    /// win where wide rules are many). The samples are packets inside rules drawn from the
+    /// whole table (seeded, so a build is deterministic), as traffic decided by the first
+    /// tier comes from everywhere.
+    fn chosen(rules: &[Rule], lo: u32, hi: u32) -> Tier {
+        let grouped = Tier::new(rules, lo, hi, false);
+        if (hi - lo) as usize > FIRST_TIER || grouped.groups.len() <= 1 {
+            return grouped;
+        }
+        let single = Tier::new(rules, lo, hi, true);
+        let mut rng = crate::synth::Rng::new(0x5eed);
+        let samples: Vec<PacketKey> = (0..COST_SAMPLES)
+            .map(|_| {
+                let r = &rules[rng.below(rules.len() as u64) as usize];
+                crate::synth::packet_in(&mut rng, r)
+            })
+            .collect();
+        if single.cost(rules, &samples) < grouped.cost(rules, &samples) {
+            single
+        } else {
+            grouped
+        }
+    }
+
+    /// Estimated lookup work over `samples`: a walk per tree, a step per node, a check per
+    /// leaf entry (the full rule costs a few more).
+    fn cost(&self, rules: &[Rule], samples: &[PacketKey]) -> u64 {
+        let mut cost = 0u64;
+        for k in samples {
+            let probe = Probe::of(k);
+            let mut best = u32::MAX;
+            for g in &self.groups {
+                if g.min_priority >= best {
+                    break;
+                }
+                cost += 2;
+                let mut r = g.root;
+                while r & LEAF == 0 {
+                    cost += 1;
+                    let node = &self.nodes[r as usize];
+                    r = self.refs[node.children as usize + node.child_of(k)];
+                }
+                let leaf = self.leaves[(r & !LEAF) as usize];
+                for c in &self.entries[leaf.start as usize..(leaf.start + leaf.len) as usize] {
+                    if c.priority >= best {
+                        break;
+                    }
+                    cost += 1;
+                    let hit = match c.verdict(&probe) {
+                        0 => false,
+                        1 => true,
+                        _ => {
+                            cost += 4;
+                            rules[c.priority as usize].matches(k)
+                        }
+                    };
+                    if hit {
+                        best = c.priority;
+                        break;
+                    }
+                }
+            }
+        }
+        cost
+    }
+
+    /// The tier's trees; `one_tree` puts every rule into one group.
+    fn new(rules: &[Rule], lo: u32, hi: u32, one_tree: bool) -> Tier {
         let mut t = Tier {
             lo,
             hi,
@@ -607,7 +855,7 @@ impl Tier {
         }
         for (class, n) in counts.iter().enumerate() {
             // Only in the first tier, where a merged tree stays small whatever its shape.
-            let small = *n * SMALL_GROUP < (hi - lo) as usize;
+            let small = one_tree || *n * SMALL_GROUP < (hi - lo) as usize;
             t.class_map[class] = if small && (hi - lo) as usize <= FIRST_TIER {
                 ALL_WIDE
             } else {
@@ -983,11 +1231,15 @@ pub struct TreeWork {
 impl CutTree {
     /// [`Classifier::classify`], also reporting the work done.
     pub fn classify_counting(&self, key: &PacketKey) -> (Option<u32>, TreeWork) {
+        let probe = Probe::of(key);
         let mut w = TreeWork::default();
         for tier in &self.tiers {
             w.tiers += 1;
             let mut best = u32::MAX;
             for g in &tier.groups {
+                if tier.coarse() && g.min_priority >= best {
+                    break;
+                }
                 w.trees += 1;
                 let mut r = g.root;
                 while r & LEAF == 0 {
@@ -1002,7 +1254,7 @@ impl CutTree {
                         break;
                     }
                     w.entries += 1;
-                    let hit = match c.verdict(key) {
+                    let hit = match c.verdict(&probe) {
                         0 => false,
                         1 => true,
                         _ => {
@@ -1027,13 +1279,21 @@ impl CutTree {
 impl Classifier for CutTree {
     #[inline]
     fn classify(&self, key: &PacketKey) -> Option<u32> {
+        let probe = Probe::of(key);
         for tier in &self.tiers {
-            let best = self.first_in(tier, key);
+            let best = self.first_in(tier, key, &probe);
             if best != u32::MAX {
                 return Some(best);
             }
         }
         None
+    }
+
+    /// [`LANES`] packets at a time, their tree walks interleaved.
+    fn classify_batch(&self, keys: &[PacketKey], out: &mut [Option<u32>]) {
+        for (keys, out) in keys.chunks(LANES).zip(out.chunks_mut(LANES)) {
+            self.classify_lanes(keys, out);
+        }
     }
 
     fn generation(&self) -> u64 {
