@@ -1,7 +1,10 @@
 //! Time per run of the benchmark kernels (`bpf/jit/bench.c`) in every tier, measured in one
 //! run and printed as ratios: rdx's JIT, rdx's interpreter, the kernel's JIT (through
 //! `BPF_PROG_TEST_RUN` with repeat, which reports the mean duration) and the same logic in C
-//! (`benches/native.c`) built with `cc -O2` at start. Also compile time per 1K instructions.
+//! (`benches/native.c`) built with `cc -O2` at start; rdx's JIT in its three pipelines
+//! (optimizing, Cranelift's fast pipeline, the baseline tier). Also compile time per 1K
+//! instructions for the three pipelines, and the one-shot cost of a fresh process compiling
+//! one small program (this binary re-run with `--one-shot <tier>`).
 //!
 //! `cargo bench -p rdx-jit --bench tiers`. Every tier's first result is checked against the
 //! others before anything is timed. The kernel column is skipped, with the reason printed,
@@ -172,6 +175,11 @@ fn ns(d: Duration) -> f64 {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--one-shot") {
+        one_shot_child(args.get(i + 1).map_or("optimizing", |s| s.as_str()));
+        return;
+    }
     let host = Arch::host().expect("supported host");
     let object_bytes = rdx_testdata::object("jit/bench");
     let object = rdx_bpf::loader::load(&object_bytes).expect("load bench object");
@@ -201,22 +209,25 @@ fn main() {
     };
 
     println!(
-        "\n{:<11} {:>6} {:>10} {:>10} {:>10} {:>11} {:>11} {:>10} {:>9} {:>9} {:>9}",
+        "\n{:<11} {:>6} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "kernel",
         "insns",
         "rdx JIT",
         "JIT-call",
         "JIT-fast",
+        "JIT-base",
         "interp",
         "kernel JIT",
         "C -O2",
         "interp/",
         "kernel/",
-        "JIT/C"
+        "JIT/C",
+        "base/",
+        "kernel/"
     );
     println!(
-        "{:<11} {:>6} {:>10} {:>10} {:>10} {:>11} {:>11} {:>10} {:>9} {:>9} {:>9}",
-        "", "", "ns/run", "ns/run", "ns/run", "ns/run", "ns/run", "ns/run", "JIT", "JIT", ""
+        "{:<11} {:>6} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "", "", "ns/run", "ns/run", "ns/run", "ns/run", "ns/run", "ns/run", "ns/run", "JIT", "JIT", "", "JIT", "base"
     );
     let mut compile_total = Duration::ZERO;
     let mut compile_insns = 0usize;
@@ -279,6 +290,20 @@ fn main() {
             || unsafe { fast_code.call(fast_ctx.as_mut_ptr().cast(), &mut fast_run_state) };
         let fast_first = fast_run() as u32;
 
+        // The same build through the baseline tier.
+        let mut base_opts = opts.clone();
+        base_opts.pipeline = Pipeline::Baseline;
+        let base_maps = MapSet::new(&object.maps).unwrap();
+        let base_syms = symbols_for(&base_maps);
+        let (base_artifact, _) = compiler.compile(&prog.insns, &base_opts).expect("compile");
+        let base_code = ExecutableCode::load(&base_artifact, &base_syms).expect("load");
+        let mut base_ctx = packet.xdp_md();
+        let mut base_run_state = RunState::new(0);
+        // SAFETY: as for the inlined build above.
+        let mut base_run =
+            || unsafe { base_code.call(base_ctx.as_mut_ptr().cast(), &mut base_run_state) };
+        let base_first = base_run() as u32;
+
         // Interpreter.
         let interp_maps = MapSet::new(&object.maps).unwrap();
         let vm = Vm::new(
@@ -307,19 +332,22 @@ fn main() {
                 .retval
         });
 
-        let mut agree =
-            jit_first == interp_first && call_first == jit_first && fast_first == jit_first;
+        let mut agree = jit_first == interp_first
+            && call_first == jit_first
+            && fast_first == jit_first
+            && base_first == jit_first;
         agree &= c_first.is_none_or(|c| c == jit_first);
         agree &= kernel_first.is_none_or(|k| k == jit_first);
         if !agree {
             println!(
-                "{name}: RESULTS DIFFER: jit {jit_first:#x} jit-call {call_first:#x} jit-fast {fast_first:#x} interp {interp_first:#x} C {c_first:x?} kernel {kernel_first:x?}"
+                "{name}: RESULTS DIFFER: jit {jit_first:#x} jit-call {call_first:#x} jit-fast {fast_first:#x} jit-base {base_first:#x} interp {interp_first:#x} C {c_first:x?} kernel {kernel_first:x?}"
             );
         }
 
         let jit = time_per_run(&mut jit_run);
         let jit_call = time_per_run(&mut call_run);
         let jit_fast = time_per_run(&mut fast_run);
+        let jit_base = time_per_run(&mut base_run);
         let interp = time_per_run(|| {
             let mut xdp = XdpMd::new(frame.clone());
             // SAFETY: verified by the kernel and already run in checked mode.
@@ -349,22 +377,28 @@ fn main() {
             a.map_or("-".to_string(), |a| format!("{:.2}x", ns(a) / ns(b)))
         };
         println!(
-            "{:<11} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>11.1} {:>11} {:>10} {:>9} {:>9} {:>9}",
+            "{:<11} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>11.1} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}",
             name,
             prog.insns.len(),
             ns(jit),
             ns(jit_call),
             ns(jit_fast),
+            ns(jit_base),
             ns(interp),
             fmt(kern),
             fmt(c),
             ratio(Some(interp), jit),
             ratio(kern, jit),
             c.map_or("-".to_string(), |c| format!("{:.2}x", ns(jit) / ns(c))),
+            ratio(Some(jit_base), jit),
+            ratio(kern, jit_base),
         );
     }
     println!("(rdx JIT inlines array lookups; JIT-call is the same JIT calling the lookup helper;");
-    println!(" JIT-fast is rdx JIT's build through Cranelift's fast pipeline, Pipeline::Fast)");
+    println!(" JIT-fast is rdx JIT's build through Cranelift's fast pipeline, Pipeline::Fast;");
+    println!(" JIT-base through the baseline tier, Pipeline::Baseline; base/JIT above 1 means the");
+    println!(" baseline code is slower than the optimizing tier's, kernel/base above 1 that it is");
+    println!(" faster than the kernel's JIT)");
     println!("(interp/JIT and kernel/JIT above 1 mean rdx's JIT is faster; JIT/C is rdx's JIT time over gcc -O2's)");
     println!("(the interpreter's time includes building its xdp_md context model for each run)");
 
@@ -398,7 +432,10 @@ fn main() {
         .into_iter()
         .map(|n| (n, synthetic(n)))
         .collect();
-    println!("  {:<38} {:>12} {:>12}", "", "optimizing", "fast");
+    println!(
+        "  {:<38} {:>12} {:>12} {:>12} {:>10} {:>10}",
+        "", "optimizing", "fast", "baseline", "opt/base", "fast/base"
+    );
     let best_of_5 = |f: &mut dyn FnMut()| {
         (0..5)
             .map(|_| {
@@ -411,7 +448,7 @@ fn main() {
     };
     let per_1k = |d: Duration, n: usize| d.as_secs_f64() * 1e3 / n as f64 * 1000.0;
     let row = |label: String, n: usize, progs: &[(Vec<Insn>, CompileOptions)]| {
-        let times: Vec<Duration> = [Pipeline::Optimizing, Pipeline::Fast]
+        let times: Vec<Duration> = [Pipeline::Optimizing, Pipeline::Fast, Pipeline::Baseline]
             .into_iter()
             .map(|pipeline| {
                 best_of_5(&mut || {
@@ -424,10 +461,13 @@ fn main() {
             })
             .collect();
         println!(
-            "  {:<38} {:>12.3} {:>12.3}",
+            "  {:<38} {:>12.3} {:>12.3} {:>12.3} {:>9.1}x {:>9.1}x",
             label,
             per_1k(times[0], n),
-            per_1k(times[1], n)
+            per_1k(times[1], n),
+            per_1k(times[2], n),
+            ns(times[0]) / ns(times[2]),
+            ns(times[1]) / ns(times[2]),
         );
     };
     row(
@@ -453,8 +493,111 @@ fn main() {
     cross
         .compile(&prog, &CompileOptions::new(other))
         .expect("cross compile");
+    let cross_opt = t.elapsed();
+    let mut base_opts = CompileOptions::new(other);
+    base_opts.pipeline = Pipeline::Baseline;
+    let cross_base = best_of_5(&mut || {
+        rdx_jit::compile(&prog, &base_opts).expect("cross compile");
+    });
     println!(
-        "  synthetic 10000 insns for {other} (cross): {:.3} ms",
-        t.elapsed().as_secs_f64() * 1e3
+        "  synthetic 10000 insns for {other} (cross): optimizing {:.3} ms (first), baseline {:.3} ms (best of 5)",
+        cross_opt.as_secs_f64() * 1e3,
+        cross_base.as_secs_f64() * 1e3
+    );
+
+    one_shot_table();
+}
+
+/// A small real program for the one-shot measurement: the longest program of 16 to 45
+/// instruction slots in `bpf/jit/bench.c` and `bpf/tests`.
+fn one_shot_program() -> (String, Vec<Insn>, CompileOptions) {
+    let host = Arch::host().expect("supported host");
+    let mut names = vec!["jit/bench".to_string()];
+    names.extend(rdx_testdata::objects_in("tests"));
+    let mut best: Option<(String, Vec<Insn>, CompileOptions)> = None;
+    for name in names {
+        let Ok(obj) = rdx_bpf::loader::load(&rdx_testdata::object(&name)) else {
+            continue;
+        };
+        for p in &obj.programs {
+            let n = p.insns.len();
+            if (16..=45).contains(&n) && best.as_ref().is_none_or(|b| b.1.len() < n) {
+                let mut o = CompileOptions::new(host);
+                o.needs_budget = true;
+                o.inline_array_lookups(&obj.maps);
+                best = Some((format!("{name}/{}", p.name), p.insns.clone(), o));
+            }
+        }
+    }
+    best.expect("a 16-45 instruction program in bpf/jit/bench.c or bpf/tests")
+}
+
+/// Child side of the one-shot measurement: load the program, compile it once with `tier`
+/// (`none`: do not compile) the way a one-shot tool does (a fresh compiler, serialised
+/// artifact), print the thread CPU time of that compile in ns.
+fn one_shot_child(tier: &str) {
+    let (_, insns, mut opts) = one_shot_program();
+    let t = CpuClock::now();
+    match tier {
+        "none" => {}
+        "baseline" => {
+            opts.pipeline = Pipeline::Baseline;
+            black_box(rdx_jit::compile(&insns, &opts).expect("compile").to_bytes());
+        }
+        _ => {
+            black_box(rdx_jit::compile(&insns, &opts).expect("compile").to_bytes());
+        }
+    }
+    println!("{}", t.elapsed().as_nanos());
+}
+
+/// The per-process cost of a one-shot compile (what `rdx compile` or `rdx deploy` pays for
+/// one small program): this binary re-run with `--one-shot <tier>`, wall time from spawn to
+/// exit and the child's own CPU time for the compile, fastest of 15 runs each, the runs of
+/// the three tiers interleaved.
+fn one_shot_table() {
+    let (name, insns, _) = one_shot_program();
+    let exe = std::env::current_exe().expect("own path");
+    let tiers = ["none", "baseline", "optimizing"];
+    let mut wall = [Duration::MAX; 3];
+    let mut cpu = [Duration::MAX; 3];
+    for _ in 0..15 {
+        for (i, tier) in tiers.iter().enumerate() {
+            let t = std::time::Instant::now();
+            let out = Command::new(&exe)
+                .args(["--one-shot", tier])
+                .output()
+                .expect("run the one-shot child");
+            let took = t.elapsed();
+            assert!(out.status.success(), "one-shot child {tier} failed");
+            let ns: u64 = String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse()
+                .expect("child prints its compile time");
+            wall[i] = wall[i].min(took);
+            cpu[i] = cpu[i].min(Duration::from_nanos(ns));
+        }
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "\none-shot compile in a fresh process ({name}, {} insns; fastest of 15):",
+        insns.len()
+    );
+    println!(
+        "  {:<12} {:>14} {:>18} {:>16}",
+        "tier", "process (ms)", "process - none", "compile CPU (ms)"
+    );
+    for i in 0..3 {
+        println!(
+            "  {:<12} {:>14.3} {:>18.3} {:>16.3}",
+            tiers[i],
+            ms(wall[i]),
+            ms(wall[i].saturating_sub(wall[0])),
+            ms(cpu[i])
+        );
+    }
+    println!(
+        "  (compile CPU: a fresh compiler, the compile and the serialised artifact; optimizing/baseline = {:.0}x)",
+        ns(cpu[2]) / ns(cpu[1]).max(1.0)
     );
 }

@@ -526,11 +526,11 @@ mod differential {
     use rdx_jit::{Arch, CompileOptions, Compiler, EntryAbi, ExecutableCode, Pipeline};
     use rdx_region::abi::RunState;
 
-    const MEM: usize = 64;
+    pub(super) const MEM: usize = 64;
     /// Stack slots used: fp-8 .. fp-64.
     const SLOTS: i16 = 8;
 
-    type Raw = (u8, u8, u8, i32, u16);
+    pub(super) type Raw = (u8, u8, u8, i32, u16);
 
     /// A second pointer into the frame, `r10 - 32`, set once: stack accesses through it reach
     /// the frame the way compiled C does (a pointer derived from r10), which the JIT's stack
@@ -554,7 +554,7 @@ mod differential {
         [Size::B, Size::H, Size::W, Size::DW][(n % 4) as usize]
     }
 
-    fn build(raw: &[Raw]) -> Vec<Insn> {
+    pub(super) fn build(raw: &[Raw]) -> Vec<Insn> {
         let mut p = Vec::new();
         // Initialise every register but r1 and every stack slot.
         p.push(Insn::Alu {
@@ -805,7 +805,7 @@ mod differential {
         p
     }
 
-    fn interpret(insns: &[Insn], mem: &mut [u8]) -> u64 {
+    pub(super) fn interpret(insns: &[Insn], mem: &mut [u8]) -> u64 {
         let vm = Vm::new(
             insns,
             &MapSet::default(),
@@ -1175,6 +1175,37 @@ mod aarch64_qemu {
             }
             let name = p.file_stem().unwrap().to_string_lossy().into_owned();
             add(name, &insns, &opts, v.mem.clone(), 0, v.result.unwrap(), 0);
+        }
+
+        // Random programs of the differential generator, with the interpreter's r0 (which folds
+        // in the stack) as the expected result: every ALU, jump, memory and atomic form with
+        // random operands, immediates and offsets, metered and not.
+        {
+            use super::differential::{build, interpret, Raw, MEM};
+            use proptest::prelude::any;
+            use proptest::strategy::{Strategy, ValueTree};
+            let mut runner = proptest::test_runner::TestRunner::deterministic();
+            let strategy = (proptest::collection::vec(any::<Raw>(), 1..48), any::<u64>());
+            for n in 0..400 {
+                let (raw, seed) = strategy.new_tree(&mut runner).unwrap().current();
+                let insns = build(&raw);
+                let init: Vec<u8> = (0..MEM as u64)
+                    .map(|i| (seed.rotate_left(i as u32 * 7) ^ i) as u8)
+                    .collect();
+                let want = interpret(&insns, &mut init.clone());
+                let mut opts = CompileOptions::new(Arch::Aarch64);
+                opts.entry_abi = EntryAbi::WithLength;
+                opts.needs_budget = n % 2 == 0;
+                add(
+                    format!("random-{n}"),
+                    &insns,
+                    &opts,
+                    Some(init),
+                    1 << 20,
+                    want,
+                    0,
+                );
+            }
         }
 
         // Metering, helper arguments and local calls on aarch64.
