@@ -499,6 +499,22 @@ proptest! {
     }
 
     #[test]
+    fn every_small_tier_shape_agrees_on_every_field(
+        rules in proptest::collection::vec(any_field_rule(), 0..100),
+        packets in proptest::collection::vec(any_field_packet(), 1..60),
+    ) {
+        let rules = numbered(rules);
+        let oracle = LinearScan::new(&rules);
+        for shape in 0..CutTree::SMALL_SHAPES {
+            let tree = CutTree::with_small_shape(rules.clone(), 11, shape);
+            for k in &packets {
+                prop_assert_eq!(tree.classify(k), oracle.classify(k), "shape {}, packet {:?}", shape, k);
+            }
+            check_batches(&[&tree], &oracle, &packets)?;
+        }
+    }
+
+    #[test]
     fn tuple_space_agrees_on_every_field(
         rules in proptest::collection::vec(any_field_rule(), 0..80),
         packets in proptest::collection::vec(any_field_packet(), 1..60),

@@ -52,7 +52,55 @@ const GROUP_FIELDS: [(Field, u128); 3] = [
 /// all-wide group.
 const SMALL_GROUP: usize = 16;
 /// Sample packets that choose a small tier's shape ([`Tier::chosen`]).
-const COST_SAMPLES: usize = 2048;
+const COST_SAMPLES: usize = 1024;
+
+/// How a tier's trees are cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Shape {
+    /// Every rule in one tree instead of one per group.
+    one_tree: bool,
+    /// Rules in a leaf before a node stops splitting.
+    leaf_rules: usize,
+    /// Rule copies a tree may hold per rule of its group, and at least.
+    budget: usize,
+    min_budget: usize,
+    /// Rule copies (plus children) one cut may make per rule of its node.
+    space: usize,
+}
+
+/// The shape of the large tiers.
+const DEFAULT_SHAPE: Shape = Shape {
+    one_tree: false,
+    leaf_rules: LEAF_RULES,
+    budget: TREE_BUDGET,
+    min_budget: MIN_TREE_BUDGET,
+    space: SPACE_FACTOR,
+};
+
+/// The shapes a small tier may take ([`Tier::chosen`]): grouped or one tree, each with the
+/// default cuts or with short leaves (two rules, more room for copies — a small tier's
+/// trees stay small either way).
+const SMALL_SHAPES: [Shape; 4] = [
+    DEFAULT_SHAPE,
+    Shape {
+        one_tree: true,
+        ..DEFAULT_SHAPE
+    },
+    Shape {
+        one_tree: false,
+        leaf_rules: 2,
+        budget: 32,
+        min_budget: 0,
+        space: 8,
+    },
+    Shape {
+        one_tree: true,
+        leaf_rules: 2,
+        budget: 32,
+        min_budget: 0,
+        space: 8,
+    },
+];
 /// Rules in a leaf before a node stops splitting.
 const LEAF_RULES: usize = 8;
 /// Most bits one node cuts (256 children).
@@ -471,6 +519,8 @@ const FIRST_TIER: usize = 1024;
 /// The trees of the rules in one priority range.
 #[derive(Debug)]
 struct Tier {
+    /// How the trees were cut.
+    shape: Shape,
     /// Priorities `lo..hi` live here.
     lo: u32,
     hi: u32,
@@ -546,6 +596,32 @@ impl CutTree {
             generation: super::tss::next_generation(),
         }
     }
+
+    /// [`CutTree::with_first_tier`] with every small tier cut as `SMALL_SHAPES[shape]`
+    /// instead of the cheapest shape (tests check every shape is exact).
+    #[cfg(test)]
+    pub(crate) fn with_small_shape(rules: Vec<Rule>, first: usize, shape: usize) -> CutTree {
+        let tiers = tier_bounds(rules.len(), first)
+            .into_iter()
+            .map(|(lo, hi)| {
+                let s = if (hi - lo) as usize > FIRST_TIER {
+                    DEFAULT_SHAPE
+                } else {
+                    SMALL_SHAPES[shape]
+                };
+                Tier::new(&rules, lo, hi, s)
+            })
+            .collect();
+        CutTree {
+            rules,
+            tiers,
+            generation: super::tss::next_generation(),
+        }
+    }
+
+    /// Number of shapes a small tier may take.
+    #[cfg(test)]
+    pub(crate) const SMALL_SHAPES: usize = SMALL_SHAPES.len();
 
     /// The rule table.
     pub fn rules(&self) -> &[Rule] {
@@ -749,6 +825,7 @@ fn clone_with_room<T: Clone>(v: &Vec<T>) -> Vec<T> {
 impl Clone for Tier {
     fn clone(&self) -> Tier {
         Tier {
+            shape: self.shape,
             lo: self.lo,
             hi: self.hi,
             groups: self.groups.clone(),
@@ -771,11 +848,9 @@ impl Tier {
     /// whole table (seeded, so a build is deterministic), as traffic decided by the first
     /// tier comes from everywhere.
     fn chosen(rules: &[Rule], lo: u32, hi: u32) -> Tier {
-        let grouped = Tier::new(rules, lo, hi, false);
-        if (hi - lo) as usize > FIRST_TIER || grouped.groups.len() <= 1 {
-            return grouped;
+        if (hi - lo) as usize > FIRST_TIER {
+            return Tier::new(rules, lo, hi, DEFAULT_SHAPE);
         }
-        let single = Tier::new(rules, lo, hi, true);
         let mut rng = crate::synth::Rng::new(0x5eed);
         let samples: Vec<PacketKey> = (0..COST_SAMPLES)
             .map(|_| {
@@ -783,11 +858,15 @@ impl Tier {
                 crate::synth::packet_in(&mut rng, r)
             })
             .collect();
-        if single.cost(rules, &samples) < grouped.cost(rules, &samples) {
-            single
-        } else {
-            grouped
-        }
+        SMALL_SHAPES
+            .iter()
+            .map(|&shape| {
+                let t = Tier::new(rules, lo, hi, shape);
+                (t.cost(rules, &samples), t)
+            })
+            .min_by_key(|(cost, _)| *cost)
+            .map(|(_, t)| t)
+            .unwrap_or_else(|| Tier::new(rules, lo, hi, DEFAULT_SHAPE))
     }
 
     /// Estimated lookup work over `samples`: a walk per tree, a step per node, a check per
@@ -832,9 +911,10 @@ impl Tier {
         cost
     }
 
-    /// The tier's trees; `one_tree` puts every rule into one group.
-    fn new(rules: &[Rule], lo: u32, hi: u32, one_tree: bool) -> Tier {
+    /// The tier's trees, cut as `shape` says.
+    fn new(rules: &[Rule], lo: u32, hi: u32, shape: Shape) -> Tier {
         let mut t = Tier {
+            shape,
             lo,
             hi,
             groups: Vec::new(),
@@ -855,7 +935,7 @@ impl Tier {
         }
         for (class, n) in counts.iter().enumerate() {
             // Only in the first tier, where a merged tree stays small whatever its shape.
-            let small = one_tree || *n * SMALL_GROUP < (hi - lo) as usize;
+            let small = shape.one_tree || *n * SMALL_GROUP < (hi - lo) as usize;
             t.class_map[class] = if small && (hi - lo) as usize <= FIRST_TIER {
                 ALL_WIDE
             } else {
@@ -871,7 +951,7 @@ impl Tier {
                 continue;
             }
             let min_priority = set[0];
-            let budget = (TREE_BUDGET * set.len()).max(MIN_TREE_BUDGET);
+            let budget = (shape.budget * set.len()).max(shape.min_budget);
             let root = t.build(rules, set, &full_region(), 0, budget);
             t.groups.push(Group {
                 class: class as u8,
@@ -977,7 +1057,7 @@ impl Tier {
                     most = most.max(run as usize);
                 }
                 total += outside + absent;
-                if bits > 0 && total + children > (SPACE_FACTOR * n).min(budget) {
+                if bits > 0 && total + children > (self.shape.space * n).min(budget) {
                     break;
                 }
                 chosen = Some((most, total, bits));
@@ -1023,7 +1103,7 @@ impl Tier {
         depth: u32,
         budget: usize,
     ) -> u32 {
-        if set.len() <= LEAF_RULES || depth >= MAX_DEPTH {
+        if set.len() <= self.shape.leaf_rules || depth >= MAX_DEPTH {
             return self.new_leaf(rules, &set);
         }
         let Some(mut node) = self.choose_cut(rules, &set, region, budget) else {
