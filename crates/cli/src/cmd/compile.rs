@@ -12,7 +12,7 @@ use rdx_bpf::isa::Size;
 use rdx_bpf::loader::LoadedObject;
 use rdx_bpf::maps::MapSet;
 use rdx_bpf::program::{MapDef, Program};
-use rdx_jit::{Arch, CompileOptions, Compiler, ExecutableCode, Symbol};
+use rdx_jit::{Arch, CompileError, CompileOptions, Compiler, ExecutableCode, Pipeline, Symbol};
 use rdx_region::abi::{RunState, RunStatus};
 use rdx_verifier::{EimSpec, KernelProgType, VerifyOptions};
 use serde::Serialize;
@@ -43,9 +43,51 @@ pub struct Args {
     /// Only this program (all programs if omitted).
     #[arg(long = "prog", value_name = "NAME")]
     program: Option<String>,
+    /// Code generator: `optimizing` (Cranelift, the fastest code) or `baseline` (one linear
+    /// pass, compiles about 20x faster; a program it does not support falls back to
+    /// optimizing). See docs/jit.md.
+    #[arg(long, value_enum, default_value_t = Tier::Optimizing)]
+    tier: Tier,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// Which JIT tier builds the artifacts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    Optimizing,
+    Baseline,
+}
+
+/// Compiles with `tier`; a program the baseline tier does not support is compiled by the
+/// optimizing tier instead. Returns the artifact, the tier that built it, the instruction
+/// count and the compile time. The Cranelift compiler is only built when it is used.
+pub fn compile_tier(
+    compiler: &mut Option<Compiler>,
+    insns: &[rdx_bpf::isa::Insn],
+    opts: &CompileOptions,
+    tier: Tier,
+) -> anyhow::Result<(rdx_jit::Artifact, Tier, std::time::Duration)> {
+    if tier == Tier::Baseline {
+        let t = std::time::Instant::now();
+        let mut o = opts.clone();
+        o.pipeline = Pipeline::Baseline;
+        match rdx_jit::compile(insns, &o) {
+            Ok(a) => return Ok((a, Tier::Baseline, t.elapsed())),
+            Err(CompileError::NotInBaseline { what }) => {
+                eprintln!("note: the baseline tier does not support {what}: compiling with the optimizing tier");
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let compiler = match compiler {
+        Some(c) => c,
+        None => compiler.insert(Compiler::new(opts.arch)?),
+    };
+    let (artifact, stats) = compiler.compile(insns, opts)?;
+    Ok((artifact, Tier::Optimizing, stats.elapsed))
 }
 
 #[derive(Serialize)]
@@ -54,6 +96,7 @@ struct Compiled {
     arch: String,
     path: String,
     insns: usize,
+    tier: Tier,
     code_bytes: usize,
     relocations: usize,
     symbols: Vec<String>,
@@ -125,28 +168,29 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     let mut results = Vec::new();
     for &arch in &archs {
-        let compiler = Compiler::new(arch)?;
+        let mut compiler = None;
         for &i in &selected {
             let prog = &loaded.object.programs[i];
             let needs_budget = verify(prog, &loaded.object.maps, eim)?;
             let mut opts = CompileOptions::new(arch);
             opts.needs_budget = needs_budget;
             opts.eim_class = args.class.clone().unwrap_or_default();
-            let (artifact, stats) = compiler
-                .compile(&prog.insns, &opts)
-                .with_context(|| format!("cannot compile {} for {arch}", prog.name))?;
+            let (artifact, tier, elapsed) =
+                compile_tier(&mut compiler, &prog.insns, &opts, args.tier)
+                    .with_context(|| format!("cannot compile {} for {arch}", prog.name))?;
             let path = args.out.join(format!("{}.{arch}.rdxa", prog.name));
             write(&path, &artifact.to_bytes())?;
             results.push(Compiled {
                 program: prog.name.clone(),
                 arch: arch.to_string(),
                 path: path.display().to_string(),
-                insns: stats.insns,
-                code_bytes: stats.code_bytes,
+                insns: prog.insns.len(),
+                tier,
+                code_bytes: artifact.code.len(),
                 relocations: artifact.relocations.len(),
                 symbols: artifact.symbols.iter().map(|s| s.to_string()).collect(),
                 needs_budget,
-                compile_us: stats.elapsed.as_micros(),
+                compile_us: elapsed.as_micros(),
             });
         }
     }
@@ -155,9 +199,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         for r in &results {
             println!(
-                "{} [{}]: {} insns -> {} bytes, {} relocations ({}), budget {}, {} us -> {}",
+                "{} [{}, {}]: {} insns -> {} bytes, {} relocations ({}), budget {}, {} us -> {}",
                 r.program,
                 r.arch,
+                serde_json::to_value(r.tier)?.as_str().unwrap_or_default(),
                 r.insns,
                 r.code_bytes,
                 r.relocations,
@@ -323,5 +368,28 @@ impl Drop for LowMem {
     fn drop(&mut self) {
         // SAFETY: our mapping.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tier_tests {
+    use super::*;
+
+    #[test]
+    fn baseline_builds_what_it_supports_and_falls_back_otherwise() {
+        let prog = rdx_bpf::asm::assemble("mov %r0, 1\njeq %r0, 1, +1\nmov %r0, 2\nexit").unwrap();
+        let mut compiler = None;
+        let opts = CompileOptions::new(Arch::X86_64);
+        let (artifact, tier, _) =
+            compile_tier(&mut compiler, &prog, &opts, Tier::Baseline).unwrap();
+        assert_eq!(tier, Tier::Baseline);
+        assert!(compiler.is_none(), "no Cranelift compiler built for the baseline tier");
+        assert!(!artifact.code.is_empty());
+
+        let mut elite = opts.clone();
+        elite.speculation = Some(rdx_jit::Speculation::default());
+        let (_, tier, _) = compile_tier(&mut compiler, &prog, &elite, Tier::Baseline).unwrap();
+        assert_eq!(tier, Tier::Optimizing);
+        assert!(compiler.is_some());
     }
 }
