@@ -630,3 +630,31 @@ fn check_batches(
     }
     Ok(())
 }
+
+#[test]
+fn cut_tree_batches_agree_on_a_large_second_tier() {
+    // A second tier above FIRST_TIER rules takes the interleaved walk; specific rules send
+    // most packets into it.
+    let rules = synth::specific_rules(3000, 5);
+    let tree = CutTree::new(rules.clone());
+    assert_eq!(tree.stats().tiers, 2);
+    let oracle = LinearScan::new(&rules);
+    for mix in [
+        Mix::Uniform,
+        Mix::Skewed {
+            hot_pct: 80,
+            flows: 16,
+        },
+    ] {
+        let packets = synth::traffic(&rules, 1500, mix, 6);
+        let deep = packets
+            .iter()
+            .filter(|k| oracle.classify(k).is_none_or(|p| p >= 1024))
+            .count();
+        assert!(
+            deep > packets.len() / 2,
+            "only {deep} packets reach the second tier"
+        );
+        check_batches(&[&tree], &oracle, &packets).unwrap();
+    }
+}

@@ -719,11 +719,12 @@ impl CutTree {
         best
     }
 
-    /// Up to [`LANES`] lookups at once (`keys.len() <= LANES`), tree by tree: each level of
-    /// a tree is taken for every packet before the next, with the next node, child
-    /// reference or leaf prefetched, so the cache misses of different packets' walks overlap
-    /// (what `rte_acl` does with its bursts). Packets whose match is found leave the later
-    /// tiers, and a tree is walked only for packets it could give a better match.
+    /// Up to [`LANES`] lookups at once (`keys.len() <= LANES`). In the large tiers, tree by
+    /// tree: each level of a tree is taken for every packet before the next, with the next
+    /// node, child reference or leaf prefetched, so the cache misses of different packets'
+    /// walks overlap (what `rte_acl` does with its bursts); a tree is walked only for
+    /// packets it could give a better match. Small tiers stay in cache and are walked one
+    /// packet at a time. Packets whose match is found leave the later tiers.
     fn classify_lanes(&self, keys: &[PacketKey], out: &mut [Option<u32>]) {
         let n = keys.len().min(out.len()).min(LANES);
         let mut best = [u32::MAX; LANES];
@@ -735,6 +736,19 @@ impl CutTree {
         for tier in &self.tiers {
             if open == 0 {
                 break;
+            }
+            if tier.coarse() {
+                // Cache-resident trees: nothing to overlap, and the one-packet walk with its
+                // early stop is the cheaper instruction stream.
+                for_lanes(open, |i| {
+                    best[i] = self.first_in(tier, &keys[i], &probes[i])
+                });
+                for_lanes(open, |i| {
+                    if best[i] != u32::MAX {
+                        open &= !(1 << i);
+                    }
+                });
+                continue;
             }
             for g in &tier.groups {
                 let mut want = 0u32;
