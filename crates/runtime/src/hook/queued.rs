@@ -32,8 +32,8 @@
 
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use rdx_region::abi::{DeoptRunState, RunState, RunStatus, DEOPT_FRAME_BYTES, DEOPT_MAX_FRAMES};
@@ -176,8 +176,14 @@ pub struct PacketArena {
     base: *mut u8,
     slot: usize,
     slots: usize,
-    free: Mutex<Vec<usize>>,
-    spare_states: Mutex<Vec<Box<DeoptRunState>>>,
+    /// One lock for both: a capture takes a slot and a spare, a finished run gives both back.
+    free: Mutex<Free>,
+}
+
+/// Free packet slots, and run states and context buffers of finished runs.
+struct Free {
+    slots: Vec<usize>,
+    spares: Vec<(Box<DeoptRunState>, Vec<u64>)>,
 }
 
 // SAFETY: the mapping is owned by the arena; slots are handed out exclusively (free list
@@ -221,8 +227,10 @@ impl PacketArena {
             base: p.cast(),
             slot,
             slots,
-            free: Mutex::new((0..slots).rev().collect()),
-            spare_states: Mutex::new(Vec::new()),
+            free: Mutex::new(Free {
+                slots: (0..slots).rev().collect(),
+                spares: Vec::new(),
+            }),
         })
     }
 
@@ -239,7 +247,7 @@ impl Drop for PacketArena {
     }
 }
 
-/// A packet copy in the arena; the slot returns to the arena on drop.
+/// A packet copy in the arena; the slot returns to the arena when its [`Captured`] drops.
 struct PacketCopy {
     arena: Arc<PacketArena>,
     index: usize,
@@ -252,18 +260,12 @@ impl PacketCopy {
     }
 }
 
-impl Drop for PacketCopy {
-    fn drop(&mut self) {
-        self.arena.free.lock().expect("arena lock").push(self.index);
-    }
-}
-
 /// A deoptimised state with its own copies of the context and packet, every pointer
 /// rebased onto them: what a fallback worker resumes.
 pub struct Captured {
-    /// Always `Some` until drop, which returns it to the arena's spares.
+    /// Always `Some` until drop, which returns it to the arena's spares with `ctx`.
     state: Option<Box<DeoptRunState>>,
-    ctx: Box<[u64]>,
+    ctx: Vec<u64>,
     ctx_len: usize,
     packet: PacketCopy,
 }
@@ -307,13 +309,10 @@ impl Captured {
 
 impl Drop for Captured {
     fn drop(&mut self) {
+        let mut free = self.packet.arena.free.lock().expect("arena lock");
+        free.slots.push(self.packet.index);
         if let Some(state) = self.state.take() {
-            self.packet
-                .arena
-                .spare_states
-                .lock()
-                .expect("arena lock")
-                .push(state);
+            free.spares.push((state, std::mem::take(&mut self.ctx)));
         }
     }
 }
@@ -350,12 +349,11 @@ pub unsafe fn capture(
             slot: arena.slot,
         });
     }
-    let index = arena
-        .free
-        .lock()
-        .expect("arena lock")
-        .pop()
-        .ok_or(QueueError::Full(arena.slots))?;
+    let (index, spare) = {
+        let mut free = arena.free.lock().expect("arena lock");
+        let index = free.slots.pop().ok_or(QueueError::Full(arena.slots))?;
+        (index, free.spares.pop())
+    };
     let packet = PacketCopy {
         arena: arena.clone(),
         index,
@@ -366,12 +364,12 @@ pub unsafe fn capture(
     unsafe {
         std::ptr::copy_nonoverlapping(lo as *const u8, packet.addr() as *mut u8, len);
     }
-    let mut ctx_copy = vec![0u64; ctx.len().div_ceil(8)].into_boxed_slice();
+    let (mut copy, mut ctx_copy) = spare.unwrap_or_else(|| (DeoptRunState::boxed(0), Vec::new()));
+    ctx_copy.clear();
+    ctx_copy.resize(ctx.len().div_ceil(8), 0);
     // SAFETY: the copy has at least ctx.len() bytes.
     unsafe { std::ptr::copy_nonoverlapping(ctx.as_ptr(), ctx_copy.as_mut_ptr().cast(), ctx.len()) };
 
-    let spare = arena.spare_states.lock().expect("arena lock").pop();
-    let mut copy = spare.unwrap_or_else(|| DeoptRunState::boxed(0));
     copy.run = RunState {
         budget: state.run.budget,
         status: state.run.status,
@@ -381,7 +379,8 @@ pub unsafe fn capture(
     copy.pc = state.pc;
     copy.depth = state.depth;
     copy.regs = state.regs;
-    copy.frames = state.frames;
+    // Only the callers' frames are live (a spare state's others are stale, never read).
+    copy.frames[..depth].copy_from_slice(&state.frames[..depth]);
     // Only the live frames: frame k lies below top - 512 k.
     let live = (depth + 1) * DEOPT_FRAME_BYTES;
     let total = copy.stack.len();
@@ -445,6 +444,9 @@ pub unsafe fn capture(
 struct Pending<T> {
     runs: VecDeque<(u64, T)>,
     closed: bool,
+    /// Workers blocked in `pop` that no push has woken yet: a push only wakes one (a
+    /// futex system call) when there is one.
+    sleepers: usize,
 }
 
 /// Deoptimised runs waiting for a fallback worker, each with a ticket.
@@ -452,7 +454,15 @@ pub struct FallbackQueue<T> {
     pending: Mutex<Pending<T>>,
     ready: Condvar,
     next_ticket: AtomicU64,
+    /// Runs queued, for a worker to spin on without the lock before it sleeps.
+    queued: AtomicUsize,
 }
+
+/// Polls of [`FallbackQueue::queued`] (then yields) before a worker sleeps: a wake-up is a
+/// futex call on the pushing thread and a context switch, which bursts of deoptimisations
+/// would otherwise pay per run.
+const SPINS: u32 = 256;
+const YIELDS: u32 = 16;
 
 impl<T> FallbackQueue<T> {
     pub fn new(capacity: usize) -> FallbackQueue<T> {
@@ -460,9 +470,11 @@ impl<T> FallbackQueue<T> {
             pending: Mutex::new(Pending {
                 runs: VecDeque::with_capacity(capacity),
                 closed: false,
+                sleepers: 0,
             }),
             ready: Condvar::new(),
             next_ticket: AtomicU64::new(1),
+            queued: AtomicUsize::new(0),
         }
     }
 
@@ -474,8 +486,15 @@ impl<T> FallbackQueue<T> {
             return Err(QueueError::Closed);
         }
         p.runs.push_back((ticket, run));
+        self.queued.fetch_add(1, Ordering::Release);
+        let wake = p.sleepers > 0;
+        if wake {
+            p.sleepers -= 1;
+        }
         drop(p);
-        self.ready.notify_one();
+        if wake {
+            self.ready.notify_one();
+        }
         Ok(ticket)
     }
 
@@ -490,21 +509,43 @@ impl<T> FallbackQueue<T> {
 
     /// No more runs: workers finish what is queued and return.
     pub fn close(&self) {
-        self.pending.lock().expect("queue lock").closed = true;
+        let mut p = self.pending.lock().expect("queue lock");
+        p.closed = true;
+        p.sleepers = 0;
+        drop(p);
         self.ready.notify_all();
     }
 
-    /// Takes the next run, waiting for one; `None` once the queue is closed and drained.
+    /// Takes the next run, waiting for one (spinning briefly before it sleeps); `None` once
+    /// the queue is closed and drained.
     pub fn pop(&self) -> Option<(u64, T)> {
-        let mut p = self.pending.lock().expect("queue lock");
+        let mut polls = 0u32;
         loop {
+            let mut p = self.pending.lock().expect("queue lock");
             if let Some(r) = p.runs.pop_front() {
+                self.queued.fetch_sub(1, Ordering::Relaxed);
                 return Some(r);
             }
             if p.closed {
                 return None;
             }
-            p = self.ready.wait(p).expect("queue lock");
+            if polls < SPINS + YIELDS {
+                drop(p);
+                while polls < SPINS + YIELDS && self.queued.load(Ordering::Acquire) == 0 {
+                    if polls < SPINS {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
+                    polls += 1;
+                }
+                continue;
+            }
+            polls = 0;
+            p.sleepers += 1;
+            // A push that finds this sleeper counts it off and wakes it; a spurious wake-up
+            // leaves it counted, which costs at most one needless wake-up later.
+            drop(self.ready.wait(p).expect("queue lock"));
         }
     }
 }
@@ -585,15 +626,11 @@ struct HostQueue {
     shared: (u64, u64),
 }
 
-/// Queues of the hooks in queued mode (any runtime of the process). Read only on the
-/// deoptimisation path.
-static QUEUES: RwLock<Vec<Arc<HostQueue>>> = RwLock::new(Vec::new());
-/// Whether any hook is in queued mode (skips the lock on synchronous deoptimisations).
-static ANY_QUEUED: AtomicBool = AtomicBool::new(false);
-
 thread_local! {
-    /// The queued run in progress on this thread: runtime id, hook, context.
-    static QUEUED_RUN: Cell<(u64, u32, *mut u8)> = const { Cell::new((0, 0, std::ptr::null_mut())) };
+    /// The queued run in progress on this thread: its hook's queue (kept alive by the
+    /// `FallbackWorker` whose `run` set it) and its context.
+    static QUEUED_RUN: Cell<(*const HostQueue, *mut u8)> =
+        const { Cell::new((std::ptr::null(), std::ptr::null_mut())) };
     /// Ticket of this thread's last queued run.
     static LAST_TICKET: Cell<u64> = const { Cell::new(0) };
 }
@@ -632,19 +669,6 @@ impl Runtime {
                 self.inner.base + scratch.end(),
             ),
         });
-        {
-            let mut all = QUEUES.write().expect("queues lock");
-            if all
-                .iter()
-                .any(|o| o.runtime_id == q.runtime_id && o.hook == q.hook)
-            {
-                return Err(RuntimeError::Config(format!(
-                    "hook {hook:?} is in queued mode already"
-                )));
-            }
-            all.push(q.clone());
-            ANY_QUEUED.store(true, Ordering::Release);
-        }
         let inner = self.inner.clone();
         let worker_q = q.clone();
         let thread = std::thread::Builder::new()
@@ -710,7 +734,7 @@ impl FallbackWorker<'_> {
 
     /// [`FallbackWorker::run`] on a raw context pointer (of the layout's size at least).
     pub fn run_raw(&self, ctx: *mut u8) -> u64 {
-        let previous = QUEUED_RUN.with(|c| c.replace((self.q.runtime_id, self.q.hook, ctx)));
+        let previous = QUEUED_RUN.with(|c| c.replace((Arc::as_ptr(&self.q), ctx)));
         let r0 = self.hook.run_raw(ctx);
         QUEUED_RUN.with(|c| c.set(previous));
         r0
@@ -734,11 +758,6 @@ impl FallbackWorker<'_> {
 
 impl Drop for FallbackWorker<'_> {
     fn drop(&mut self) {
-        {
-            let mut all = QUEUES.write().expect("queues lock");
-            all.retain(|o| !Arc::ptr_eq(o, &self.q));
-            ANY_QUEUED.store(!all.is_empty(), Ordering::Release);
-        }
         self.q.queue.close();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -752,11 +771,14 @@ impl Hook<'_> {
     /// `None` leaves the run to the synchronous path (not queued mode, or no slot free, or
     /// a packet too large for a slot: the state is untouched).
     pub(super) fn defer(&self, ts: *mut ThreadState, run: &Prepared) -> Option<u64> {
-        if !ANY_QUEUED.load(Ordering::Acquire) {
+        let (q, ctx) = QUEUED_RUN.with(|c| c.get());
+        if q.is_null() {
             return None;
         }
-        let (runtime_id, hook, ctx) = QUEUED_RUN.with(|c| c.get());
-        if ctx.is_null() || runtime_id != self.runtime_id || hook != self.index {
+        // SAFETY: set by `FallbackWorker::run`, which holds the queue (through its `Arc`)
+        // until the hook returns; this is a run inside that call on this thread.
+        let q = unsafe { &*q };
+        if q.runtime_id != self.runtime_id || q.hook != self.index {
             return None;
         }
         // SAFETY: this thread's live state; the reference ends in this block.
@@ -768,12 +790,6 @@ impl Hook<'_> {
         if nesting != 0 {
             return None;
         }
-        let q = QUEUES
-            .read()
-            .expect("queues lock")
-            .iter()
-            .find(|q| q.runtime_id == runtime_id && q.hook == hook)?
-            .clone();
         let image = q.image(
             self.inner,
             run,
