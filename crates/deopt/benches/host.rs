@@ -11,16 +11,30 @@
 //! 2. Synchronous handover in the runtime: a run that fails its guard (exit, state in the
 //!    thread's `DeoptRunState`, the rest of the run in the fallback image) against the
 //!    generic build on the same request.
-//! 3. Throughput as the guard-failure rate rises (0%, 10%, 25%, 50%), generic and elite.
+//! 3. The handover alone: a build with one guard, on the program's last conditional jump,
+//!    that fails for every request (exit, state check, a few interpreted instructions)
+//!    against the generic build on the same request.
+//! 4. Queued mode (`rdx_runtime::queued`): the hook until it answers "deferred" (exit,
+//!    copy and rebase, image looked up in the cache, push) while the fallback worker thread
+//!    drains the queue.
+//! 5. Throughput as the guard-failure rate rises (0%, 10%, 25%, 50%): generic, elite
+//!    synchronous, elite queued (the hook's rate, and the rate until the worker finished
+//!    every queued run).
 //!
 //! `cargo bench -p rdx-deopt --bench host`. Wall-clock medians of batches.
 
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension};
 use rdx_jit::{branch_sites, Expect, Speculation};
+use rdx_runtime::queued::{ContextLayout, FallbackWorker, QueuedFallback};
 use rdx_runtime::{Hook, HookSpec, Runtime};
+
+/// The hook's answer for a queued run.
+const DEFERRED: u64 = 0xdefe_44ed;
 
 const BATCH: usize = 2048;
 const BATCHES: usize = 41;
@@ -66,6 +80,38 @@ fn per_run(hook: &Hook<'_>, values: &[u64]) -> f64 {
         .collect();
     samples.sort_by(f64::total_cmp);
     samples[BATCHES / 2]
+}
+
+/// Median nanoseconds per request through the queued hook, and per request until the
+/// worker finished every run the batch queued (`completed` counts finished runs).
+fn per_run_queued(w: &FallbackWorker<'_>, completed: &AtomicU64, values: &[u64]) -> (f64, f64) {
+    let mut hook_ns = Vec::new();
+    let mut drained_ns = Vec::new();
+    for b in 0..BATCHES {
+        let target = completed.load(Ordering::Acquire);
+        let mut queued = 0u64;
+        let start = Instant::now();
+        for i in 0..BATCH {
+            let mut c = Ctx {
+                value: values[(b * BATCH + i) % values.len()],
+                out: 0,
+            };
+            if black_box(w.run(black_box(&mut c))) == DEFERRED {
+                queued += 1;
+            }
+        }
+        let answered = start.elapsed();
+        // Yield rather than spin: on a small machine the worker needs this core.
+        while completed.load(Ordering::Acquire) < target + queued {
+            std::thread::yield_now();
+        }
+        let drained = start.elapsed();
+        hook_ns.push(answered.as_nanos() as f64 / BATCH as f64);
+        drained_ns.push(drained.as_nanos() as f64 / BATCH as f64);
+    }
+    hook_ns.sort_by(f64::total_cmp);
+    drained_ns.sort_by(f64::total_cmp);
+    (hook_ns[BATCHES / 2], drained_ns[BATCHES / 2])
 }
 
 fn publish(cf: &mut CodeFlow, ext: &Extension, speculation: Option<Speculation>) -> usize {
@@ -143,7 +189,7 @@ fn main() {
         .map(|&r| 1e3 / per_run(&hook, &traffic(4096, r)))
         .collect();
 
-    let n_guards = publish(&mut cf, &ext, Some(guards));
+    let n_guards = publish(&mut cf, &ext, Some(guards.clone()));
     let before = hook.stats();
     let elite_hot = per_run(&hook, &hot);
     let after = hook.stats();
@@ -159,6 +205,53 @@ fn main() {
         .iter()
         .map(|&r| 1e3 / per_run(&hook, &traffic(4096, r)))
         .collect();
+
+    // Queued mode on the same elite build.
+    let completed = Arc::new(AtomicU64::new(0));
+    let done = completed.clone();
+    let mut cfg = QueuedFallback::new(ContextLayout::plain(16), DEFERRED);
+    cfg.capacity = 2 * BATCH;
+    cfg.packet_slot = 64;
+    let worker = rt
+        .queued_fallback("on_request", cfg, move |c| {
+            assert!(c.result.is_some(), "a queued run failed");
+            done.fetch_add(1, Ordering::Release);
+        })
+        .unwrap();
+    let (queued_cold, queued_cold_drained) = per_run_queued(&worker, &completed, &[0]);
+    let queued_rates: Vec<(f64, f64)> = [0, 100, 250, 500]
+        .iter()
+        .map(|&r| {
+            let (h, d) = per_run_queued(&worker, &completed, &traffic(4096, r));
+            (1e3 / h, 1e3 / d)
+        })
+        .collect();
+    drop(worker);
+    assert_eq!(hook.stats().failures, before.failures, "a run failed");
+
+    // The handover alone: one guard, on the last conditional jump value 5 reaches, failing
+    // for it.
+    let mut last_guard = None;
+    for &pc in branch_sites(&ext.insns).iter().rev() {
+        let wrong_way = match guards.guards.get(&pc) {
+            Some(Expect::Taken) => Expect::NotTaken,
+            _ => Expect::Taken,
+        };
+        let only = Speculation {
+            guards: [(pc, wrong_way)].into_iter().collect(),
+        };
+        publish(&mut cf, &ext, Some(only));
+        let d0 = hook.stats().deopts;
+        hook.run(&mut Ctx { value: 5, out: 0 });
+        if hook.stats().deopts > d0 {
+            last_guard = Some(per_run(&hook, &[5]));
+            assert!(hook.stats().deopts - d0 > (BATCH * BATCHES) as u64);
+            break;
+        }
+    }
+    let last_guard = last_guard.expect("a guard value 5 reaches");
+    publish(&mut cf, &ext, None);
+    let generic_5 = per_run(&hook, &[5]);
 
     println!(
         "request_classify through Hook::run ({} slots, {n_guards} guards), medians of {BATCHES} batches of {BATCH}",
@@ -179,15 +272,38 @@ fn main() {
         "| synchronous deoptimisation in the runtime (difference) | {:.1} |",
         elite_cold - generic_cold
     );
+    println!("| generic JIT, value 5 | {generic_5:.1} |");
+    println!(
+        "| one guard on the last jump, failing (value 5): exit, state check, 3 slots interpreted | {last_guard:.1} |"
+    );
+    println!(
+        "| synchronous handover alone (difference) | {:.1} |",
+        last_guard - generic_5
+    );
+    println!(
+        "| queued: hook until it answers \"deferred\" (value 0; exit, copy, rebase, push) | {queued_cold:.1} |"
+    );
+    println!(
+        "| queued: queued state transfer, less the generic run (difference) | {:.1} |",
+        queued_cold - generic_cold
+    );
+    println!(
+        "| queued: per request until the worker finished the batch | {queued_cold_drained:.1} |"
+    );
     println!();
-    println!("| guard failures | generic (M runs/s) | elite (M runs/s) | elite / generic |");
-    println!("| --- | --- | --- | --- |");
+    println!(
+        "| guard failures | generic (M runs/s) | elite sync (M runs/s) | elite queued, hook (M runs/s) | elite queued, drained (M runs/s) | sync / generic | queued hook / generic |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
     for (i, rate) in ["0%", "10%", "25%", "50%"].iter().enumerate() {
         println!(
-            "| {rate} | {:.2} | {:.2} | {:.2}x |",
+            "| {rate} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}x | {:.2}x |",
             generic_rates[i],
             elite_rates[i],
-            elite_rates[i] / generic_rates[i]
+            queued_rates[i].0,
+            queued_rates[i].1,
+            elite_rates[i] / generic_rates[i],
+            queued_rates[i].0 / generic_rates[i]
         );
     }
     drop(cf);
