@@ -4,8 +4,9 @@
 //! shifts so that the elite build's guards fail; the watcher sees the deoptimisation rate
 //! cross its threshold, re-profiles (an instrumented build, read remotely), merges the fresh
 //! window into the old profile and publishes a new elite build. Afterwards the hook
-//! deoptimises rarely again, and every request got the right answer and was counted once
-//! in the program's map.
+//! deoptimises rarely again. The old elite build published once more deoptimises again, and
+//! the hook having had its one allowed re-optimisation, the watcher reverts to the plain
+//! build. Every request got the right answer and was counted once in the program's map.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -208,6 +209,8 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
                 "2000",
                 "--reprofile-seconds",
                 "0.5",
+                "--max-reoptimizations",
+                "1",
                 "--duration",
                 "20",
                 "--state-dir",
@@ -266,6 +269,37 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
             deopts * 100 <= runs,
             "{deopts} deoptimisations in {runs} runs after re-profiling"
         );
+
+        // The old profile published again: its zero guard fails on the shifted traffic,
+        // and this hook has had its one re-optimisation, so the watcher reverts to the
+        // plain build.
+        let again: serde_json::Value = serde_json::from_str(&ok(
+            &state,
+            &[
+                "optimize",
+                &object,
+                "--node",
+                "n1",
+                "--hook",
+                "on_request",
+                "--profile",
+                profile_file.to_str().unwrap(),
+                "--json",
+            ],
+        ))
+        .unwrap();
+        let r = next("reoptimized", &mut events);
+        assert_eq!(r["outcome"], "generic", "{r}");
+        assert_eq!(r["from_version"], again["version"], "{r}");
+        assert!(r["detail"].as_str().unwrap().contains("limit"), "{r}");
+        let plain = r["to_version"].as_u64().unwrap();
+        assert_eq!(active_version(&state), plain);
+        let a = hook.stats();
+        std::thread::sleep(Duration::from_millis(100));
+        let b = hook.stats();
+        assert!(b.runs > a.runs);
+        assert_eq!(b.deopts, a.deopts, "the plain build has no guards");
+
         stop.store(true, Ordering::Relaxed);
         // The watcher was started by this test; it ends here.
         watcher.kill().unwrap();
@@ -279,13 +313,13 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
         "a request got a wrong answer"
     );
     assert_eq!(hook.stats().failures, failures_before, "no run failed");
-    // Every request was counted exactly once, across five versions (plain, scouting,
-    // elite, scouting, elite) and the deoptimised runs of the first elite build.
+    // Every request was counted exactly once, across seven versions (plain, scouting,
+    // elite, scouting, elite, elite, plain) and the deoptimised runs of the elite builds.
     let sent: Vec<u64> = sent.iter().map(|n| n.load(Ordering::Relaxed)).collect();
     assert_eq!(classes(&state), sent, "events: {watch_events:?}");
 
     let history = ok(&state, &["history", "--node", "n1"]);
-    assert_eq!(history.matches("optimize").count(), 2, "{history}");
+    assert_eq!(history.matches("optimize").count(), 3, "{history}");
     assert_eq!(history.matches("profile").count(), 2, "{history}");
     eprintln!("test took {:?}", started.elapsed());
 

@@ -15,7 +15,8 @@ use std::time::Duration;
 use super::node::StateArgs;
 use super::profile::{published_profile_path, save_published_profile, scout, SavedProfile, Scout};
 
-/// Watch hooks and roll each back to its last good version when it starts failing.
+/// Watch hooks: roll each back to its last good version when it starts failing, and
+/// re-profile an elite version that deoptimises too often.
 #[derive(clap::Args)]
 pub struct Args {
     /// Hooks to watch, as NODE/HOOK (NODE: a registered name or an address).
