@@ -39,6 +39,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const KEYS: u64 = 1024;
+/// Calls per sample in the finer-grained rows.
+const BATCH: u64 = 16;
 const SLOT: u16 = 1;
 
 /// Per-sample timestamps in ticks of the cheapest counter this machine offers.
@@ -146,6 +148,41 @@ mod clock {
                 #[cfg(target_arch = "aarch64")]
                 Source::Cntvct => cntvct(),
                 Source::Monotonic => monotonic_ns(),
+            }
+        }
+
+        /// The counter without fences: for measuring how it advances.
+        #[inline(always)]
+        pub fn raw(&self) -> u64 {
+            match self.source {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: rdtsc has no preconditions (checked via cpuinfo).
+                Source::Tsc => unsafe { std::arch::x86_64::_rdtsc() },
+                #[allow(unreachable_patterns)]
+                _ => self.start(),
+            }
+        }
+
+        /// [`Clock::stop`] and the CPU the sample ended on (`rdtscp`'s `TSC_AUX`, which
+        /// Linux sets to the CPU number; `sched_getcpu` elsewhere, outside the timestamp).
+        #[inline(always)]
+        pub fn stop_cpu(&self) -> (u64, u32) {
+            match self.source {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: as in `stop`.
+                Source::Tsc => unsafe {
+                    use std::arch::x86_64::{__rdtscp, _mm_lfence};
+                    let mut aux = 0u32;
+                    let t = __rdtscp(&mut aux);
+                    _mm_lfence();
+                    (t, aux & 0xfff)
+                },
+                #[allow(unreachable_patterns)]
+                _ => {
+                    let t = self.stop();
+                    // SAFETY: sched_getcpu has no preconditions.
+                    (t, unsafe { libc::sched_getcpu() }.max(0) as u32)
+                }
             }
         }
 
@@ -418,49 +455,325 @@ impl Drop for Stress {
     }
 }
 
-/// Samples `op` `n` times (or for at most `limit`), returns the sorted tick counts.
-fn sample(clock: &clock::Clock, n: usize, limit: Duration, mut op: impl FnMut(u64)) -> Vec<u64> {
-    let mut v = Vec::with_capacity(n);
+/// Orders the calls of a batch: the next one starts after the previous one has finished
+/// (`lfence` on x86_64, `isb` on aarch64), so a batch is a sum of latencies, not a pipelined
+/// throughput.
+#[inline(always)]
+fn serialize() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: lfence has no preconditions.
+    unsafe {
+        std::arch::x86_64::_mm_lfence()
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: isb only waits for earlier instructions.
+    unsafe {
+        std::arch::asm!("isb", options(nostack, preserves_flags))
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+}
+
+/// One row: nanoseconds per call (sorted), and the measuring thread's involuntary context
+/// switches and CPU migrations while the row was taken.
+struct Samples {
+    ns: Vec<f64>,
+    csw: u64,
+    mig: u64,
+    flt: u64,
+}
+
+/// Takes `n` samples of `op` (or as many as fit in `limit`), each timing `batch` calls in a
+/// row with a serialising instruction between two calls: nanoseconds per call. A batch of
+/// one is a single call's round trip, at the counter's resolution; a batch of 16 resolves
+/// sixteen times finer, its percentiles being those of 16-call means.
+fn sample(
+    clock: &clock::Clock,
+    n: usize,
+    batch: u64,
+    limit: Duration,
+    mut op: impl FnMut(u64),
+) -> Samples {
+    // Written before the first sample (not zero: fresh zero pages would fault later), so
+    // that the row's fault count is the operation's.
+    let mut v = vec![f64::MAX; n];
+    let before = sched_counters();
     let begin = Instant::now();
-    for i in 0..n as u64 {
+    let mut k = 0u64;
+    let mut taken = n;
+    for (i, slot) in v.iter_mut().enumerate() {
         let t0 = clock.start();
-        op(i % KEYS);
+        op(k % KEYS);
+        for _ in 1..batch {
+            k += 1;
+            serialize();
+            op(k % KEYS);
+        }
         let t1 = clock.stop();
-        v.push(t1.saturating_sub(t0));
-        if i % 64 == 63 && begin.elapsed() > limit && v.len() >= 100 {
+        k += 1;
+        *slot = t1.saturating_sub(t0) as f64 * clock.ns_per_tick / batch as f64;
+        if i % 64 == 63 && begin.elapsed() > limit && i >= 100 {
+            taken = i + 1;
             break;
         }
     }
-    v.sort_unstable();
-    v
+    let after = sched_counters();
+    v.truncate(taken);
+    v.sort_unstable_by(f64::total_cmp);
+    Samples {
+        ns: v,
+        csw: after.0 - before.0,
+        mig: after.1 - before.1,
+        flt: after.2 - before.2,
+    }
 }
 
-fn pct(v: &[u64], p: f64) -> u64 {
+fn pct(v: &[f64], p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
 fn ns(ns: f64) -> String {
     if ns >= 10_000.0 {
         format!("{:.1} us", ns / 1000.0)
+    } else if ns < 100.0 {
+        format!("{ns:.1} ns")
     } else {
         format!("{ns:.0} ns")
     }
 }
 
-/// Raw percentiles, then the same minus `timer` ticks (the level's timer p50).
-fn row(clock: &clock::Clock, v: &[u64], timer: u64) -> String {
-    let raw = |p| pct(v, p) as f64 * clock.ns_per_tick;
-    let net = |p| pct(v, p).saturating_sub(timer) as f64 * clock.ns_per_tick;
+/// Raw percentiles, then the same minus `timer` (the level's timer p50 for that batch size).
+fn row(s: &Samples, timer: f64) -> String {
+    let raw = |p| pct(&s.ns, p);
+    let net = |p| (pct(&s.ns, p) - timer).max(0.0);
     format!(
-        "{:>9} {:>9} {:>9}   {:>9} {:>9} {:>9}  {:>6}",
+        "{:>9} {:>9} {:>9}   {:>9} {:>9} {:>9}  {:>6} {:>5} {:>4} {:>4}",
         ns(raw(0.5)),
         ns(raw(0.9)),
         ns(raw(0.99)),
         ns(net(0.5)),
         ns(net(0.9)),
         ns(net(0.99)),
-        v.len()
+        s.ns.len(),
+        s.csw,
+        s.mig,
+        s.flt
     )
+}
+
+/// The counter's resolution: the median step by which it advances, read in a loop until it
+/// changes (some virtual machines' TSC advances in steps of tens of ticks).
+fn resolution(clock: &clock::Clock) -> f64 {
+    let mut steps: Vec<u64> = (0..1001)
+        .map(|_| {
+            let mut a = clock.raw();
+            loop {
+                let b = clock.raw();
+                if b != a {
+                    return b.saturating_sub(a);
+                }
+                a = b;
+            }
+        })
+        .collect();
+    steps.sort_unstable();
+    steps[steps.len() / 2] as f64 * clock.ns_per_tick
+}
+
+/// This thread's scheduler and fault counters: (involuntary context switches, migrations
+/// between CPUs, page faults), from `/proc/thread-self/sched` (zeros where it is missing) and
+/// `getrusage(RUSAGE_THREAD)`.
+fn sched_counters() -> (u64, u64, u64) {
+    // SAFETY: getrusage writes into our zeroed struct.
+    let faults = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
+        (ru.ru_minflt + ru.ru_majflt) as u64
+    };
+    let s = std::fs::read_to_string("/proc/thread-self/sched").unwrap_or_default();
+    let get = |name: &str| {
+        s.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(':').next())
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (
+        get("nr_involuntary_switches"),
+        get("se.nr_migrations"),
+        faults,
+    )
+}
+
+/// A row's samples in the order taken: start tick, nanoseconds per call, the CPU the sample
+/// ended on.
+struct Trace {
+    t0: Vec<u64>,
+    end: Vec<u64>,
+    per_call: Vec<f64>,
+    cpu: Vec<u32>,
+}
+
+fn trace(clock: &clock::Clock, n: usize, batch: u64, mut op: impl FnMut(u64)) -> Trace {
+    // Written (not zero: fresh zero pages would fault later) before the loop, so that no page
+    // fault falls between two samples.
+    let mut tr = Trace {
+        t0: vec![u64::MAX; n],
+        end: vec![u64::MAX; n],
+        per_call: vec![f64::MAX; n],
+        cpu: vec![u32::MAX; n],
+    };
+    let mut k = 0u64;
+    for i in 0..n {
+        let t0 = clock.start();
+        op(k % KEYS);
+        for _ in 1..batch {
+            k += 1;
+            serialize();
+            op(k % KEYS);
+        }
+        let (t1, cpu) = clock.stop_cpu();
+        k += 1;
+        tr.t0[i] = t0;
+        tr.end[i] = t1;
+        tr.per_call[i] = t1.saturating_sub(t0) as f64 * clock.ns_per_tick / batch as f64;
+        tr.cpu[i] = cpu;
+    }
+    tr
+}
+
+/// Splits a trace by how many samples ago the thread last resumed — after a pause (more
+/// than `gap` ticks between two samples or inside one: it was descheduled) or on another
+/// CPU than the sample before (migrated): `(pauses, migrations, warm, cold)`, where `cold`
+/// holds the first `cold_len` samples after each resumption and `warm` the others (sorted).
+fn phases(tr: &Trace, gap: u64, cold_len: usize) -> (usize, usize, Vec<f64>, Vec<f64>) {
+    let (mut pauses, mut migrations) = (0, 0);
+    let (mut warm, mut cold) = (Vec::new(), Vec::new());
+    let mut since = 0usize;
+    for i in 0..tr.t0.len() {
+        if i > 0 {
+            let idle = tr.t0[i].saturating_sub(tr.end[i - 1]);
+            let inside = tr.end[i - 1].saturating_sub(tr.t0[i - 1]);
+            if idle > gap || inside > gap {
+                pauses += 1;
+                since = 0;
+            } else if tr.cpu[i] != tr.cpu[i - 1] {
+                migrations += 1;
+                since = 0;
+            }
+        }
+        if since < cold_len {
+            cold.push(tr.per_call[i]);
+        } else {
+            warm.push(tr.per_call[i]);
+        }
+        since += 1;
+    }
+    warm.sort_unstable_by(f64::total_cmp);
+    cold.sort_unstable_by(f64::total_cmp);
+    (pauses, migrations, warm, cold)
+}
+
+/// One diagnosis row's operation.
+type Op<'a> = Box<dyn FnMut(u64) + 'a>;
+
+/// A fixed chain of 64 dependent multiply-adds: its time tracks the core's speed
+/// (frequency, or a hyperthread sibling on the host), not its caches.
+#[inline(never)]
+fn compute_chain(k: u64) -> u64 {
+    let mut x = k;
+    for _ in 0..64 {
+        x = x
+            .wrapping_mul(std::hint::black_box(0x9e37_79b9_7f4a_7c15))
+            .wrapping_add(1);
+    }
+    x
+}
+
+/// `XCALL_BENCH_DIAG=1`: why a load level is slower. Per level, in batches of 16 calls: the
+/// timer, a compute-only chain (core speed), a lookup of one key (hot caches), and the
+/// 1024-key lookup split by samples since the thread last resumed (after a pause or a
+/// migration its caches were someone else's) — the first 128 samples (two passes over the
+/// keys) against the rest.
+fn diagnose(clock: &clock::Clock, cores: usize, samples: usize, lookup: Target) {
+    let gap = (2_000.0 / clock.ns_per_tick) as u64;
+    let t = |v: &[f64], p| {
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            ns(pct(v, p))
+        }
+    };
+    let call_lookup = |key: Option<u64>| {
+        move |k: u64| {
+            let mut out = [0u8; 8];
+            let r = call(lookup, &key.unwrap_or(k).to_le_bytes(), &mut out);
+            assert!(r.is_ok(), "call failed: {r:?}");
+            std::hint::black_box(out);
+        }
+    };
+    println!(
+        "diagnosis: ns per call, batches of 16 (timer included); cold = the first 128 samples \
+         after the thread resumed (pause > 2 us or migration), warm = the rest; csw/mig/flt = \
+         involuntary context switches / migrations / page faults of this thread during the row"
+    );
+    println!(
+        "{:<5} {:<16} {:>8} {:>8}  {:>6} {:>5} {:>6} {:>5} {:>5}  {:>9} {:>9} {:>6}",
+        "load",
+        "row",
+        "p50",
+        "p90",
+        "pauses",
+        "migr",
+        "csw",
+        "mig",
+        "flt",
+        "warm p50",
+        "cold p50",
+        "cold%"
+    );
+    for load in [0u32, 50, 90, 100] {
+        let _stress = Stress::start(load, cores);
+        let rows: [(&str, Op); 4] = [
+            (
+                "timer",
+                Box::new(|k| {
+                    std::hint::black_box(k);
+                }),
+            ),
+            (
+                "compute chain",
+                Box::new(|k| {
+                    std::hint::black_box(compute_chain(k));
+                }),
+            ),
+            ("lookup 1 key", Box::new(call_lookup(Some(5)))),
+            ("lookup 1024 keys", Box::new(call_lookup(None))),
+        ];
+        for (name, op) in rows {
+            let before = sched_counters();
+            let tr = trace(clock, samples, 16, op);
+            let after = sched_counters();
+            let (pauses, migrations, warm, cold) = phases(&tr, gap, 128);
+            let mut all = tr.per_call.clone();
+            all.sort_unstable_by(f64::total_cmp);
+            println!(
+                "{:<5} {:<16} {:>8} {:>8}  {:>6} {:>5} {:>6} {:>5} {:>5}  {:>9} {:>9} {:>5.1}%",
+                format!("{load}%"),
+                name,
+                t(&all, 0.5),
+                t(&all, 0.9),
+                pauses,
+                migrations,
+                after.0 - before.0,
+                after.1 - before.1,
+                after.2 - before.2,
+                t(&warm, 0.5),
+                t(&cold, 0.5),
+                100.0 * cold.len() as f64 / all.len() as f64
+            );
+        }
+    }
 }
 
 fn main() {
@@ -543,6 +856,12 @@ fn main() {
         return;
     }
 
+    if std::env::var("XCALL_BENCH_DIAG").is_ok() {
+        diagnose(&clock::Clock::new(), cores, samples, lookup);
+        cleanup(&mut storage);
+        return;
+    }
+
     let (mut uds_child, _uds_out, _) = spawn("uds", &sock_path);
     let mut sock = UnixStream::connect(&sock_path).expect("connect");
     let mut uds = |op: u64, key: u64| -> u64 {
@@ -565,13 +884,34 @@ fn main() {
         "xcall round trip vs iceoryx2 request-response vs Unix-domain socket, {cores} cores, \
          load = stress-ng --cpu {cores} --cpu-load <load>, up to {samples} samples per row"
     );
-    println!("timer: {}", clock.describe());
     println!(
-        "net = raw minus the timer's p50 at that load (the \"timer\" row: an empty timed region)"
+        "timer: {}, resolution {:.1} ns",
+        clock.describe(),
+        resolution(&clock)
     );
     println!(
-        "{:<5} {:<15} {:>9} {:>9} {:>9}   {:>9} {:>9} {:>9}  {:>6}",
-        "load", "operation", "p50", "p90", "p99", "net p50", "net p90", "net p99", "n"
+        "/16 rows: each sample times 16 calls in a row (a serialising lfence/isb between two), \
+         per call; they resolve 16 times finer than the counter, their percentiles are those \
+         of 16-call means"
+    );
+    println!(
+        "net = raw minus the timer's p50 at that load and batch size (the \"timer\" rows: an empty timed region); \
+         csw/mig/flt = involuntary context switches / CPU migrations / page faults of the measuring thread during the row"
+    );
+    println!(
+        "{:<5} {:<15} {:>9} {:>9} {:>9}   {:>9} {:>9} {:>9}  {:>6} {:>5} {:>4} {:>4}",
+        "load",
+        "operation",
+        "p50",
+        "p90",
+        "p99",
+        "net p50",
+        "net p90",
+        "net p99",
+        "n",
+        "csw",
+        "mig",
+        "flt"
     );
     let xcall = |t: Target| {
         move |k: u64| {
@@ -585,49 +925,67 @@ fn main() {
     for load in [0u32, 50, 90, 100] {
         let _stress = Stress::start(load, cores);
         let limit = Duration::from_secs(2);
-        let timer = sample(&clock, samples, limit, |k| {
-            std::hint::black_box(k);
-        });
-        let timer_p50 = pct(&timer, 0.5);
+        let timer = |batch| {
+            sample(&clock, samples, batch, limit, |k| {
+                std::hint::black_box(k);
+            })
+        };
+        let (timer1, timer16) = (timer(1), timer(BATCH));
+        let (t1, t16) = (pct(&timer1.ns, 0.5), pct(&timer16.ns, 0.5));
         let rows = [
-            ("timer (empty)", timer),
-            ("xcall empty", sample(&clock, samples, limit, xcall(empty))),
+            ("timer (empty)", timer1, t1),
+            (
+                "xcall empty",
+                sample(&clock, samples, 1, limit, xcall(empty)),
+                t1,
+            ),
             (
                 "xcall lookup",
-                sample(&clock, samples, limit, xcall(lookup)),
+                sample(&clock, samples, 1, limit, xcall(lookup)),
+                t1,
+            ),
+            ("timer/16", timer16, t16),
+            (
+                "xcall empty/16",
+                sample(&clock, samples, BATCH, limit, xcall(empty)),
+                t16,
+            ),
+            (
+                "xcall lookup/16",
+                sample(&clock, samples, BATCH, limit, xcall(lookup)),
+                t16,
             ),
             (
                 "iceoryx2 empty",
-                sample(&clock, samples, limit, |k| {
+                sample(&clock, samples, 1, limit, |k| {
                     std::hint::black_box(ice.request(0, k));
                 }),
+                t1,
             ),
             (
                 "iceoryx2 lookup",
-                sample(&clock, samples, limit, |k| {
+                sample(&clock, samples, 1, limit, |k| {
                     assert_eq!(ice.request(1, k), k * 10);
                 }),
+                t1,
             ),
             (
                 "uds empty",
-                sample(&clock, samples, limit, |k| {
+                sample(&clock, samples, 1, limit, |k| {
                     std::hint::black_box(uds(0, k));
                 }),
+                t1,
             ),
             (
                 "uds lookup",
-                sample(&clock, samples, limit, |k| {
+                sample(&clock, samples, 1, limit, |k| {
                     assert_eq!(uds(1, k), k * 10);
                 }),
+                t1,
             ),
         ];
-        for (name, v) in rows {
-            println!(
-                "{:<5} {:<15} {}",
-                format!("{load}%"),
-                name,
-                row(&clock, &v, timer_p50)
-            );
+        for (name, v, timer) in rows {
+            println!("{:<5} {:<15} {}", format!("{load}%"), name, row(&v, timer));
         }
     }
     println!("total {:.1} s", bench_start.elapsed().as_secs_f64());

@@ -67,8 +67,9 @@ use std::time::{Duration, Instant};
 /// How long a caller waits for a serialised entry before giving up with [`errno::BUSY`].
 pub const SERIALIZED_WAIT: Duration = Duration::from_millis(10);
 
-/// The call running on this thread, for the callee helpers. It lives inline in the thread's
-/// state, so a helper reaches the service's state in two dependent loads.
+/// The call running on this thread, for the callee helpers. It is a thread-local of its own
+/// (three words, constant-initialised), so a helper reads it at a fixed offset from the
+/// thread pointer and reaches the service's state in one more load.
 #[derive(Clone, Copy)]
 pub(crate) struct Current {
     /// This thread's state for the called service; null when no call is running.
@@ -122,6 +123,10 @@ struct EntryCache {
     /// followed by a coherence step, and its entry point (0 until a word was checked).
     word: u64,
     entry: usize,
+    /// The thread's state for the service and its thread slot there, so that a call that
+    /// found this entry needs no other lookup.
+    sc: *mut ServiceCalls,
+    ts: *const ThreadSlot,
 }
 
 const UNRESOLVED: EntryCache = EntryCache {
@@ -130,6 +135,8 @@ const UNRESOLVED: EntryCache = EntryCache {
     lock: std::ptr::null(),
     word: 0,
     entry: 0,
+    sc: std::ptr::null_mut(),
+    ts: std::ptr::null(),
 };
 
 /// Per thread and attached service: the thread slot held in the service's region, the
@@ -142,16 +149,20 @@ pub(crate) struct ServiceCalls {
     pub(crate) maps: MapCache,
 }
 
-/// Per thread: the services it called, and the call in progress.
+/// Per thread: the services it called.
 struct ThreadCalls {
     services: [*mut ServiceCalls; MAX_SLOTS],
-    current: Current,
 }
 
 thread_local! {
-    // A plain pointer with a const initialiser and no destructor: reading it is one
+    // Plain values with const initialisers and no destructors: reading one is a
     // thread-pointer-relative load, with no lazy-initialisation check.
     static CALLS: Cell<*mut ThreadCalls> = const { Cell::new(std::ptr::null_mut()) };
+    // The call running on this thread (see `Current`).
+    static CURRENT: Cell<Current> = const { Cell::new(NO_CALL) };
+    // The target value this thread called last and its resolved entry: a repeated call
+    // finds its entry without the walk through `CALLS` (null until a first call).
+    static LAST: Cell<(u64, *mut EntryCache)> = const { Cell::new((0, std::ptr::null_mut())) };
     // Registered on a thread's first call: gives back its thread slots when it ends.
     static RELEASE: ReleaseOnExit = const { ReleaseOnExit };
 }
@@ -160,6 +171,8 @@ struct ReleaseOnExit;
 
 impl Drop for ReleaseOnExit {
     fn drop(&mut self) {
+        // The entry it names is freed below.
+        let _ = LAST.try_with(|c| c.set((0, std::ptr::null_mut())));
         let Ok(p) = CALLS.try_with(|c| c.replace(std::ptr::null_mut())) else {
             return;
         };
@@ -183,15 +196,10 @@ impl Drop for ReleaseOnExit {
     }
 }
 
+/// The call running on this thread: set by `xcall_call` only while it runs the callee here.
 #[inline(always)]
-pub(crate) fn current() -> Option<&'static Current> {
-    let calls = CALLS.with(|c| c.get());
-    if calls.is_null() {
-        return None;
-    }
-    // SAFETY: `calls` is this thread's live state; its `current` names a service only while
-    // `xcall_call` runs the callee on this thread.
-    let cur = unsafe { &(*calls).current };
+pub(crate) fn current() -> Option<Current> {
+    let cur = CURRENT.with(|c| c.get());
     (!cur.calls.is_null()).then_some(cur)
 }
 
@@ -207,7 +215,6 @@ fn thread_calls() -> Option<*mut ThreadCalls> {
     RELEASE.try_with(|_| ()).ok()?;
     let p = Box::into_raw(Box::new(ThreadCalls {
         services: [std::ptr::null_mut(); MAX_SLOTS],
-        current: NO_CALL,
     }));
     CALLS.with(|c| c.set(p));
     Some(p)
@@ -267,6 +274,9 @@ unsafe fn resolve(
             },
             word: 0,
             entry: 0,
+            sc,
+            // SAFETY: as above.
+            ts: unsafe { (*sc).ts },
         };
     }
     Ok((sc, e))
@@ -373,43 +383,26 @@ pub unsafe extern "C" fn xcall_call(
     out: u64,
     out_len: u64,
 ) -> u64 {
-    let Some(t) = Target::decode(target) else {
-        return errno::BAD_TARGET;
-    };
-    let (slot, index) = (t.slot as usize, t.export as usize);
-    let calls = CALLS.with(|c| c.get());
-    // SAFETY: `calls` is null or this thread's state, whose boxes live until the thread
-    // ends; no reference into them is held across this block.
-    let cached = unsafe {
-        if calls.is_null() || slot >= MAX_SLOTS || index >= MAX_EXPORTS {
-            None
-        } else {
-            let sc = (*calls).services[slot];
-            if sc.is_null() || (*sc).entries[index].hook.is_null() {
-                None
-            } else {
-                Some((sc, &raw mut (*sc).entries[index]))
-            }
+    let (last_target, last) = LAST.with(|c| c.get());
+    let e = if target == last_target && !last.is_null() {
+        // The target this thread called last: its entry is resolved.
+        // SAFETY: this thread's state (see `LAST`), which lives until the thread ends.
+        if args_len > unsafe { (*last).max_args } {
+            return errno::ARGS_TOO_LARGE;
         }
-    };
-    let (sc, e) = match cached {
-        Some((sc, e)) => {
-            // SAFETY: a resolved entry of this thread's state.
-            if args_len > unsafe { (*e).max_args } {
-                return errno::ARGS_TOO_LARGE;
-            }
-            zero_out(out, out_len);
-            (sc, e)
-        }
+        zero_out(out, out_len);
+        last
+    } else {
         // SAFETY: the caller's contract on `out`.
-        None => match unsafe { resolve(t, args_len, out, out_len) } {
-            Ok(r) => r,
+        match unsafe { find_entry(target, args_len, out, out_len) } {
+            Ok(e) => e,
             Err(r) => return r,
-        },
+        }
     };
-    // SAFETY: this thread's state (see above); the pointers it holds were set at resolve
-    // time to a hook slot, a thread slot and a lock word of mappings that are never unmapped.
-    let (svc, ts, hook, lock) = unsafe { ((*sc).svc, &*(*sc).ts, &*(*e).hook, (*e).lock.as_ref()) };
+    // SAFETY: this thread's state; the pointers it holds were set at resolve time to its
+    // service state, a hook slot, a thread slot and a lock word of mappings that are never
+    // unmapped.
+    let (sc, ts, hook, lock) = unsafe { ((*e).sc, &*(*e).ts, &*(*e).hook, (*e).lock.as_ref()) };
     if let Some(lock) = lock {
         if !lock_serialized(lock) {
             return errno::BUSY;
@@ -425,7 +418,7 @@ pub unsafe extern "C" fn xcall_call(
         cached
     } else {
         // SAFETY: as above.
-        match refresh(svc, sc, hook, ts, unsafe { &mut *e }, word) {
+        match refresh(sc, hook, ts, unsafe { &mut *e }, word) {
             Ok(entry) => entry,
             Err(r) => {
                 leave(ts);
@@ -443,7 +436,7 @@ pub unsafe extern "C" fn xcall_call(
     // SAFETY: `max_args` of this thread's resolved entry.
     let max_args = unsafe { (*e).max_args };
     let r = if args_len == max_args {
-        run_entry(calls_of(), sc, hook, entry, args as *mut u8, out, out_len)
+        run_entry(sc, hook, entry, args as *mut u8, out, out_len)
     } else {
         run_padded(sc, hook, entry, max_args, args, args_len, out, out_len)
     };
@@ -454,10 +447,52 @@ pub unsafe extern "C" fn xcall_call(
     r
 }
 
-/// This thread's state, known to exist (the call was resolved).
-#[inline(always)]
-fn calls_of() -> *mut ThreadCalls {
-    CALLS.with(|c| c.get())
+/// The entry of a target other than the one this thread called last: decodes it, finds or
+/// resolves the thread's entry for it, checks the argument size and zeroes the output, and
+/// makes it the last one.
+///
+/// # Safety
+/// `out` must be writable for `out_len` bytes.
+#[inline(never)]
+unsafe fn find_entry(
+    target: u64,
+    args_len: u64,
+    out: u64,
+    out_len: u64,
+) -> Result<*mut EntryCache, u64> {
+    let Some(t) = Target::decode(target) else {
+        return Err(errno::BAD_TARGET);
+    };
+    let (slot, index) = (t.slot as usize, t.export as usize);
+    let calls = CALLS.with(|c| c.get());
+    // SAFETY: `calls` is null or this thread's state, whose boxes live until the thread
+    // ends; no reference into them is held across this block.
+    let cached = unsafe {
+        if calls.is_null() || slot >= MAX_SLOTS || index >= MAX_EXPORTS {
+            None
+        } else {
+            let sc = (*calls).services[slot];
+            if sc.is_null() || (*sc).entries[index].hook.is_null() {
+                None
+            } else {
+                Some(&raw mut (*sc).entries[index])
+            }
+        }
+    };
+    let e = match cached {
+        Some(e) => {
+            // SAFETY: a resolved entry of this thread's state.
+            if args_len > unsafe { (*e).max_args } {
+                return Err(errno::ARGS_TOO_LARGE);
+            }
+            zero_out(out, out_len);
+            e
+        }
+        // SAFETY: the caller's contract on `out`.
+        None => unsafe { resolve(t, args_len, out, out_len) }?.1,
+    };
+    LAST.with(|c| c.set((target, e)));
+    Ok(e)
 }
 
 /// The published word differs from the one this thread last ran: wait out a hold, check it,
@@ -466,13 +501,14 @@ fn calls_of() -> *mut ThreadCalls {
 #[cold]
 #[inline(never)]
 fn refresh(
-    svc: &ServiceMap,
     sc: *mut ServiceCalls,
     hook: &HookSlot,
     ts: &ThreadSlot,
     e: &mut EntryCache,
     mut word: u64,
 ) -> Result<usize, u64> {
+    // SAFETY: this thread's state for the service.
+    let svc = unsafe { (*sc).svc };
     if word & ACTIVE_HOLD != 0 {
         word = wait_for_release(svc, hook, ts, word);
         if word == e.word && e.entry != 0 {
@@ -549,13 +585,11 @@ fn run_padded(
         std::ptr::write_bytes(p, 0, max_args as usize);
         std::ptr::copy_nonoverlapping(args as *const u8, p, args_len as usize);
     }
-    run_entry(calls_of(), sc, hook, entry, p, out, out_len)
+    run_entry(sc, hook, entry, p, out, out_len)
 }
 
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn run_entry(
-    calls: *mut ThreadCalls,
     sc: *mut ServiceCalls,
     hook: &HookSlot,
     entry: EntryFn,
@@ -585,14 +619,12 @@ fn run_entry(
         out: out as *mut u8,
         out_len: out_len as usize,
     };
-    // SAFETY: this thread's state (non-null: the call was resolved); the callee helpers
-    // read `current` only on this thread, during the entry call below.
-    let previous = unsafe { std::mem::replace(&mut (*calls).current, cur) };
+    // The callee helpers read it on this thread, during the entry call below.
+    let previous = CURRENT.with(|c| c.replace(cur));
     let mut run = RunState::new(granted);
     // SAFETY: see `xcall_call`; `ctx` is readable for the declared size.
     let r0 = unsafe { entry(ctx, &mut run) };
-    // SAFETY: as above.
-    unsafe { (*calls).current = previous };
+    CURRENT.with(|c| c.set(previous));
     if let Some(state) = caller {
         // An exhausted callee left 0: the caller pays all it was granted.
         let spent = granted.saturating_sub(run.budget);

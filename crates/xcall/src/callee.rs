@@ -121,7 +121,27 @@ fn token(cur: &Current) -> u64 {
 
 unsafe extern "C" fn map_lookup_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
     let Some(cur) = current() else { return 0 };
-    let Some(m) = map_at(cur, map) else { return 0 };
+    let Some(m) = map_at(&cur, map) else { return 0 };
+    if m.map_type == MapType::Hash && m.key_size == 8 {
+        // The common case inline: a shared hash map with word keys, the key loaded as a word.
+        let svc = cur.svc();
+        // SAFETY: the verifier proved `key` readable for the map's key size, 8 bytes.
+        let k = unsafe { (key as *const u64).read_unaligned() };
+        return match xstate::hash::local::lookup_ref_word(&svc.data, m, k, 0) {
+            Some(off) => svc.base + off,
+            None => 0,
+        };
+    }
+    // SAFETY: as for the helper.
+    unsafe { lookup_other(&cur, m, key) }
+}
+
+/// `map_lookup_elem` for the other map types and key sizes.
+///
+/// # Safety
+/// `key` must be readable for the map's key size.
+#[inline(never)]
+unsafe fn lookup_other(cur: &Current, m: &MapRef, key: u64) -> u64 {
     // SAFETY: the verifier proved `key` readable for the map's key size.
     let key = unsafe { bytes(key, m.key_size as usize) };
     let copy = if m.copies > 1 { cur.thread_slot() } else { 0 };
@@ -143,7 +163,7 @@ unsafe extern "C" fn map_lookup_elem(map: u64, key: u64, _: u64, _: u64, _: u64)
 
 unsafe extern "C" fn map_update_elem(map: u64, key: u64, value: u64, flags: u64, _: u64) -> u64 {
     let Some(cur) = current() else { return EINVAL };
-    let Some(m) = map_at(cur, map) else {
+    let Some(m) = map_at(&cur, map) else {
         return EINVAL;
     };
     // SAFETY: the verifier proved both readable for the map's sizes.
@@ -158,7 +178,7 @@ unsafe extern "C" fn map_update_elem(map: u64, key: u64, value: u64, flags: u64,
     } else {
         Copies::All
     };
-    let (r, token) = (&cur.svc().data, token(cur));
+    let (r, token) = (&cur.svc().data, token(&cur));
     let done = match m.map_type {
         MapType::Hash | MapType::PerThreadHash => {
             xstate::hash::local::update(r, m, key, value, flags, copies, token)
@@ -176,12 +196,12 @@ unsafe extern "C" fn map_update_elem(map: u64, key: u64, value: u64, flags: u64,
 
 unsafe extern "C" fn map_delete_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
     let Some(cur) = current() else { return EINVAL };
-    let Some(m) = map_at(cur, map) else {
+    let Some(m) = map_at(&cur, map) else {
         return EINVAL;
     };
     // SAFETY: the verifier proved `key` readable for the map's key size.
     let key = unsafe { bytes(key, m.key_size as usize) };
-    match xstate::delete(&cur.svc().data, m, key, token(cur)) {
+    match xstate::delete(&cur.svc().data, m, key, token(&cur)) {
         Ok(()) => 0,
         Err(e) => e.errno() as u64,
     }

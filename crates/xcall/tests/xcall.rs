@@ -296,6 +296,18 @@ fn callee_out_of_budget_returns_an_error_and_both_keep_serving() {
         Ok(1)
     );
     assert_eq!(u64::from_le_bytes(out), 55);
+    // Alternating targets: each call runs its own entry (the thread remembers the last one).
+    for _ in 0..3 {
+        assert_eq!(
+            call(spin, &3u64.to_le_bytes(), &mut out),
+            Err(CallError::Budget)
+        );
+        assert_eq!(
+            call(Target::new(7, 0), &5u64.to_le_bytes(), &mut out),
+            Ok(1)
+        );
+        assert_eq!(u64::from_le_bytes(out), 55);
+    }
 }
 
 #[test]

@@ -399,7 +399,20 @@ pub mod local {
         None
     }
 
+    /// [`lookup_ref`] of an 8-byte key given as the word `k` (its little-endian bytes), for
+    /// callers that load the key as a word: `None` also when the map's keys are not 8 bytes
+    /// or `copy` is out of range.
+    #[inline]
+    pub fn lookup_ref_word(r: &LocalRegion, m: &MapRef, k: u64, copy: u32) -> Option<u64> {
+        if m.key_size != 8 || copy >= m.copies {
+            return None;
+        }
+        lookup_ref8(r, m, k, copy)
+    }
+
     /// [`lookup_ref`] of an 8-byte key `k` (its little-endian bytes): one load compares it.
+    /// The states are tested live first, in a chain of branches rather than a jump table
+    /// indexed by the just-loaded control word.
     #[inline(always)]
     fn lookup_ref8(r: &LocalRegion, m: &MapRef, k: u64, copy: u32) -> Option<u64> {
         let mask = m.buckets as u64 - 1;
@@ -410,19 +423,19 @@ pub mod local {
             // the key size) follows its control word.
             let (ctl, stored) = unsafe { (word(r, e), word(r, e + 8)) };
             let c = ctl.load(Ordering::Acquire);
-            match c & ELEM_STATE_MASK {
-                ELEM_EMPTY => return None,
-                ELEM_LIVE => {
-                    let same = stored.load(Ordering::Acquire) == k;
-                    if ctl.load(Ordering::Acquire) != c {
-                        return lookup_ref_slow(r, m, &k.to_le_bytes(), copy);
-                    }
-                    if same {
-                        return Some(value_at(m, e, copy));
-                    }
+            let state = c & ELEM_STATE_MASK;
+            if state == ELEM_LIVE {
+                let same = stored.load(Ordering::Acquire) == k;
+                if ctl.load(Ordering::Acquire) != c {
+                    return lookup_ref_slow(r, m, &k.to_le_bytes(), copy);
                 }
-                ELEM_BUSY => return lookup_ref_slow(r, m, &k.to_le_bytes(), copy),
-                _ => {}
+                if same {
+                    return Some(value_at(m, e, copy));
+                }
+            } else if state == ELEM_EMPTY {
+                return None;
+            } else if state == ELEM_BUSY {
+                return lookup_ref_slow(r, m, &k.to_le_bytes(), copy);
             }
             idx = (idx + 1) & mask;
         }
@@ -707,6 +720,10 @@ mod tests {
                 let a = hash::local::lookup_ref(&r.t, &fast, key, copy).map(|o| o - fast.data);
                 let b = xstate::lookup_ref(&r.t, &slow, key, copy).unwrap().map(|o| o - slow.data);
                 prop_assert_eq!(a, b);
+                let w = <[u8; 8]>::try_from(key).map(u64::from_le_bytes);
+                let a = hash::local::lookup_ref_word(&r.t, &fast, *w.as_ref().unwrap_or(&k), copy)
+                    .map(|o| o - fast.data);
+                prop_assert_eq!(a, if w.is_ok() { b } else { None });
                 let (mut x, mut y) = (vec![0; fast.lookup_len()], vec![0; slow.lookup_len()]);
                 let fa = xstate::lookup(&r.t, &fast, key, &mut x).unwrap();
                 let fb = xstate::lookup(&r.t, &slow, key, &mut y).unwrap();
