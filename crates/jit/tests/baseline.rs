@@ -1386,3 +1386,201 @@ mod aarch64_qemu {
         p
     }
 }
+
+mod hostile {
+    use proptest::prelude::*;
+    use rdx_bpf::isa::{
+        AluOp, AtomicOp, ByteOrder, CallTarget, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width,
+    };
+    use rdx_jit::{Arch, Artifact, CompileOptions, EntryAbi, HelperCalls, Pipeline};
+
+    /// Any instruction with any register, immediate and offset (jumps and local calls kept
+    /// inside the program by [`fix`], so that most programs reach code generation).
+    fn insn() -> impl Strategy<Value = Insn> {
+        let reg = (0u8..11).prop_map(Reg);
+        let width = prop_oneof![Just(Width::W32), Just(Width::W64)];
+        let operand = prop_oneof![
+            reg.clone().prop_map(Operand::Reg),
+            any::<i32>().prop_map(Operand::Imm)
+        ];
+        let size = prop_oneof![Just(Size::B), Just(Size::H), Just(Size::W), Just(Size::DW)];
+        let alu_op = prop_oneof![
+            Just(AluOp::Add),
+            Just(AluOp::Sub),
+            Just(AluOp::Mul),
+            Just(AluOp::Div),
+            Just(AluOp::SDiv),
+            Just(AluOp::Or),
+            Just(AluOp::And),
+            Just(AluOp::Lsh),
+            Just(AluOp::Rsh),
+            Just(AluOp::Neg),
+            Just(AluOp::Mod),
+            Just(AluOp::SMod),
+            Just(AluOp::Xor),
+            Just(AluOp::Mov),
+            Just(AluOp::MovSx(8)),
+            Just(AluOp::MovSx(16)),
+            Just(AluOp::MovSx(32)),
+            Just(AluOp::Arsh),
+        ];
+        let cond = prop_oneof![
+            Just(JmpCond::Eq),
+            Just(JmpCond::Gt),
+            Just(JmpCond::Ge),
+            Just(JmpCond::Set),
+            Just(JmpCond::Ne),
+            Just(JmpCond::Sgt),
+            Just(JmpCond::Sge),
+            Just(JmpCond::Lt),
+            Just(JmpCond::Le),
+            Just(JmpCond::Slt),
+            Just(JmpCond::Sle),
+        ];
+        let atomic = prop_oneof![
+            Just(AtomicOp::Add),
+            Just(AtomicOp::Or),
+            Just(AtomicOp::And),
+            Just(AtomicOp::Xor),
+            Just(AtomicOp::Xchg),
+            Just(AtomicOp::CmpXchg),
+        ];
+        prop_oneof![
+            (width.clone(), alu_op, reg.clone(), operand.clone()).prop_map(
+                |(width, op, dst, src)| Insn::Alu {
+                    width,
+                    op,
+                    dst,
+                    src
+                }
+            ),
+            (
+                0u8..3,
+                prop_oneof![Just(16u8), Just(32), Just(64)],
+                reg.clone()
+            )
+                .prop_map(|(o, bits, dst)| Insn::Endian {
+                    order: [ByteOrder::ToLe, ByteOrder::ToBe, ByteOrder::Swap][o as usize],
+                    bits,
+                    dst
+                }),
+            any::<i32>().prop_map(|off| Insn::Ja { off }),
+            (width, cond, reg.clone(), operand.clone(), any::<i16>()).prop_map(
+                |(width, cond, dst, src, off)| Insn::Jmp {
+                    width,
+                    cond,
+                    dst,
+                    src,
+                    off
+                }
+            ),
+            (
+                size.clone(),
+                any::<bool>(),
+                reg.clone(),
+                reg.clone(),
+                any::<i16>()
+            )
+                .prop_map(|(size, sign_extend, dst, base, off)| Insn::Load {
+                    size,
+                    sign_extend,
+                    dst,
+                    base,
+                    off
+                }),
+            (size, reg.clone(), any::<i16>(), operand).prop_map(|(size, base, off, src)| {
+                Insn::Store {
+                    size,
+                    base,
+                    off,
+                    src,
+                }
+            }),
+            (
+                any::<bool>(),
+                atomic,
+                any::<bool>(),
+                reg.clone(),
+                any::<i16>(),
+                reg.clone()
+            )
+                .prop_map(|(dw, op, fetch, base, off, src)| Insn::Atomic {
+                    size: if dw { Size::DW } else { Size::W },
+                    op,
+                    fetch,
+                    base,
+                    off,
+                    src
+                }),
+            (reg.clone(), 0u8..3, any::<i32>(), any::<i32>()).prop_map(
+                |(dst, k, imm_lo, imm_hi)| {
+                    Insn::LoadImm64 {
+                        dst,
+                        kind: [ImmKind::Imm, ImmKind::MapIdx, ImmKind::MapIdxValue][k as usize],
+                        imm_lo,
+                        imm_hi,
+                    }
+                }
+            ),
+            (any::<i32>(), 0u8..3, reg).prop_map(|(id, k, r)| Insn::Call(match k {
+                0 => CallTarget::Helper(id % 300),
+                1 => CallTarget::Local(id),
+                _ => CallTarget::Reg(r),
+            })),
+            Just(Insn::Exit),
+        ]
+    }
+
+    /// Keeps jumps and local calls inside the program, gives every `lddw` its second slot and
+    /// ends the program with `exit`.
+    fn fix(raw: Vec<Insn>) -> Vec<Insn> {
+        let mut p = Vec::new();
+        for i in raw {
+            p.push(i);
+            if matches!(i, Insn::LoadImm64 { .. }) {
+                p.push(Insn::LoadImm64Hi);
+            }
+        }
+        p.push(Insn::Exit);
+        let n = p.len() as i64;
+        for pc in 0..p.len() {
+            let left = n - pc as i64 - 1;
+            let wrap = |off: i64| if left == 0 { 0 } else { off.rem_euclid(left) };
+            match &mut p[pc] {
+                Insn::Ja { off } => *off = wrap(*off as i64) as i32,
+                Insn::Jmp { off, .. } => *off = wrap(*off as i64) as i16,
+                Insn::Call(CallTarget::Local(off)) => *off = wrap(*off as i64) as i32,
+                _ => {}
+            }
+        }
+        p
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Unverified programs with arbitrary operands: compiled or refused with a typed
+        /// error for both architectures, never a panic (the aarch64 assembler panics on an
+        /// unencodable immediate); what compiles has its relocations inside the code and
+        /// reads back.
+        #[test]
+        fn any_instructions_compile_or_are_refused(raw in proptest::collection::vec(insn(), 1..40), budget in any::<bool>(), table in any::<bool>()) {
+            let insns = fix(raw);
+            for arch in [Arch::X86_64, Arch::Aarch64] {
+                let mut o = CompileOptions::new(arch);
+                o.pipeline = Pipeline::Baseline;
+                o.needs_budget = budget;
+                o.entry_abi = EntryAbi::WithLength;
+                if table {
+                    o.helper_calls = HelperCalls::Table { table_len: 64 };
+                }
+                if let Ok(a) = rdx_jit::compile(&insns, &o) {
+                    for r in &a.relocations {
+                        prop_assert!(r.offset as usize + 8 <= a.code.len());
+                    }
+                    prop_assert_eq!(Artifact::from_bytes(&a.to_bytes()).unwrap(), a);
+                }
+            }
+        }
+    }
+}
