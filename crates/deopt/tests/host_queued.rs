@@ -16,7 +16,9 @@ use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::maps::MapSet;
 use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension};
 use rdx_jit::{branch_sites, Expect, Speculation};
-use rdx_runtime::queued::{Completed, ContextLayout, FallbackWorker, QueuedFallback};
+use rdx_runtime::queued::{
+    Completed, ContextLayout, FallbackWorker, PacketField, PacketRole, QueuedFallback,
+};
 use rdx_runtime::{HookSpec, Runtime};
 
 const EIM: &str = "\
@@ -221,6 +223,118 @@ fn queued_runs_finish_in_the_worker_exactly_once() {
         let delta: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
         assert_eq!(delta, sent.to_vec(), "{expect:?}: exactly once under load");
         assert_eq!(hook.stats().failures, 0);
+        drop(worker);
+        drop(rt);
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+/// `struct packet_ctx` of `eim/packet.yaml`: 64-bit packet pointers.
+#[repr(C)]
+struct PacketCtx {
+    data: u64,
+    data_end: u64,
+    ifindex: u32,
+    len: u32,
+}
+
+/// `c_packet_eim_filter` (drops IPv6 frames on the `packet_in` hook of `eim/packet.yaml`)
+/// with every jump guarded one way, then the other: a run that deoptimises at the bounds
+/// check resumes in the worker on a packet copy (the context's 64-bit `data`/`data_end`
+/// and the frame pointer in its registers rebased onto it) and still reads the ethertype
+/// right; verdicts equal the program's, the packet copies equal the frames.
+#[test]
+fn queued_runs_read_their_packet_copy() {
+    let obj = rdx_bpf::loader::load(&rdx_testdata::object("verifier/c_packet_eim_filter")).unwrap();
+    let ext = Extension::from_object(&obj, None).unwrap();
+    let sites = branch_sites(&ext.insns);
+    let layout = ContextLayout {
+        size: 24,
+        packet_fields: vec![
+            PacketField {
+                offset: 0,
+                width: 8,
+                role: PacketRole::Start,
+            },
+            PacketField {
+                offset: 8,
+                width: 8,
+                role: PacketRole::End,
+            },
+        ],
+    };
+    let eth = |proto: u16, len: usize| {
+        let mut f = vec![0u8; len];
+        if len >= 14 {
+            f[12..14].copy_from_slice(&proto.to_be_bytes());
+        }
+        f
+    };
+    let frames = [
+        eth(0x86dd, 60),
+        eth(0x0800, 60),
+        eth(0x86dd, 14),
+        eth(0x86dd, 13),
+        eth(0x0806, 42),
+        eth(0x86dd, 1500),
+        vec![],
+    ];
+    let verdict = |f: &[u8]| u64::from(f.len() >= 14 && f[12..14] == [0x86, 0xdd]);
+    for expect in [Expect::NotTaken, Expect::Taken] {
+        let path = format!(
+            "/dev/shm/rdx-deopt-queued-pkt-{}-{expect:?}",
+            std::process::id()
+        );
+        let rt = Runtime::builder()
+            .path(&path)
+            .eim_spec(include_str!("../../../eim/packet.yaml"))
+            .code_size(1 << 20)
+            .scratch_size(1 << 20)
+            .thread_slots(4)
+            .hook("packet_in", HookSpec::for_context::<PacketCtx>())
+            .build()
+            .unwrap();
+        rt.register().unwrap();
+        let mut cf = create_codeflow(&format!("shm:{path}"), ExtSpec::default()).unwrap();
+        let checked = cf.validate_code(&ext, "packet_in", Some("filter")).unwrap();
+        let speculation = Speculation {
+            guards: sites.iter().map(|&pc| (pc, expect)).collect(),
+        };
+        let (elite, _) = cf.jit_compile_elite(&ext, &checked, speculation).unwrap();
+        let prepared = cf.prepare_prog("packet_in", &ext, &elite).unwrap();
+        cf.tx(vec![prepared]).unwrap();
+
+        let (tx, rx) = mpsc::channel::<Completed>();
+        let mut cfg = QueuedFallback::new(layout.clone(), DEFERRED);
+        cfg.packet_slot = 1500;
+        let worker = rt
+            .queued_fallback("packet_in", cfg, move |c| {
+                let _ = tx.send(c);
+            })
+            .unwrap();
+        let mut deferred = 0;
+        for f in &frames {
+            let mut packet = f.clone();
+            let data = packet.as_mut_ptr() as u64;
+            let mut c = PacketCtx {
+                data,
+                data_end: data + f.len() as u64,
+                ifindex: 3,
+                len: f.len() as u32,
+            };
+            let r0 = worker.run(&mut c);
+            let (r0, after) = if r0 == DEFERRED {
+                deferred += 1;
+                let c = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+                (c.result.expect("finished"), c.packet)
+            } else {
+                (r0, packet.clone())
+            };
+            assert_eq!(r0, verdict(f), "{expect:?}: frame of {} bytes", f.len());
+            assert_eq!(&after, f, "{expect:?}: the packet (copy) after the run");
+        }
+        assert!(deferred > 0, "{expect:?}: nothing was queued");
+        assert_eq!(worker.hook().stats().failures, 0);
         drop(worker);
         drop(rt);
         let _ = std::fs::remove_file(&path);
