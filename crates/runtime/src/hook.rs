@@ -123,12 +123,18 @@ impl<'rt> Hook<'rt> {
     /// Runs the hook on `ctx`: the attached program's `r0`, or the default.
     #[inline]
     pub fn run<T>(&self, ctx: &mut T) -> u64 {
-        self.run_raw(ctx as *mut T as *mut u8)
+        self.run_ptr(ctx as *mut T)
     }
 
     /// Runs the hook on a raw context pointer (what the C ABI passes).
     #[inline]
     pub fn run_raw(&self, ctx: *mut u8) -> u64 {
+        self.run_ptr(ctx)
+    }
+
+    /// The empty path: one acquire load and a branch.
+    #[inline(always)]
+    fn run_ptr<C>(&self, ctx: *mut C) -> u64 {
         let word = self.slot.active.load(Ordering::Acquire);
         if word == 0 {
             return self.empty_return;
@@ -153,8 +159,19 @@ impl<'rt> Hook<'rt> {
     /// function is what makes it cheap: they would keep more values in callee-saved
     /// registers (saved and restored on every run). The run state's budget and status are
     /// rewritten only when they differ (a load is cheaper than a store here).
+    ///
+    /// Generic over the context type only so that, reached through [`Hook::run`], it is
+    /// compiled in the crate that runs the hook (this crate does not know that type), with
+    /// that crate's code model: in an executable, the read of the thread-local state pointer
+    /// is then one `%fs`-relative load (initial-exec, which the linker turns into
+    /// local-exec), where code compiled in this crate, position-independent library code
+    /// whatever its crate type, loads the thread pointer first and then the variable
+    /// (general-dynamic, relaxed by the linker). [`Hook::run_raw`] (the C ABI's path) may
+    /// use an instance compiled here; in `librdx_runtime_c.so` it keeps the general-dynamic
+    /// access a shared library needs.
     #[inline(never)]
-    fn run_attached(&self, ctx: *mut u8) -> u64 {
+    fn run_attached<C>(&self, ctx: *mut C) -> u64 {
+        let ctx = ctx.cast::<u8>();
         let ts = thread::current_ptr();
         // SAFETY: CURRENT is null or points to a live state of this thread.
         if ts.is_null()
