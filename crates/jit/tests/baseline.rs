@@ -1523,7 +1523,7 @@ mod hostile {
                 }
             ),
             (any::<i32>(), 0u8..3, reg).prop_map(|(id, k, r)| Insn::Call(match k {
-                0 => CallTarget::Helper(id % 300),
+                0 => CallTarget::Helper(id),
                 1 => CallTarget::Local(id),
                 _ => CallTarget::Reg(r),
             })),
@@ -1572,7 +1572,8 @@ mod hostile {
                 o.needs_budget = budget;
                 o.entry_abi = EntryAbi::WithLength;
                 if table {
-                    o.helper_calls = HelperCalls::Table { table_len: 64 };
+                    // Every id fits: table offsets beyond 2 GiB too.
+                    o.helper_calls = HelperCalls::Table { table_len: u32::MAX };
                 }
                 if let Ok(a) = rdx_jit::compile(&insns, &o) {
                     for r in &a.relocations {

@@ -539,7 +539,12 @@ impl Emit for X64 {
     fn call_table(&mut self, id: u32) -> usize {
         asm!(self.ops; mov r11, QWORD 0);
         let at = self.word_here();
-        asm!(self.ops; call QWORD [r11 + (id * 8) as i32]);
+        let off = id as u64 * 8;
+        if off <= i32::MAX as u64 {
+            asm!(self.ops; call QWORD [r11 + off as i32]);
+        } else {
+            asm!(self.ops; mov r10, QWORD off as i64 ; call QWORD [r11 + r10]);
+        }
         at
     }
 
