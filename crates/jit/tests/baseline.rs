@@ -1543,10 +1543,10 @@ mod hostile {
         }
         p.push(Insn::Exit);
         let n = p.len() as i64;
-        for pc in 0..p.len() {
+        for (pc, insn) in p.iter_mut().enumerate() {
             let left = n - pc as i64 - 1;
             let wrap = |off: i64| if left == 0 { 0 } else { off.rem_euclid(left) };
-            match &mut p[pc] {
+            match insn {
                 Insn::Ja { off } => *off = wrap(*off as i64) as i32,
                 Insn::Jmp { off, .. } => *off = wrap(*off as i64) as i16,
                 Insn::Call(CallTarget::Local(off)) => *off = wrap(*off as i64) as i32,
