@@ -734,10 +734,13 @@ impl FallbackWorker<'_> {
 
     /// [`FallbackWorker::run`] on a raw context pointer (of the layout's size at least).
     pub fn run_raw(&self, ctx: *mut u8) -> u64 {
-        let previous = QUEUED_RUN.with(|c| c.replace((Arc::as_ptr(&self.q), ctx)));
-        let r0 = self.hook.run_raw(ctx);
-        QUEUED_RUN.with(|c| c.set(previous));
-        r0
+        // One thread-local access for both the note and its removal.
+        QUEUED_RUN.with(|c| {
+            let previous = c.replace((Arc::as_ptr(&self.q), ctx));
+            let r0 = self.hook.run_raw(ctx);
+            c.set(previous);
+            r0
+        })
     }
 
     /// The ticket of this thread's last queued run.
