@@ -340,3 +340,85 @@ fn queued_runs_read_their_packet_copy() {
         let _ = std::fs::remove_file(&path);
     }
 }
+
+/// Backpressure: with one packet slot, held by a queued run whose completion the test holds
+/// up, the next deoptimised run is finished on the hook's thread (its real answer, not the
+/// deferred verdict), exactly once.
+#[test]
+fn a_full_queue_finishes_runs_synchronously() {
+    let ext = request_classify();
+    let path = format!("/dev/shm/rdx-deopt-queued-full-{}", std::process::id());
+    let rt = Runtime::builder()
+        .path(&path)
+        .eim_spec(EIM)
+        .code_size(1 << 20)
+        .scratch_size(1 << 20)
+        .thread_slots(4)
+        .hook(
+            "on_request",
+            HookSpec::for_context::<Ctx>().default_return(0),
+        )
+        .build()
+        .unwrap();
+    rt.register().unwrap();
+    let mut cf = create_codeflow(&format!("shm:{path}"), ExtSpec::default()).unwrap();
+    let checked = cf.validate_code(&ext, "on_request", None).unwrap();
+    // Value 0 fails the first guard; every other jump is left unguarded.
+    let first = branch_sites(&ext.insns)[0];
+    let mut guards = Speculation::default();
+    let mut map_id = None;
+    for expect in [Expect::NotTaken, Expect::Taken] {
+        guards.guards.insert(first, expect);
+        let (elite, _) = cf
+            .jit_compile_elite(&ext, &checked, guards.clone())
+            .unwrap();
+        let p = cf.prepare_prog("on_request", &ext, &elite).unwrap();
+        let published = cf.tx(vec![p]).unwrap().remove(0);
+        let d = rt.hook("on_request").unwrap().stats().deopts;
+        rt.hook("on_request")
+            .unwrap()
+            .run(&mut Ctx { value: 0, out: 0 });
+        if rt.hook("on_request").unwrap().stats().deopts > d {
+            map_id = Some(published.map_ids[0]);
+            break;
+        }
+    }
+    let map_id = map_id.expect("value 0 fails one direction of the first guard");
+    let before = classes(&cf, map_id);
+
+    let (tx, rx) = mpsc::channel::<Completed>();
+    let (hold_tx, hold_rx) = mpsc::channel::<()>();
+    let mut cfg = QueuedFallback::new(ContextLayout::plain(16), DEFERRED);
+    cfg.capacity = 1;
+    let worker = rt
+        .queued_fallback("on_request", cfg, move |c| {
+            let _ = tx.send(c);
+            // Hold the packet slot until the test lets go.
+            let _ = hold_rx.recv();
+        })
+        .unwrap();
+    let (want, _) = reference(&ext, &[0]);
+    let first = send(&worker, 0).expect_err("the first run is queued");
+    let c = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!((c.ticket, answer_of(&c)), (first, want[0]));
+    // The worker holds the only slot (inside `done`): this run is finished here.
+    assert_eq!(send(&worker, 0), Ok(want[0]));
+    hold_tx.send(()).unwrap();
+    let third = send(&worker, 0);
+    if let Err(t) = third {
+        let c = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!((c.ticket, answer_of(&c)), (t, want[0]));
+    }
+    drop(hold_tx);
+    let hook = worker.hook();
+    assert_eq!(hook.stats().failures, 0);
+    drop(worker);
+    let after = classes(&cf, map_id);
+    assert_eq!(
+        after[0] - before[0],
+        3,
+        "three requests of class 0, each counted once"
+    );
+    drop(rt);
+    let _ = std::fs::remove_file(&path);
+}
