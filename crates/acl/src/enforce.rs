@@ -48,6 +48,7 @@ pub const BANK: Capacity = Capacity {
     words: (1 << 18) * WORDS_PER_RECORD,
     entries: 655_360,
     rules: 327_680,
+    leaf: MAX_LEAF,
 };
 /// Longest leaf the program scans (`ACL_MAX_LEAF`).
 pub const MAX_LEAF: u32 = 4096;
@@ -262,9 +263,6 @@ pub enum EnforceError {
     /// The classifier image does not fit the program's maps.
     #[error(transparent)]
     Image(#[from] ImageError),
-    /// A leaf longer than the program scans.
-    #[error("a leaf of the classifier holds {0} rules; the enforcement program scans at most {MAX_LEAF}")]
-    LeafTooLong(u32),
     /// The object's section is not the control block.
     #[error("section {RULES_SECTION} is {size} bytes, not the {CONTROL_SIZE}-byte control block")]
     SectionTooSmall {
@@ -280,22 +278,7 @@ pub enum EnforceError {
 pub fn image(set: &RuleSet) -> Result<(CutTree, TreeImage), EnforceError> {
     let tree = CutTree::new(set.rules.clone());
     let img = TreeImage::build(&tree, set, BANK)?;
-    check_leaves(&tree)?;
     Ok((tree, img))
-}
-
-/// Every leaf fits the program's scan.
-pub fn check_leaves(tree: &CutTree) -> Result<(), EnforceError> {
-    for t in 0..tree.tier_count() {
-        let v = tree.tier_view(t);
-        for i in 0..v.leaf_count() {
-            let (_, len) = v.leaf(i);
-            if len > MAX_LEAF {
-                return Err(EnforceError::LeafTooLong(len));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Element indices where bank `bank` of each array starts.
@@ -305,6 +288,7 @@ pub fn bank_base(bank: u32) -> Capacity {
         words: b * BANK.words,
         entries: b * BANK.entries,
         rules: b * BANK.rules,
+        leaf: MAX_LEAF,
     }
 }
 

@@ -54,6 +54,8 @@ pub struct Capacity {
     pub entries: usize,
     /// Rule records.
     pub rules: usize,
+    /// Longest leaf the reader scans.
+    pub leaf: u32,
 }
 
 /// Why an image cannot be built or updated in place.
@@ -68,6 +70,14 @@ pub enum ImageError {
         need: usize,
         /// Held.
         capacity: usize,
+    },
+    /// A leaf longer than the reader scans.
+    #[error("a leaf of the classifier holds {len} rules; the reader scans at most {max}")]
+    LeafTooLong {
+        /// The leaf's length.
+        len: u32,
+        /// Longest scanned.
+        max: u32,
     },
     /// An update outgrew the room the layout kept; build the image again.
     #[error("an update outgrew the image's room for {0}; rebuild it")]
@@ -155,6 +165,8 @@ pub struct TreeImage {
     rule_values: Vec<Rule>,
     /// Default action.
     pub default: Action,
+    /// Longest leaf allowed ([`Capacity::leaf`]).
+    max_leaf: u32,
 }
 
 fn round_up(x: usize, to: usize) -> usize {
@@ -257,6 +269,7 @@ impl TreeImage {
             rules: rule_bytes(&set.rules),
             rule_values: set.rules.clone(),
             default: set.default,
+            max_leaf: cap.leaf,
         };
         for t in 0..tree.tier_count() {
             let v = tree.tier_view(t);
@@ -295,6 +308,12 @@ impl TreeImage {
             return Err(ImageError::OutOfRoom("leaves"));
         }
         let (start, len) = v.leaf(leaf as usize);
+        if len > self.max_leaf {
+            return Err(ImageError::LeafTooLong {
+                len,
+                max: self.max_leaf,
+            });
+        }
         if start + len > l.entry_cap {
             return Err(ImageError::OutOfRoom("entries"));
         }
@@ -302,10 +321,23 @@ impl TreeImage {
         self.words[at] = start;
         self.words[at + 1] = len;
         let base = l.entries + start;
+        // Only the entries whose bytes change need copying into a bank (an insertion or a
+        // removal shifts the rest of the leaf; a replacement in place changes one).
+        let (mut first, mut last) = (u32::MAX, 0);
         for i in 0..len {
-            self.entries[(base + i) as usize] = entry_bytes(&v.entry((start + i) as usize));
+            let e = entry_bytes(&v.entry((start + i) as usize));
+            let slot = &mut self.entries[(base + i) as usize];
+            if *slot != e {
+                *slot = e;
+                first = first.min(base + i);
+                last = base + i + 1;
+            }
         }
-        Ok(base..base + len)
+        Ok(if first == u32::MAX {
+            base..base
+        } else {
+            first..last
+        })
     }
 
     /// Brings the image in step with `tree` after `tree.replace_rules(updates)` (the image
@@ -415,6 +447,7 @@ mod tests {
         words: 1 << 22,
         entries: 1 << 20,
         rules: 1 << 16,
+        leaf: 1 << 16,
     };
 
     fn set(n: usize, seed: u64) -> RuleSet {
@@ -475,13 +508,18 @@ mod tests {
     }
 
     #[test]
-    fn too_small_a_bank_is_refused() {
+    fn too_small_a_bank_or_too_long_a_leaf_is_refused() {
         let s = set(500, 1);
         let tree = CutTree::new(s.rules.clone());
         let cap = Capacity { rules: 100, ..CAP };
         assert!(matches!(
             TreeImage::build(&tree, &s, cap),
             Err(ImageError::TooLarge { what: "rules", .. })
+        ));
+        let cap = Capacity { leaf: 2, ..CAP };
+        assert!(matches!(
+            TreeImage::build(&tree, &s, cap),
+            Err(ImageError::LeafTooLong { max: 2, .. })
         ));
     }
 }

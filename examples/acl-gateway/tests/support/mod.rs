@@ -40,6 +40,8 @@ pub struct ApplyTimes {
     pub release: Duration,
     /// Bytes written into the bank.
     pub bytes: usize,
+    /// After the release: the released bank brought up to date (off the update's path).
+    pub catch_up: Duration,
     /// The update was applied in place (not a full build).
     pub in_place: bool,
 }
@@ -125,62 +127,90 @@ impl Applier {
         (p, t.visible())
     }
 
-    /// Deploys `rules`: brings the shadow tree and image up to date (in place when the set
-    /// has the length and default of the previous one, else built anew), writes what the
-    /// inactive bank lacks into it, writes code and control block naming that bank, publishes
-    /// with one compare-and-swap, then waits until no thread can still run the replaced
-    /// version (whose bank the next apply writes).
+    /// Deploys `rules`: in place (see [`Applier::update_timed`]) when the set has the length
+    /// and default of the previous one and few rules changed, else built anew and written
+    /// whole into the inactive bank; then code and control block naming that bank, one
+    /// publishing compare-and-swap, and the release of the replaced version.
     pub fn apply_timed(&mut self, rules: &RuleSet, generation: u64) -> (Published, ApplyTimes) {
-        let mut times = ApplyTimes::default();
         let t = Instant::now();
-        let mut shadow = self.shadow.take();
-        let mut dirty = Dirty::everything();
-        let updated = shadow.as_mut().and_then(|s| {
-            let updates = enforce::rule_updates(&s.rules, rules)?;
-            if updates.len() > rules.rules.len() / 4 + 16 {
+        if let Some(s) = &self.shadow {
+            if let Some(updates) = enforce::rule_updates(&s.rules, rules) {
+                if updates.len() <= rules.rules.len() / 4 + 16 {
+                    let diff = t.elapsed();
+                    if let Some((p, mut times)) = self.update_timed(&updates, generation) {
+                        times.shadow += diff;
+                        return (p, times);
+                    }
+                }
+            }
+        }
+        let (tree, image) = enforce::image(rules).expect("the rule set fits the program");
+        let bank = self.shadow.as_ref().map_or(0, |s| 1 - s.bank);
+        self.shadow = Some(Shadow {
+            rules: rules.clone(),
+            tree,
+            image,
+            bank,
+            pending: Dirty::everything(),
+        });
+        let shadow = t.elapsed();
+        let mut times = ApplyTimes {
+            shadow,
+            ..ApplyTimes::default()
+        };
+        let p = self.publish(&Dirty::everything(), generation, &mut times);
+        (p, times)
+    }
+
+    /// Replaces rules in place (`rule.priority` names the slot) in the shadow tree and image
+    /// and publishes them: only the records the change touched are written into the inactive
+    /// bank (which the previous apply already caught up). `None` (nothing published) when
+    /// there is no shadow copy yet or the image outgrew its room (apply the whole set then).
+    pub fn update_timed(
+        &mut self,
+        updates: &[rdx_acl::rule::Rule],
+        generation: u64,
+    ) -> Option<(Published, ApplyTimes)> {
+        let t = Instant::now();
+        let s = self.shadow.as_mut()?;
+        s.tree.replace_rules(updates);
+        let dirty = match s.image.apply(&s.tree, updates) {
+            Ok(d) => d,
+            Err(_) => {
+                // The tree is updated but the image is not: start over with a full build.
+                self.shadow = None;
                 return None;
             }
-            s.tree.replace_rules(&updates);
-            let d = s.image.apply(&s.tree, &updates).ok()?;
-            enforce::check_leaves(&s.tree).ok()?;
-            s.rules = rules.clone();
-            Some(d)
-        });
-        let (tree, image, bank) = match (updated, shadow) {
-            (Some(d), Some(s)) => {
-                times.in_place = true;
-                dirty = s.pending.clone();
-                dirty.merge(&d);
-                let bank = 1 - s.bank;
-                self.shadow = Some(Shadow {
-                    pending: d,
-                    bank,
-                    ..s
-                });
-                (None, None, bank)
-            }
-            (_, old) => {
-                let (tree, image) = enforce::image(rules).expect("the rule set fits the program");
-                (Some(tree), Some(image), old.map_or(0, |s| 1 - s.bank))
-            }
         };
-        if let (Some(tree), Some(image)) = (tree, image) {
-            self.shadow = Some(Shadow {
-                rules: rules.clone(),
-                tree,
-                image,
-                bank,
-                pending: Dirty::everything(),
-            });
+        for u in updates {
+            if let Some(r) = s.rules.rules.get_mut(u.priority as usize) {
+                *r = *u;
+            }
         }
-        times.shadow = t.elapsed();
+        s.bank = 1 - s.bank;
+        let mut write = s.pending.clone();
+        write.merge(&dirty);
+        s.pending = dirty;
+        let mut times = ApplyTimes {
+            shadow: t.elapsed(),
+            in_place: true,
+            ..ApplyTimes::default()
+        };
+        let p = self.publish(&write, generation, &mut times);
+        Some((p, times))
+    }
+
+    /// Writes `dirty` into the shadow's bank, publishes a version naming it, releases the
+    /// replaced version and then catches the released bank up with the shadow's pending
+    /// records, so the next update writes only its own.
+    fn publish(&mut self, dirty: &Dirty, generation: u64, times: &mut ApplyTimes) -> Published {
         let s = self.shadow.as_ref().unwrap();
+        let bank = s.bank;
         self.tag += 1;
         let control =
             enforce::control_section(&s.image, bank, generation, self.tag, self.section_size)
                 .unwrap();
         let ext = self.extension(control);
-
         // The maps exist once the version is prepared (created on the first deploy), and
         // nothing reads the inactive bank until the version is published.
         let t = Instant::now();
@@ -190,16 +220,23 @@ impl Applier {
             .unwrap();
         let prepare = t.elapsed();
         let t = Instant::now();
-        let writes = enforce::bank_writes(&s.image, &dirty, bank);
+        let writes = enforce::bank_writes(&s.image, dirty, bank);
         times.bytes = write_banks(&self.cf, &prepared.map_ids, &writes);
         times.write = t.elapsed();
+        let map_ids = prepared.map_ids.clone();
         let t = Instant::now();
         let published = self.cf.tx(vec![prepared]).unwrap().remove(0);
         times.publish = prepare + t.elapsed();
         let t = Instant::now();
         self.cf.reclaim(0).expect("old versions released");
         times.release = t.elapsed();
-        (published, times)
+        let t = Instant::now();
+        let s = self.shadow.as_mut().unwrap();
+        let writes = enforce::bank_writes(&s.image, &s.pending, 1 - bank);
+        write_banks(&self.cf, &map_ids, &writes);
+        s.pending = Dirty::default();
+        times.catch_up = t.elapsed();
+        published
     }
 
     /// The program's counters, summed over the host's threads.
