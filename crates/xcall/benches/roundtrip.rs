@@ -21,10 +21,16 @@
 //! clock at start; `cntvct_el0` on aarch64 (frequency from `cntfrq_el0`); `clock_gettime`
 //! otherwise. The timer's own cost (an empty timed region) is measured at every load level
 //! and printed; every row shows raw percentiles and the same minus that level's timer p50.
+//! The counter's resolution is printed too (some virtual machines' TSC advances in 10 ns
+//! steps): the `/16` rows time 16 calls per sample, a serialising instruction between two, and
+//! subtract a 16-step empty region's p50, which resolves the per-call cost 16 times finer.
+//! Every row also shows the measuring thread's involuntary context switches, CPU migrations
+//! and page faults while it was taken.
 //!
 //! Run: `cargo bench -p rdx-xcall --bench roundtrip` (`XCALL_BENCH_SAMPLES` changes the
 //! sample count, default 20000; `XCALL_BENCH_PROFILE=<seconds>` only runs xcall lookups in a
-//! loop for that long, for `perf record`; `XCALL_BENCH_PROFILE_OP=empty` for the empty call).
+//! loop for that long, for `perf record`; `XCALL_BENCH_PROFILE_OP=empty` for the empty call;
+//! `XCALL_BENCH_DIAG=1` runs the load-level diagnosis of [`diagnose`] instead).
 
 use iceoryx2::prelude::*;
 use rdx_control::{create_codeflow, ExtSpec};
@@ -612,6 +618,8 @@ struct Trace {
     end: Vec<u64>,
     per_call: Vec<f64>,
     cpu: Vec<u32>,
+    /// [`sched_counters`] over the samples alone.
+    counters: (u64, u64, u64),
 }
 
 fn trace(clock: &clock::Clock, n: usize, batch: u64, mut op: impl FnMut(u64)) -> Trace {
@@ -622,7 +630,9 @@ fn trace(clock: &clock::Clock, n: usize, batch: u64, mut op: impl FnMut(u64)) ->
         end: vec![u64::MAX; n],
         per_call: vec![f64::MAX; n],
         cpu: vec![u32::MAX; n],
+        counters: (0, 0, 0),
     };
+    let before = sched_counters();
     let mut k = 0u64;
     for i in 0..n {
         let t0 = clock.start();
@@ -639,6 +649,8 @@ fn trace(clock: &clock::Clock, n: usize, batch: u64, mut op: impl FnMut(u64)) ->
         tr.per_call[i] = t1.saturating_sub(t0) as f64 * clock.ns_per_tick / batch as f64;
         tr.cpu[i] = cpu;
     }
+    let after = sched_counters();
+    tr.counters = (after.0 - before.0, after.1 - before.1, after.2 - before.2);
     tr
 }
 
@@ -751,9 +763,7 @@ fn diagnose(clock: &clock::Clock, cores: usize, samples: usize, lookup: Target) 
             ("lookup 1024 keys", Box::new(call_lookup(None))),
         ];
         for (name, op) in rows {
-            let before = sched_counters();
             let tr = trace(clock, samples, 16, op);
-            let after = sched_counters();
             let (pauses, migrations, warm, cold) = phases(&tr, gap, 128);
             let mut all = tr.per_call.clone();
             all.sort_unstable_by(f64::total_cmp);
@@ -765,9 +775,9 @@ fn diagnose(clock: &clock::Clock, cores: usize, samples: usize, lookup: Target) 
                 t(&all, 0.9),
                 pauses,
                 migrations,
-                after.0 - before.0,
-                after.1 - before.1,
-                after.2 - before.2,
+                tr.counters.0,
+                tr.counters.1,
+                tr.counters.2,
                 t(&warm, 0.5),
                 t(&cold, 0.5),
                 100.0 * cold.len() as f64 / all.len() as f64
