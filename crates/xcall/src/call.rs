@@ -399,6 +399,52 @@ pub unsafe extern "C" fn xcall_call(
             Err(r) => return r,
         }
     };
+    // SAFETY: this thread's state (see above).
+    let (lock, max_args) = unsafe { ((*e).lock, (*e).max_args) };
+    if !lock.is_null() || args_len != max_args {
+        // A serialised entry, or arguments shorter than declared.
+        // SAFETY: the caller's contract.
+        return unsafe { run_general(e, args, args_len, out, out_len) };
+    }
+    // SAFETY: this thread's state; the pointers it holds were set at resolve time to its
+    // service state, a hook slot and a thread slot of mappings that are never unmapped.
+    let (sc, ts, hook) = unsafe { ((*e).sc, &*(*e).ts, &*(*e).hook) };
+    enter(ts);
+    // The version this call runs, start to finish.
+    let word = hook.active.load(Ordering::Acquire);
+    // SAFETY: as above.
+    let (seen, cached) = unsafe { ((*e).word, (*e).entry) };
+    // `cached` is 0 until a word was checked: an entry never run here, whatever the word.
+    let entry = if word == seen && cached != 0 {
+        cached
+    } else {
+        // SAFETY: as above.
+        match refresh(sc, hook, ts, unsafe { &mut *e }, word) {
+            Ok(entry) => entry,
+            Err(r) => {
+                leave(ts);
+                return r;
+            }
+        }
+    };
+    // SAFETY: `entry` is the entry point of the version published in `word`, checked by
+    // `refresh` to lie in the callee's code arena, where a control plane placed verified
+    // code linked for this address; the epoch we hold keeps it from being reclaimed.
+    let entry = unsafe { std::mem::transmute::<usize, EntryFn>(entry) };
+    let r = run_entry(sc, hook, entry, args as *mut u8, out, out_len);
+    leave(ts);
+    r
+}
+
+/// The rest of [`xcall_call`] for a serialised entry (its lock word around the run) or
+/// arguments shorter than declared (a zero-padded copy): out of line, so that the common
+/// call keeps fewer values live.
+///
+/// # Safety
+/// `e` is a resolved entry of this thread's state; `args` is readable for `args_len` bytes
+/// and `out` writable for `out_len` bytes.
+#[inline(never)]
+unsafe fn run_general(e: *mut EntryCache, args: u64, args_len: u64, out: u64, out_len: u64) -> u64 {
     // SAFETY: this thread's state; the pointers it holds were set at resolve time to its
     // service state, a hook slot, a thread slot and a lock word of mappings that are never
     // unmapped.
