@@ -157,8 +157,12 @@ impl<'rt> Hook<'rt> {
     /// ends) goes through [`Hook::run_other`] or [`Hook::finish_cold`], out of line and cold,
     /// into [`Hook::run_with`] and [`Hook::finish`]. Keeping the rare cases out of this
     /// function is what makes it cheap: they would keep more values in callee-saved
-    /// registers (saved and restored on every run). The run state's budget and status are
-    /// rewritten only when they differ (a load is cheaper than a store here).
+    /// registers (saved and restored on every run). Only the thread state stays in one
+    /// across the entry call: the entry and the hook handle are stored in the thread state
+    /// for the rare ends (`fast_entry`, `fast_hook`), and the way out after the epoch was
+    /// entered ([`Hook::leave_and_run_other`]) reads the epoch word back instead of keeping
+    /// its value. The run state's budget and status are rewritten only when they differ (a
+    /// load is cheaper than a store here).
     ///
     /// Generic over the context type only so that, reached through [`Hook::run`], it is
     /// compiled in the crate that runs the hook (this crate does not know that type), with
@@ -198,8 +202,7 @@ impl<'rt> Hook<'rt> {
         let n = counters.runs.load(Ordering::Relaxed);
         // `seen_word` never has the hold bit, except the never-run placeholder.
         if word != seen_word || word & ACTIVE_HOLD != 0 || n.is_multiple_of(TIME_SAMPLE_PERIOD) {
-            epoch.store(e + 2, Ordering::Release);
-            return self.run_other(ctx);
+            return self.leave_and_run_other(ts, ctx);
         }
         counters.runs.store(n + 1, Ordering::Relaxed);
         let run = &mut t.own_run.run;
@@ -212,6 +215,7 @@ impl<'rt> Hook<'rt> {
         }
         let state: *mut RunState = run;
         t.fast_entry = entry;
+        t.fast_hook = (self as *const Self).cast();
         // SAFETY: as in `run_with`: `entry` is the one this thread validated (and
         // synchronised its instruction stream for) when it last ran `word`, which is still
         // published; the epoch is odd; `state` is this thread's own run state.
@@ -220,7 +224,7 @@ impl<'rt> Hook<'rt> {
         // returned.
         let t = unsafe { &mut *ts };
         if t.tail_result.is_some() || t.own_run.run.status != RunStatus::Ok as u32 {
-            return self.finish_cold(ts, r0);
+            return Hook::finish_cold(ts, r0);
         }
         t.leave_outermost();
         r0
@@ -229,10 +233,10 @@ impl<'rt> Hook<'rt> {
     /// [`Hook::finish`] for a fast-path run that made a tail call or ended abnormally.
     #[cold]
     #[inline(never)]
-    fn finish_cold(&self, ts: *mut ThreadState, r0: u64) -> u64 {
-        // Opaque, so that the compiler passes `self` itself instead of the fields `finish`
-        // uses: one value kept across the entry call instead of two.
-        let this = std::hint::black_box(self);
+    fn finish_cold(ts: *mut ThreadState, r0: u64) -> u64 {
+        // SAFETY: this thread's live state; the fast path stored its `&self` there before
+        // the entry call, and that handle outlives the call to `run_attached` this ends.
+        let this = unsafe { &*(*ts).fast_hook.cast::<Hook<'_>>() };
         let run = Prepared {
             // SAFETY: this thread's live state; the fast path stored the entry it called
             // there (nested runs, which never take the fast path, leave it alone).
@@ -242,6 +246,17 @@ impl<'rt> Hook<'rt> {
             timed: None,
         };
         this.finish::<false>(ts, &run, r0)
+    }
+
+    /// The fast path's way out after it entered the epoch: leave it (the word still holds
+    /// the value the fast path stored, so it need not keep that value in a register) and
+    /// take [`Hook::run_other`].
+    #[cold]
+    #[inline(never)]
+    fn leave_and_run_other(&self, ts: *mut ThreadState, ctx: *mut u8) -> u64 {
+        // SAFETY: this thread's live state; nothing ran since the fast path entered.
+        unsafe { (*ts).leave_outermost() };
+        self.run_other(ctx)
     }
 
     /// Every run the fast path does not cover: torn down, first run on this thread (or a

@@ -35,6 +35,9 @@ pub(crate) struct ThreadState {
     /// for its rare ends: stored here rather than kept in a callee-saved register across the
     /// entry call, which every run would save and restore.
     pub fast_entry: EntryFn,
+    /// The hook handle whose fast path is running, for the same rare ends: only the thread
+    /// state then stays in a register across the entry call.
+    pub fast_hook: *const (),
     /// The run state the outermost run of this thread passes to native code (helpers reach
     /// it here during a run, for tail calls). A [`DeoptRunState`] because any published
     /// entry may be an elite artifact, which keeps its eBPF stack there and, at a failed
@@ -214,6 +217,7 @@ fn claim(inner: &Arc<Inner>) -> Option<ThreadState> {
                 tail_result: None,
                 tail_deopt: false,
                 fast_entry: never_entered as EntryFn,
+                fast_hook: std::ptr::null(),
                 tail_depth: 0,
                 rng: (tid << 32)
                     ^ inner.id
