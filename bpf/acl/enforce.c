@@ -304,6 +304,7 @@ _Static_assert(sizeof(struct acl_hot) == 128, "hot entry");
 struct acl_thread {
 	struct acl_pkt p;
 	__u64 vals[16][2];
+	__u32 leaves[ACL_MAX_GROUPS];
 	struct acl_hot hot[ACL_HOT];
 };
 
@@ -1067,7 +1068,9 @@ static __noinline __u64 scan_leaf(__u32 t, __u32 leaf, __u32 from, __u32 best,
 }
 
 // The deciding rule: the first tier with a match, the smallest priority over its trees.
-static __always_inline __u32 classify(const struct acl_thread *th)
+// Every tree of a tier is walked before any leaf is scanned: the walks are independent, so
+// their cache misses can overlap.
+static __always_inline __u32 classify(struct acl_thread *th)
 {
 	__u32 tiers = acl_ctl.tiers;
 	for (__u32 t = 0; t < 2; t++) {
@@ -1081,6 +1084,17 @@ static __always_inline __u32 classify(const struct acl_thread *th)
 			__u32 leaf = leaf_of(t, g, th);
 			if (leaf == ERR)
 				return ERR;
+			// An opaque copy of the index: clang would otherwise step a pointer across
+			// iterations, which the verifier's widened loop head drops (reported as an
+			// uninitialised register).
+			__u32 j = g;
+			asm volatile("" : "+r"(j));
+			th->leaves[j & (ACL_MAX_GROUPS - 1)] = leaf;
+		}
+		for (__u32 g = 0; g < ACL_MAX_GROUPS; g++) {
+			if (g >= groups)
+				break;
+			__u32 leaf = th->leaves[g & (ACL_MAX_GROUPS - 1)];
 			__u32 from = 0;
 			for (__u32 k = 0; k < ACL_MAX_LEAF; k++) {
 				__u64 r = scan_leaf(t, leaf, from, best, th);
