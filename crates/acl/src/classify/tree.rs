@@ -723,8 +723,10 @@ impl CutTree {
     /// tree: each level of a tree is taken for every packet before the next, with the next
     /// node, child reference or leaf prefetched, so the cache misses of different packets'
     /// walks overlap (what `rte_acl` does with its bursts); a tree is walked only for
-    /// packets it could give a better match. Small tiers stay in cache and are walked one
-    /// packet at a time. Packets whose match is found leave the later tiers.
+    /// packets it could give a better match. A small tier of one tree is walked the same
+    /// way (its dependent loads overlap too); a small tier of several trees is walked one
+    /// packet at a time, whose early stop between trees saves more than the interleaving
+    /// gains there. Packets whose match is found leave the later tiers.
     fn classify_lanes(&self, keys: &[PacketKey], out: &mut [Option<u32>]) {
         let n = keys.len().min(out.len()).min(LANES);
         let mut best = [u32::MAX; LANES];
@@ -737,9 +739,9 @@ impl CutTree {
             if open == 0 {
                 break;
             }
-            if tier.coarse() {
-                // Cache-resident trees: nothing to overlap, and the one-packet walk with its
-                // early stop is the cheaper instruction stream.
+            if tier.coarse() && tier.groups.len() > 1 {
+                // Cache-resident trees: little to overlap, and the one-packet walk with its
+                // early stop between trees is the cheaper instruction stream.
                 for_lanes(open, |i| {
                     best[i] = self.first_in(tier, &keys[i], &probes[i])
                 });
