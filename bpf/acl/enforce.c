@@ -10,7 +10,8 @@
 // The compiled policy is the native cut tree of rdx-acl (crates/acl/src/classify/tree.rs)
 // serialised into flat arrays of fixed-size records (crates/acl/src/classify/image.rs): the
 // words array `acl_words` (nodes, child references, leaves), the compact leaf entries
-// `acl_entries` and the 224-byte rules `acl_rules`. Each array map holds two banks. This
+// `acl_entries`, the 224-byte rules `acl_rules` and what each rule decides `acl_decisions`.
+// Each array map holds two banks. This
 // program's own small global-data section `.data.acl` (`struct acl_ctl`) names the bank, the
 // trees' roots and where each tier starts: a control plane writes a new rule set into the
 // bank no running version uses, then publishes a version whose section names it (one
@@ -211,6 +212,15 @@ struct {
 	__type(key, __u32);
 	__type(value, struct acl_rule);
 } acl_rules SEC(".maps");
+
+// What each rule decides, `policy << 8 | action`, indexed as `acl_rules`: a match reads 8
+// bytes instead of the rule's 224.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * ACL_BANK_RULES);
+	__type(key, __u32);
+	__type(value, __u64);
+} acl_decisions SEC(".maps");
 
 // Counters, one copy per host thread (index: ACL_STAT_*).
 enum {
@@ -1239,11 +1249,11 @@ int acl_enforce(struct acl_ctx *ctx)
 		action = acl_ctl.default_deny;
 		if (hit != NONE) {
 			__u32 rk = acl_ctl.rules + hit;
-			const struct acl_rule *r = bpf_map_lookup_elem(&acl_rules, &rk);
-			if (!r)
+			const __u64 *d = bpf_map_lookup_elem(&acl_decisions, &rk);
+			if (!d)
 				return 1;
-			policy = r->policy;
-			action = r->action == 1;
+			policy = *d >> 8;
+			action = (*d & 0xff) == 1;
 		}
 #pragma clang loop unroll(full)
 		for (int i = 0; i < 12; i++)

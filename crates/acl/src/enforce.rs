@@ -42,6 +42,8 @@ pub const WORDS_MAP: &str = "acl_words";
 pub const ENTRIES_MAP: &str = "acl_entries";
 /// The rules (224 bytes per element).
 pub const RULES_MAP: &str = "acl_rules";
+/// What each rule decides (8 bytes per element: `policy << 8 | action`), indexed as the rules.
+pub const DECISIONS_MAP: &str = "acl_decisions";
 /// One bank of each array (`ACL_BANK_*` in `enforce.c`; the maps hold two): words,
 /// entries, rules. Rule sets up to 320K rules fit.
 pub const BANK: Capacity = Capacity {
@@ -376,14 +378,27 @@ pub fn bank_writes<'a>(img: &'a TreeImage, dirty: &Dirty, bank: u32) -> Vec<Bank
         });
     }
     let rule_bytes = img.rules.as_flattened();
+    let decision_bytes = bytes_u64(&img.decisions);
     for r in coalesce(rules) {
         out.push(BankWrite {
             map: RULES_MAP,
             first: base.rules as u32 + r.start,
             bytes: &rule_bytes[r.start as usize * RULE_SIZE..r.end as usize * RULE_SIZE],
         });
+        out.push(BankWrite {
+            map: DECISIONS_MAP,
+            first: base.rules as u32 + r.start,
+            bytes: &decision_bytes[r.start as usize * 8..r.end as usize * 8],
+        });
     }
     out
+}
+
+/// The decisions as little-endian bytes (see [`bytemuck_u32`]).
+fn bytes_u64(w: &[u64]) -> &[u8] {
+    // SAFETY: `u64` has no padding and every byte pattern is a valid `u8`; the slice covers
+    // exactly the words' memory and lives as long as they do.
+    unsafe { std::slice::from_raw_parts(w.as_ptr().cast::<u8>(), std::mem::size_of_val(w)) }
 }
 
 /// The words as little-endian bytes (the image keeps them so on little-endian hosts, which
@@ -463,6 +478,9 @@ mod tests {
         let rules = writes.iter().find(|w| w.map == RULES_MAP).unwrap();
         assert_eq!(rules.first as usize, BANK.rules);
         assert_eq!(rules.bytes.len(), 3 * RULE_SIZE);
+        let decisions = writes.iter().find(|w| w.map == DECISIONS_MAP).unwrap();
+        assert_eq!(decisions.first as usize, BANK.rules);
+        assert_eq!(decisions.bytes.len(), 3 * 8);
         assert!(writes
             .iter()
             .all(|w| w.map != WORDS_MAP || w.bytes.len() % (4 * WORDS_PER_RECORD) == 0));

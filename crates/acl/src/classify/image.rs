@@ -9,7 +9,10 @@
 //!   tree's: bit 31 names a leaf), its leaves (2 words each: first entry, length), with room
 //!   for leaves added by updates;
 //! - **entries** (64 bytes each): the leaves' compact rule copies, with room to grow;
-//! - **rules** (224 bytes each, the [`crate::rule::Rule`] layout of the rule image).
+//! - **rules** (224 bytes each, the [`crate::rule::Rule`] layout of the rule image), for
+//!   entries the compact check cannot decide;
+//! - **decisions** (8 bytes per rule: `policy << 8 | action`), what a match decides, so the
+//!   deciding rule's 224 bytes need not be read.
 //!
 //! Indices inside an array are tier-local (as in the tree); the per-tier bases, the trees'
 //! roots and the bank live in the program's small per-version section ([`Control`]), so
@@ -161,6 +164,8 @@ pub struct TreeImage {
     pub entries: Vec<[u8; ENTRY_SIZE]>,
     /// The rules array.
     pub rules: Vec<[u8; RULE_SIZE]>,
+    /// The decisions array (`policy << 8 | action`, little-endian).
+    pub decisions: Vec<u64>,
     /// The rules themselves (to find what an update's old version reached).
     rule_values: Vec<Rule>,
     /// Default action.
@@ -198,6 +203,11 @@ fn entry_bytes(e: &EntryView) -> [u8; ENTRY_SIZE] {
     }
     put(&e.priority.to_le_bytes());
     b
+}
+
+/// What rule `r` decides, as the program reads it.
+fn decision(r: &Rule) -> u64 {
+    (r.policy as u64) << 8 | r.action as u64
 }
 
 fn rule_bytes(rules: &[Rule]) -> Vec<[u8; RULE_SIZE]> {
@@ -267,6 +277,7 @@ impl TreeImage {
             words: vec![0; words],
             entries: vec![[0; ENTRY_SIZE]; entries],
             rules: rule_bytes(&set.rules),
+            decisions: set.rules.iter().map(decision).collect(),
             rule_values: set.rules.clone(),
             default: set.default,
             max_leaf: cap.leaf,
@@ -371,6 +382,7 @@ impl TreeImage {
             }
             self.rule_values[p] = *new;
             self.rules[p] = rule_bytes(std::slice::from_ref(new))[0];
+            self.decisions[p] = decision(new);
             dirty.rules.push(p as u32);
         }
         for (t, l) in self.tiers.iter_mut().enumerate() {
@@ -482,6 +494,10 @@ mod tests {
             s2.rules[u.priority as usize] = *u;
         }
         assert_eq!(img.rules, rule_bytes(&s2.rules));
+        assert_eq!(
+            img.decisions,
+            s2.rules.iter().map(decision).collect::<Vec<_>>()
+        );
         // Walk both images' leaves: same runs of entries.
         for t in 0..tree.tier_count() {
             let v = tree.tier_view(t);
