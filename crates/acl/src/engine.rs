@@ -12,6 +12,9 @@ use crate::packet::{self, LinkType, Malformed, MalformedReason, Parsed};
 use crate::policy::Action;
 use crate::rule::PacketKey;
 
+/// Frames whose data packets [`Engine::process_batch`] classifies together.
+pub const BATCH: usize = 64;
+
 /// Default bound of the CM connection table.
 pub const DEFAULT_CM_CAPACITY: usize = 65_536;
 
@@ -125,31 +128,107 @@ impl Engine {
     /// Decides one packet and updates counters and CM state.
     pub fn process(&mut self, link: LinkType, bytes: &[u8]) -> Verdict {
         self.counters.packets += 1;
-        let info = match packet::parse(link, bytes) {
-            Ok(Parsed::Rdma(info)) => info,
+        match self.parse_counted(link, bytes) {
+            Ok(info) => {
+                let mut key = PacketKey::from_packet(&info);
+                let resolution = self.cm.resolve(&info, &mut key);
+                let hit = match &mut self.hot {
+                    Some(hot) => hot.classify(&self.table, &key),
+                    None => self.table.classify(&key),
+                };
+                let verdict = self.verdict_of(hit);
+                if verdict.action == Action::Allow {
+                    self.cm.commit(&info, resolution);
+                }
+                verdict
+            }
+            Err(verdict) => verdict,
+        }
+    }
+
+    /// [`Engine::process`] for each of `frames`, in order, into `out` (cleared first): the
+    /// same verdicts, counters and CM state as one call per frame. Only CM messages read or
+    /// change the connection table, so they are decided in order as they come; the other
+    /// RDMA packets of each run of up to [`BATCH`] frames are classified together
+    /// ([`Classifier::classify_batch`], through the hot-flow table if there is one), so their
+    /// tree walks overlap.
+    pub fn process_batch(&mut self, link: LinkType, frames: &[&[u8]], out: &mut Vec<Verdict>) {
+        out.clear();
+        let pending = Verdict {
+            action: Action::Deny,
+            cause: Cause::Default,
+        };
+        let mut keys = Vec::with_capacity(BATCH);
+        let mut at = Vec::with_capacity(BATCH);
+        let mut hits = vec![None; BATCH];
+        for chunk in frames.chunks(BATCH) {
+            keys.clear();
+            at.clear();
+            for frame in chunk {
+                self.counters.packets += 1;
+                match self.parse_counted(link, frame) {
+                    Ok(info) if info.cm.is_none() => {
+                        keys.push(PacketKey::from_packet(&info));
+                        at.push(out.len());
+                        out.push(pending);
+                    }
+                    Ok(info) => {
+                        let mut key = PacketKey::from_packet(&info);
+                        let resolution = self.cm.resolve(&info, &mut key);
+                        let hit = match &mut self.hot {
+                            Some(hot) => hot.classify(&self.table, &key),
+                            None => self.table.classify(&key),
+                        };
+                        let verdict = self.verdict_of(hit);
+                        if verdict.action == Action::Allow {
+                            self.cm.commit(&info, resolution);
+                        }
+                        out.push(verdict);
+                    }
+                    Err(verdict) => out.push(verdict),
+                }
+            }
+            let hits = &mut hits[..keys.len()];
+            match &mut self.hot {
+                Some(hot) => hot.classify_batch(&self.table, &keys, hits),
+                None => self.table.classify_batch(&keys, hits),
+            }
+            for (&i, &hit) in at.iter().zip(hits.iter()) {
+                out[i] = self.verdict_of(hit);
+            }
+        }
+    }
+
+    /// Parses a frame; a frame that is not RDMA or is malformed is counted and gets its
+    /// verdict here.
+    fn parse_counted(
+        &mut self,
+        link: LinkType,
+        bytes: &[u8],
+    ) -> Result<packet::PacketInfo, Verdict> {
+        match packet::parse(link, bytes) {
+            Ok(Parsed::Rdma(info)) => Ok(info),
             Ok(Parsed::NotRdma) => {
                 self.counters.not_rdma += 1;
                 self.counters.allowed += 1;
-                return Verdict {
+                Err(Verdict {
                     action: Action::Allow,
                     cause: Cause::NotRdma,
-                };
+                })
             }
             Err(m) => {
                 self.counters.malformed[m.reason as usize] += 1;
                 self.counters.denied += 1;
-                return Verdict {
+                Err(Verdict {
                     action: Action::Deny,
                     cause: Cause::Malformed(m),
-                };
+                })
             }
-        };
-        let mut key = PacketKey::from_packet(&info);
-        let resolution = self.cm.resolve(&info, &mut key);
-        let hit = match &mut self.hot {
-            Some(hot) => hot.classify(&self.table, &key),
-            None => self.table.classify(&key),
-        };
+        }
+    }
+
+    /// The verdict of a classification, counted.
+    fn verdict_of(&mut self, hit: Option<u32>) -> Verdict {
         let verdict = match hit {
             Some(rule) => {
                 let r = &self.rules.rules[rule as usize];
@@ -173,10 +252,7 @@ impl Engine {
             }
         };
         match verdict.action {
-            Action::Allow => {
-                self.counters.allowed += 1;
-                self.cm.commit(&info, resolution);
-            }
+            Action::Allow => self.counters.allowed += 1,
             Action::Deny => self.counters.denied += 1,
         }
         verdict
@@ -213,5 +289,80 @@ impl fmt::Display for Counters {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::compile;
+    use crate::{api, craft, pcap, synth};
+    use std::path::Path;
+
+    fn sequential_and_batched(rules: &RuleSet, link: LinkType, frames: &[Vec<u8>], flow: bool) {
+        let make = || {
+            let e = Engine::new(rules.clone()).with_cm_capacity(64);
+            if flow {
+                e.with_flow_cache(256)
+            } else {
+                e
+            }
+        };
+        let (mut one, mut burst) = (make(), make());
+        let want: Vec<Verdict> = frames.iter().map(|f| one.process(link, f)).collect();
+        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+        let mut got = Vec::new();
+        // In pieces of several sizes, so runs of CM messages and data packets straddle
+        // batches.
+        for piece in refs.chunks(97) {
+            let mut part = Vec::new();
+            burst.process_batch(link, piece, &mut part);
+            got.extend(part);
+        }
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g, w, "frame {i}");
+        }
+        assert_eq!(burst.counters(), one.counters());
+        assert_eq!(burst.cm_counters(), one.cm_counters());
+    }
+
+    #[test]
+    fn batches_decide_as_one_frame_at_a_time_cm_included() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let policies = root.join("../../tools/acl-traffic/policies");
+        for (policy, trace) in [("server.acl", "attacks.pcap"), ("ib.acl", "ib.pcap")] {
+            let rules = compile(&api::load(&policies.join(policy)).unwrap()).unwrap();
+            let t = pcap::read(&root.join("tests/data").join(trace)).unwrap();
+            for flow in [false, true] {
+                sequential_and_batched(&rules, t.link, &t.packets, flow);
+            }
+        }
+        let synthetic = synth::rules(400, 3);
+        let rules = RuleSet {
+            policy_names: (0..synthetic.len()).map(|i| format!("r{i}")).collect(),
+            rules: synthetic,
+            default: Action::Deny,
+        };
+        let mut frames: Vec<Vec<u8>> = synth::traffic(
+            &rules.rules,
+            1000,
+            synth::Mix::Skewed {
+                hot_pct: 50,
+                flows: 8,
+            },
+            4,
+        )
+        .iter()
+        .map(|k| craft::roce_frame(k).unwrap())
+        .collect();
+        for i in 0..100 {
+            let mut f = frames[i].clone();
+            f.truncate(30 + i % 40);
+            frames.push(f);
+        }
+        for flow in [false, true] {
+            sequential_and_batched(&rules, LinkType::Ethernet, &frames, flow);
+        }
     }
 }
