@@ -330,13 +330,12 @@ pub unsafe fn resume(
     // Copy the small fields out; the stack is only reached through the addresses the
     // program holds, never through a reference.
     // SAFETY: the caller's contract: a live, unaliased state.
-    let (pc, depth, regs, frames, budget, stack_at) = unsafe {
+    let (pc, depth, regs, budget, stack_at) = unsafe {
         let s = &*state;
         (
             s.pc as usize,
             s.depth as usize,
             s.regs,
-            s.frames,
             s.run.budget,
             std::ptr::addr_of!((*state).stack) as u64,
         )
@@ -347,8 +346,12 @@ pub unsafe fn resume(
             DEOPT_MAX_FRAMES - 1
         )));
     }
+    // Only the live caller frames: the handover's cost grows with the call depth, not with
+    // the state's capacity.
     let mut callers = [ResumeFrame::default(); DEOPT_MAX_FRAMES];
-    for (c, f) in callers.iter_mut().zip(&frames[..depth]) {
+    // SAFETY: as above; `depth` was checked against the array's length.
+    let live = unsafe { &(&(*state).frames)[..depth] };
+    for (c, f) in callers.iter_mut().zip(live) {
         *c = ResumeFrame {
             ret: usize::try_from(f.ret_pc).unwrap_or(usize::MAX),
             saved: f.saved,

@@ -268,6 +268,7 @@ pub(crate) fn current_ptr() -> *mut ThreadState {
 /// The pointer is valid until the host function returns; it must not be kept beyond that,
 /// used from another thread, or used to change `status` or anything after the `RunState`
 /// (an elite run's deoptimisation state lives there).
+#[inline]
 pub fn current_run_state() -> Option<*mut RunState> {
     let ts = current()?;
     if !ts.in_run() {
