@@ -1,6 +1,9 @@
 //! aarch64 for real: every conformance vector, compiled for aarch64 on this host, linked by
 //! `rdx_jit::link` against the addresses the C harness (`harness/rdx_harness.c`) exports, and
 //! run by that harness under `qemu-aarch64`. Results must equal the vectors' expected r0.
+//! Both code generators run: the optimizing tier (also with elite artifacts) and
+//! `Pipeline::Baseline` (also with 400 random programs of the differential generator,
+//! `support/random_programs.rs`, checked against the interpreter's r0).
 //!
 //! Skips, printing why, only when the cross compiler or qemu is missing.
 
@@ -11,7 +14,10 @@ use std::process::Command;
 use rdx_bpf::asm::{assemble, TestVector};
 use rdx_bpf::isa::{CallTarget, Insn};
 use rdx_jit::link::{link_bytes, LinkTarget};
-use rdx_jit::{Arch, CompileOptions, Compiler, EntryAbi, HelperCalls, Symbol};
+use rdx_jit::{Arch, CompileOptions, Compiler, EntryAbi, HelperCalls, Pipeline, Symbol};
+
+#[path = "support/random_programs.rs"]
+mod random_programs;
 
 const CODE_BASE: u64 = 0x5000_0000;
 
@@ -67,6 +73,19 @@ fn write_jobs(jobs: &[Job], path: &Path) {
 
 #[test]
 fn conformance_vectors_pass_on_aarch64_under_qemu() {
+    run_on_aarch64(Pipeline::Optimizing);
+}
+
+#[test]
+fn baseline_conformance_vectors_pass_on_aarch64_under_qemu() {
+    run_on_aarch64(Pipeline::Baseline);
+}
+
+fn run_on_aarch64(pipeline: Pipeline) {
+    let tier = match pipeline {
+        Pipeline::Baseline => "baseline",
+        _ => "optimizing",
+    };
     let Some(gcc) = find_tool(&["aarch64-linux-gnu-gcc"]) else {
         eprintln!("SKIPPED: aarch64-linux-gnu-gcc not found (apt install gcc-aarch64-linux-gnu libc6-dev-arm64-cross)");
         return;
@@ -76,7 +95,7 @@ fn conformance_vectors_pass_on_aarch64_under_qemu() {
         return;
     };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let harness = dir.join("rdx_harness_aarch64");
+    let harness = dir.join(format!("rdx_harness_aarch64_{tier}"));
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("harness/rdx_harness.c");
     let st = Command::new(&gcc)
         .args(["-O2", "-static", "-Wall", "-Werror", "-o"])
@@ -112,8 +131,10 @@ fn conformance_vectors_pass_on_aarch64_under_qemu() {
                    budget: u64,
                    want_r0: u64,
                    want_status: u32| {
+        let mut opts = opts.clone();
+        opts.pipeline = pipeline;
         let (artifact, _) = compiler
-            .compile(insns, opts)
+            .compile(insns, &opts)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         // Through the serialised form, as the control plane ships it.
         let linked = link_bytes(
@@ -158,6 +179,37 @@ fn conformance_vectors_pass_on_aarch64_under_qemu() {
         add(name, &insns, &opts, v.mem.clone(), 0, v.result.unwrap(), 0);
     }
 
+    // Random programs of the differential generator, with the interpreter's r0 (which folds
+    // in the stack) as the expected result: every ALU, jump, memory and atomic form with
+    // random operands, immediates and offsets, metered and not.
+    if pipeline == Pipeline::Baseline {
+        use proptest::prelude::any;
+        use proptest::strategy::{Strategy, ValueTree};
+        use random_programs::{build, interpret, Raw, MEM};
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let strategy = (proptest::collection::vec(any::<Raw>(), 1..48), any::<u64>());
+        for n in 0..400 {
+            let (raw, seed) = strategy.new_tree(&mut runner).unwrap().current();
+            let insns = build(&raw);
+            let init: Vec<u8> = (0..MEM as u64)
+                .map(|i| (seed.rotate_left(i as u32 * 7) ^ i) as u8)
+                .collect();
+            let want = interpret(&insns, &mut init.clone());
+            let mut opts = CompileOptions::new(Arch::Aarch64);
+            opts.entry_abi = EntryAbi::WithLength;
+            opts.needs_budget = n % 2 == 0;
+            add(
+                format!("random-{n}"),
+                &insns,
+                &opts,
+                Some(init),
+                1 << 20,
+                want,
+                0,
+            );
+        }
+    }
+
     // Metering, helper arguments and local calls on aarch64.
     let lp = assemble("mov %r0, 0\nmov %r1, 1000\nadd %r0, 2\nsub %r1, 1\njne %r1, 0, -3\nexit")
         .unwrap();
@@ -189,7 +241,8 @@ fn conformance_vectors_pass_on_aarch64_under_qemu() {
     }
 
     // Elite artifacts: the eBPF stack in the run area, a guard exit inside a subprogram
-    // (status 3 = Deopt, the guard's slot handed over), and the same guard holding.
+    // (status 3 = Deopt, the guard's slot handed over), and the same guard holding. The
+    // baseline tier refuses elite builds (`CompileError::NotInBaseline`).
     let elite_prog = assemble(
         "mov %r6, 7\nstdw [%r10-8], 42\nmov %r1, %r10\nadd %r1, -8\ncall local, +2\n\
          add %r0, %r6\nexit\nldxdw %r0, [%r1]\nmov %r6, 100\njgt %r0, 40, +1\nexit\n\
@@ -199,7 +252,10 @@ fn conformance_vectors_pass_on_aarch64_under_qemu() {
     for (name, expect, want_r0, want_status, want_pc) in [
         ("elite-guard-fails", rdx_jit::Expect::NotTaken, 0, 3, 9),
         ("elite-guard-holds", rdx_jit::Expect::Taken, 91, 0, 0),
-    ] {
+    ]
+    .into_iter()
+    .filter(|_| pipeline != Pipeline::Baseline)
+    {
         let mut o = CompileOptions::new(Arch::Aarch64);
         o.speculation = Some(rdx_jit::Speculation {
             guards: [(9, expect)].into_iter().collect(),
@@ -228,6 +284,7 @@ fn conformance_vectors_pass_on_aarch64_under_qemu() {
     // (NULL, then 99), and a masked key whose range check and NULL test the compiler drops.
     let mut inline_opts = CompileOptions::new(Arch::Aarch64);
     inline_opts.entry_abi = EntryAbi::WithLength;
+    inline_opts.pipeline = pipeline;
     inline_opts.inline_arrays.insert(
         0,
         rdx_jit::InlineArray {
@@ -263,7 +320,7 @@ fn conformance_vectors_pass_on_aarch64_under_qemu() {
         });
     }
 
-    let job_file = dir.join("aarch64_jobs.bin");
+    let job_file = dir.join(format!("aarch64_jobs_{tier}.bin"));
     write_jobs(&jobs, &job_file);
     let out = Command::new(&qemu)
         .arg(&harness)
@@ -301,7 +358,7 @@ fn conformance_vectors_pass_on_aarch64_under_qemu() {
             )),
         }
     }
-    eprintln!("{} jobs ran on aarch64 under qemu", jobs.len());
+    eprintln!("{} {tier}-tier jobs ran on aarch64 under qemu", jobs.len());
     assert!(
         failures.is_empty(),
         "{} failures:\n{}",

@@ -1,5 +1,6 @@
-//! Every bpf_conformance vector through the JIT on this host, compared with the expected
-//! result and with the interpreter on the same input.
+//! Every bpf_conformance vector through the JIT on this host, in both code generators (the
+//! optimizing tier and `Pipeline::Baseline`), compared with the expected result and with the
+//! interpreter on the same input.
 //!
 //! Vectors live outside the repository: `RDX_CONFORMANCE_DIR`, or `../../../shared/conformance`
 //! relative to this crate. Missing vectors fail the test.
@@ -11,7 +12,9 @@ use rdx_bpf::asm::TestVector;
 use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::maps::MapSet;
-use rdx_jit::{Arch, CompileOptions, Compiler, EntryAbi, ExecutableCode, HelperCalls, Symbol};
+use rdx_jit::{
+    Arch, CompileOptions, Compiler, EntryAbi, ExecutableCode, HelperCalls, Pipeline, Symbol,
+};
 use rdx_region::abi::RunState;
 
 /// Helper 5 of the conformance suite ("unwind"): returns its first argument.
@@ -73,6 +76,7 @@ fn interpret(v: &TestVector) -> Result<u64, String> {
 
 fn jit(
     compiler: &Compiler,
+    pipeline: Pipeline,
     v: &TestVector,
     helper_calls: HelperCalls,
     table: &[u64],
@@ -81,6 +85,7 @@ fn jit(
     let mut opts = CompileOptions::new(compiler.arch());
     opts.entry_abi = EntryAbi::WithLength;
     opts.helper_calls = helper_calls;
+    opts.pipeline = pipeline;
     let (artifact, _) = compiler.compile(&insns, &opts).map_err(|e| e.to_string())?;
     let mut syms = HashMap::new();
     syms.insert(Symbol::Helper(5), unwind as *const () as u64);
@@ -108,6 +113,15 @@ fn jit(
 
 #[test]
 fn every_vector_matches_the_interpreter_and_the_expected_result() {
+    every_vector_matches(Pipeline::Optimizing);
+}
+
+#[test]
+fn baseline_every_vector_matches_the_interpreter_and_the_expected_result() {
+    every_vector_matches(Pipeline::Baseline);
+}
+
+fn every_vector_matches(pipeline: Pipeline) {
     let host = Arch::host().expect("supported host");
     let compiler = Compiler::new(host).unwrap();
     let mut table = vec![0u64; TABLE_LEN as usize];
@@ -140,10 +154,10 @@ fn every_vector_matches_the_interpreter_and_the_expected_result() {
             modes.push(HelperCalls::Direct);
         }
         for mode in modes {
-            match jit(&compiler, v, mode, &table) {
+            match jit(&compiler, pipeline, v, mode, &table) {
                 Ok(r) if r == want => {}
                 other => failures.push(format!(
-                    "{name} ({mode:?}): JIT gave {other:?}, expected {want:#x}"
+                    "{name} ({pipeline:?}, {mode:?}): JIT gave {other:?}, expected {want:#x}"
                 )),
             }
         }

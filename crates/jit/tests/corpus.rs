@@ -1,5 +1,6 @@
-//! Every program of the corpus (`bpf/tests/*.c`, compiled by clang) in the JIT and in the
-//! interpreter, on the same sequence of inputs: r0, the packet after the run, the writable
+//! Every program of the corpus (`bpf/tests/*.c`, compiled by clang) in the JIT (both code
+//! generators: the optimizing tier and `Pipeline::Baseline`, which also runs every other
+//! program with array lookups inlined) and in the interpreter, on the same sequence of inputs: r0, the packet after the run, the writable
 //! socket-filter context fields and every map entry must match after every run.
 //!
 //! The JIT side gets the context as real memory, laid out as the kernel exposes it to
@@ -14,7 +15,7 @@ use rdx_bpf::helpers::{native_helper, Helpers};
 use rdx_bpf::interp::{Config, ContextModel, Input, SkBuff, Vm, XdpMd};
 use rdx_bpf::isa::Size;
 use rdx_bpf::maps::MapSet;
-use rdx_jit::{Arch, CompileOptions, Compiler, ExecutableCode, Symbol};
+use rdx_jit::{Arch, CompileOptions, Compiler, ExecutableCode, Pipeline, Symbol};
 use rdx_region::abi::RunState;
 
 const SKB_SIZE: usize = 192;
@@ -198,6 +199,15 @@ fn frames() -> Vec<Vec<u8>> {
 
 #[test]
 fn every_corpus_program_matches_the_interpreter() {
+    every_corpus_program_matches(Pipeline::Optimizing);
+}
+
+#[test]
+fn baseline_every_corpus_program_matches_the_interpreter() {
+    every_corpus_program_matches(Pipeline::Baseline);
+}
+
+fn every_corpus_program_matches(pipeline: Pipeline) {
     let host = Arch::host().expect("supported host");
     let compiler = Compiler::new(host).unwrap();
     let names = rdx_testdata::objects_in("tests");
@@ -209,7 +219,7 @@ fn every_corpus_program_matches_the_interpreter() {
     let mut low = LowMem::new(1 << 16);
     for name in &names {
         let object = rdx_bpf::loader::load(&rdx_testdata::object(name)).unwrap();
-        for prog in &object.programs {
+        for (pi, prog) in object.programs.iter().enumerate() {
             let socket = prog.section.starts_with("socket");
             assert!(
                 socket || prog.section.starts_with("xdp"),
@@ -244,6 +254,12 @@ fn every_corpus_program_matches_the_interpreter() {
             );
             let mut opts = CompileOptions::new(host);
             opts.needs_budget = true;
+            opts.pipeline = pipeline;
+            // The baseline tier inlines array lookups in every other program, so both of its
+            // forms run.
+            if pipeline == Pipeline::Baseline && (pi + name.len()) % 2 == 0 {
+                opts.inline_array_lookups(&object.maps);
+            }
             let (artifact, _) = match compiler.compile(&prog.insns, &opts) {
                 Ok(a) => a,
                 Err(e) => {
