@@ -5,54 +5,12 @@
 //! fallback image: answers and map updates equal the interpreter's), and revert under
 //! traffic.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use rdx_runtime::{HookSpec, Runtime};
+use rdx_test_support::{Rdx, ValueOut};
 
-const EIM: &str = "\
-version: 1
-hooks:
-  - name: on_request
-    context:
-      size: 16
-      fields:
-        - {name: value, offset: 0, size: 8, access: read}
-        - {name: out, offset: 8, size: 8, access: read_write}
-classes:
-  - name: default
-    hook: on_request
-    context: {read: [value, out], write: [out]}
-    helpers: [map_lookup_elem, map_update_elem]
-    instructions: 100000
-    xstate_bytes: 1048576
-";
-
-#[repr(C)]
-struct Ctx {
-    value: u64,
-    out: u64,
-}
-
-fn rdx(state: &PathBuf, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rdx"))
-        .args(args)
-        .arg("--state-dir")
-        .arg(state)
-        .output()
-        .expect("rdx runs")
-}
-
-fn ok(state: &PathBuf, args: &[&str]) -> String {
-    let out = rdx(state, args);
-    assert!(
-        out.status.success(),
-        "rdx {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
+#[path = "support/request_classify.rs"]
+mod request_classify;
 
 /// `(r0, out)` of each request, and the per-class counts, of `values` run in the reference
 /// interpreter alone on fresh maps.
@@ -80,54 +38,16 @@ fn interpreter_run(object: &str, values: &[u64]) -> (Vec<(u64, u64)>, Vec<u64>) 
     (answers, counts)
 }
 
-/// The node's `classes` counts (classes 0..3), read remotely.
-fn classes(state: &PathBuf) -> Vec<u64> {
-    let dump: serde_json::Value = serde_json::from_str(&ok(
-        state,
-        &["map", "dump", "--node", "n1", "classes", "--json"],
-    ))
-    .unwrap();
-    (0..3)
-        .map(|k| {
-            dump.as_array()
-                .unwrap()
-                .iter()
-                .find(|e| e["key"].as_str() == Some(k.to_string().as_str()))
-                .map_or(0, |e| e["value"].as_str().unwrap().parse().unwrap())
-        })
-        .collect()
-}
-
 #[test]
 fn profile_reads_branch_counters_remotely_and_optimize_plans_from_them() {
-    let tag = std::process::id();
-    let region = format!("/dev/shm/rdx-cli-profile-{tag}");
-    let rt = Runtime::builder()
-        .path(&region)
-        .eim_spec(EIM)
-        .code_size(1 << 20)
-        .scratch_size(1 << 20)
-        .thread_slots(4)
-        .hook(
-            "on_request",
-            HookSpec::for_context::<Ctx>().default_return(0),
-        )
-        .build()
-        .unwrap();
-    rt.register().unwrap();
-    let state = std::env::temp_dir().join(format!("rdx-cli-profile-state-{tag}"));
-    let _ = std::fs::remove_dir_all(&state);
-    let object = rdx_testdata::object_path("deopt/request_classify")
-        .display()
-        .to_string();
-    let profile_file = state.join("profile.json");
-    std::fs::create_dir_all(&state).unwrap();
+    let host = request_classify::host("cli-profile");
+    let rt = &*host;
+    let rdx = Rdx::with_state(env!("CARGO_BIN_EXE_rdx"), "cli-profile");
+    let object = request_classify::object();
+    let profile_file = rdx.state_dir().join("profile.json");
 
-    ok(&state, &["node", "add", "n1", &format!("shm:{region}")]);
-    ok(
-        &state,
-        &["deploy", &object, "--node", "n1", "--hook", "on_request"],
-    );
+    rdx.ok(&["node", "add", "n1", &host.address()]);
+    rdx.ok(&["deploy", &object, "--node", "n1", "--hook", "on_request"]);
 
     let stop = AtomicBool::new(false);
     let served = AtomicU64::new(0);
@@ -145,7 +65,7 @@ fn profile_reads_branch_counters_remotely_and_optimize_plans_from_them() {
                 } else {
                     1 + i % 900
                 };
-                let mut c = Ctx { value, out: 0 };
+                let mut c = ValueOut { value, out: 0 };
                 let r0 = hook.run(&mut c);
                 // Before the first deploy lands the hook returns its default 0; afterwards
                 // every version (plain or instrumented) must compute the same answer.
@@ -164,24 +84,21 @@ fn profile_reads_branch_counters_remotely_and_optimize_plans_from_them() {
             }
         });
 
-        let rows: serde_json::Value = serde_json::from_str(&ok(
-            &state,
-            &[
-                "profile",
-                &object,
-                "--node",
-                "n1",
-                "--hook",
-                "on_request",
-                "--seconds",
-                "1",
-                "--min-runs",
-                "10",
-                "--out",
-                profile_file.to_str().unwrap(),
-                "--json",
-            ],
-        ))
+        let rows: serde_json::Value = serde_json::from_str(&rdx.ok(&[
+            "profile",
+            &object,
+            "--node",
+            "n1",
+            "--hook",
+            "on_request",
+            "--seconds",
+            "1",
+            "--min-runs",
+            "10",
+            "--out",
+            profile_file.to_str().unwrap(),
+            "--json",
+        ]))
         .unwrap();
         stop.store(true, Ordering::Relaxed);
 
@@ -213,24 +130,21 @@ fn profile_reads_branch_counters_remotely_and_optimize_plans_from_them() {
     );
     assert!(served.load(Ordering::Relaxed) > 0);
 
-    let history = ok(&state, &["history", "--node", "n1"]);
+    let history = rdx.ok(&["history", "--node", "n1"]);
     assert!(history.contains("profile"), "{history}");
 
     // The elite build, published with its fallback image by one transaction.
-    let report: serde_json::Value = serde_json::from_str(&ok(
-        &state,
-        &[
-            "optimize",
-            &object,
-            "--node",
-            "n1",
-            "--hook",
-            "on_request",
-            "--profile",
-            profile_file.to_str().unwrap(),
-            "--json",
-        ],
-    ))
+    let report: serde_json::Value = serde_json::from_str(&rdx.ok(&[
+        "optimize",
+        &object,
+        "--node",
+        "n1",
+        "--hook",
+        "on_request",
+        "--profile",
+        profile_file.to_str().unwrap(),
+        "--json",
+    ]))
     .unwrap();
     assert_eq!(report["published"], true, "{report}");
     assert!(report["guards"].as_u64().unwrap() > 0, "{report}");
@@ -240,10 +154,10 @@ fn profile_reads_branch_counters_remotely_and_optimize_plans_from_them() {
     // its branch is a guard): every answer and every map update is the interpreter's.
     let sequence = [7u64, 0, 5000, 3, 0, 999, 1000, 0, 12];
     let (reference, reference_counts) = interpreter_run(&object, &sequence);
-    let counts_before = classes(&state);
+    let counts_before = request_classify::classes(&rdx);
     let before = hook.stats();
     for (&value, want) in sequence.iter().zip(&reference) {
-        let mut c = Ctx { value, out: 0 };
+        let mut c = ValueOut { value, out: 0 };
         let r0 = hook.run(&mut c);
         assert_eq!((r0, c.out), *want, "request {value}");
     }
@@ -254,7 +168,7 @@ fn profile_reads_branch_counters_remotely_and_optimize_plans_from_them() {
         (zeros..=sequence.len() as u64).contains(&(after.deopts - before.deopts)),
         "{before:?} -> {after:?}"
     );
-    let delta: Vec<u64> = classes(&state)
+    let delta: Vec<u64> = request_classify::classes(&rdx)
         .iter()
         .zip(&counts_before)
         .map(|(a, b)| a - b)
@@ -272,7 +186,7 @@ fn profile_reads_branch_counters_remotely_and_optimize_plans_from_them() {
                 i += 1;
                 // Every 7th request leaves the elite build's fast path.
                 let value = if i.is_multiple_of(7) { 0 } else { 1 + i % 900 };
-                let mut c = Ctx { value, out: 0 };
+                let mut c = ValueOut { value, out: 0 };
                 let r0 = hook.run(&mut c);
                 let want = if value == 0 { (0, 0) } else { (1, value * 2) };
                 if (r0, c.out) != want {
@@ -280,18 +194,15 @@ fn profile_reads_branch_counters_remotely_and_optimize_plans_from_them() {
                 }
             }
         });
-        let reverted = ok(
-            &state,
-            &[
-                "optimize",
-                &object,
-                "--node",
-                "n1",
-                "--hook",
-                "on_request",
-                "--revert",
-            ],
-        );
+        let reverted = rdx.ok(&[
+            "optimize",
+            &object,
+            "--node",
+            "n1",
+            "--hook",
+            "on_request",
+            "--revert",
+        ]);
         assert!(reverted.contains("reverted"), "{reverted}");
         std::thread::sleep(std::time::Duration::from_millis(50));
         stop.store(true, Ordering::Relaxed);
@@ -303,11 +214,7 @@ fn profile_reads_branch_counters_remotely_and_optimize_plans_from_them() {
     );
     assert_eq!(hook.stats().failures, failures);
     let deopts = hook.stats().deopts;
-    let mut c = Ctx { value: 0, out: 0 };
+    let mut c = ValueOut { value: 0, out: 0 };
     assert_eq!(hook.run(&mut c), 0);
     assert_eq!(hook.stats().deopts, deopts, "the plain build has no guards");
-
-    let _ = std::fs::remove_dir_all(&state);
-    drop(rt);
-    let _ = std::fs::remove_file(&region);
 }

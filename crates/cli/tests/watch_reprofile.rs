@@ -9,74 +9,15 @@
 //! build. Every request got the right answer and was counted once in the program's map.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use rdx_runtime::{HookSpec, Runtime};
+use rdx_test_support::{Rdx, ValueOut};
 
-const EIM: &str = "\
-version: 1
-hooks:
-  - name: on_request
-    context:
-      size: 16
-      fields:
-        - {name: value, offset: 0, size: 8, access: read}
-        - {name: out, offset: 8, size: 8, access: read_write}
-classes:
-  - name: default
-    hook: on_request
-    context: {read: [value, out], write: [out]}
-    helpers: [map_lookup_elem, map_update_elem]
-    instructions: 100000
-    xstate_bytes: 1048576
-";
-
-#[repr(C)]
-struct Ctx {
-    value: u64,
-    out: u64,
-}
-
-fn rdx(state: &PathBuf, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rdx"))
-        .args(args)
-        .arg("--state-dir")
-        .arg(state)
-        .output()
-        .expect("rdx runs")
-}
-
-fn ok(state: &PathBuf, args: &[&str]) -> String {
-    let out = rdx(state, args);
-    assert!(
-        out.status.success(),
-        "rdx {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// The node's `classes` counts (classes 0..3), read remotely.
-fn classes(state: &PathBuf) -> Vec<u64> {
-    let dump: serde_json::Value = serde_json::from_str(&ok(
-        state,
-        &["map", "dump", "--node", "n1", "classes", "--json"],
-    ))
-    .unwrap();
-    (0..3)
-        .map(|k| {
-            dump.as_array()
-                .unwrap()
-                .iter()
-                .find(|e| e["key"].as_str() == Some(k.to_string().as_str()))
-                .map_or(0, |e| e["value"].as_str().unwrap().parse().unwrap())
-        })
-        .collect()
-}
+#[path = "support/request_classify.rs"]
+mod request_classify;
 
 /// The request class `request_classify` answers for `value`, and its `(r0, out)`.
 fn expected(value: u64) -> (usize, (u64, u64)) {
@@ -90,33 +31,13 @@ fn expected(value: u64) -> (usize, (u64, u64)) {
 #[test]
 fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
     let started = Instant::now();
-    let tag = std::process::id();
-    let region = format!("/dev/shm/rdx-cli-watch-reprofile-{tag}");
-    let rt = Runtime::builder()
-        .path(&region)
-        .eim_spec(EIM)
-        .code_size(1 << 20)
-        .scratch_size(1 << 20)
-        .thread_slots(4)
-        .hook(
-            "on_request",
-            HookSpec::for_context::<Ctx>().default_return(0),
-        )
-        .build()
-        .unwrap();
-    rt.register().unwrap();
-    let state = std::env::temp_dir().join(format!("rdx-cli-watch-reprofile-state-{tag}"));
-    let _ = std::fs::remove_dir_all(&state);
-    std::fs::create_dir_all(&state).unwrap();
-    let object = rdx_testdata::object_path("deopt/request_classify")
-        .display()
-        .to_string();
-    let profile_file = state.join("profile.json");
-    ok(&state, &["node", "add", "n1", &format!("shm:{region}")]);
-    ok(
-        &state,
-        &["deploy", &object, "--node", "n1", "--hook", "on_request"],
-    );
+    let host = request_classify::host("cli-watch-reprofile");
+    let rt = &*host;
+    let rdx = Rdx::with_state(env!("CARGO_BIN_EXE_rdx"), "cli-watch-reprofile");
+    let object = request_classify::object();
+    let profile_file = rdx.state_dir().join("profile.json");
+    rdx.ok(&["node", "add", "n1", &host.address()]);
+    rdx.ok(&["deploy", &object, "--node", "n1", "--hook", "on_request"]);
     let hook = rt.hook("on_request").unwrap();
     let failures_before = hook.stats().failures;
 
@@ -139,7 +60,7 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
                     _ if i.is_multiple_of(5) => 5000,
                     _ => 1 + i % 999,
                 };
-                let mut c = Ctx { value, out: 0 };
+                let mut c = ValueOut { value, out: 0 };
                 let r0 = hook.run(&mut c);
                 let (class, want) = expected(value);
                 if (r0, c.out) != want {
@@ -152,38 +73,32 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
             }
         });
 
-        ok(
-            &state,
-            &[
-                "profile",
-                &object,
-                "--node",
-                "n1",
-                "--hook",
-                "on_request",
-                "--seconds",
-                "0.5",
-                "--min-runs",
-                "10",
-                "--out",
-                profile_file.to_str().unwrap(),
-                "--json",
-            ],
-        );
-        let report: serde_json::Value = serde_json::from_str(&ok(
-            &state,
-            &[
-                "optimize",
-                &object,
-                "--node",
-                "n1",
-                "--hook",
-                "on_request",
-                "--profile",
-                profile_file.to_str().unwrap(),
-                "--json",
-            ],
-        ))
+        rdx.ok(&[
+            "profile",
+            &object,
+            "--node",
+            "n1",
+            "--hook",
+            "on_request",
+            "--seconds",
+            "0.5",
+            "--min-runs",
+            "10",
+            "--out",
+            profile_file.to_str().unwrap(),
+            "--json",
+        ]);
+        let report: serde_json::Value = serde_json::from_str(&rdx.ok(&[
+            "optimize",
+            &object,
+            "--node",
+            "n1",
+            "--hook",
+            "on_request",
+            "--profile",
+            profile_file.to_str().unwrap(),
+            "--json",
+        ]))
         .unwrap();
         let elite = report["version"].as_u64().unwrap();
         assert!(report["guards"].as_u64().unwrap() >= 2, "{report}");
@@ -196,8 +111,8 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
             "the profiled traffic follows the fast path"
         );
 
-        let mut watcher = Command::new(env!("CARGO_BIN_EXE_rdx"))
-            .args([
+        let mut watcher = rdx
+            .command(&[
                 "watch",
                 "n1/on_request",
                 "--json",
@@ -213,9 +128,7 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
                 "1",
                 "--duration",
                 "20",
-                "--state-dir",
             ])
-            .arg(&state)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -254,7 +167,7 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
         let new_elite = r["to_version"].as_u64().unwrap();
         assert!(new_elite > elite, "{r}");
         assert_eq!(
-            active_version(&state),
+            active_version(&rdx),
             new_elite,
             "the new elite build serves"
         );
@@ -273,27 +186,24 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
         // The old profile published again: its zero guard fails on the shifted traffic,
         // and this hook has had its one re-optimisation, so the watcher reverts to the
         // plain build.
-        let again: serde_json::Value = serde_json::from_str(&ok(
-            &state,
-            &[
-                "optimize",
-                &object,
-                "--node",
-                "n1",
-                "--hook",
-                "on_request",
-                "--profile",
-                profile_file.to_str().unwrap(),
-                "--json",
-            ],
-        ))
+        let again: serde_json::Value = serde_json::from_str(&rdx.ok(&[
+            "optimize",
+            &object,
+            "--node",
+            "n1",
+            "--hook",
+            "on_request",
+            "--profile",
+            profile_file.to_str().unwrap(),
+            "--json",
+        ]))
         .unwrap();
         let r = next("reoptimized", &mut events);
         assert_eq!(r["outcome"], "generic", "{r}");
         assert_eq!(r["from_version"], again["version"], "{r}");
         assert!(r["detail"].as_str().unwrap().contains("limit"), "{r}");
         let plain = r["to_version"].as_u64().unwrap();
-        assert_eq!(active_version(&state), plain);
+        assert_eq!(active_version(&rdx), plain);
         let a = hook.stats();
         std::thread::sleep(Duration::from_millis(100));
         let b = hook.stats();
@@ -316,22 +226,21 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
     // Every request was counted exactly once, across seven versions (plain, scouting,
     // elite, scouting, elite, elite, plain) and the deoptimised runs of the elite builds.
     let sent: Vec<u64> = sent.iter().map(|n| n.load(Ordering::Relaxed)).collect();
-    assert_eq!(classes(&state), sent, "events: {watch_events:?}");
+    assert_eq!(
+        request_classify::classes(&rdx),
+        sent,
+        "events: {watch_events:?}"
+    );
 
-    let history = ok(&state, &["history", "--node", "n1"]);
+    let history = rdx.ok(&["history", "--node", "n1"]);
     assert_eq!(history.matches("optimize").count(), 3, "{history}");
     assert_eq!(history.matches("profile").count(), 2, "{history}");
     eprintln!("test took {:?}", started.elapsed());
-
-    let _ = std::fs::remove_dir_all(&state);
-    drop(rt);
-    let _ = std::fs::remove_file(&region);
 }
 
 /// The hook's active version, read remotely.
-fn active_version(state: &PathBuf) -> u64 {
-    let status: serde_json::Value =
-        serde_json::from_str(&ok(state, &["node", "show", "n1", "--json"])).unwrap();
+fn active_version(rdx: &Rdx) -> u64 {
+    let status = rdx.json(&["node", "show", "n1"]);
     status["hooks"]
         .as_array()
         .unwrap()
