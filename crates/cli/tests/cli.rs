@@ -104,6 +104,49 @@ fn run_xdp_program_uses_the_xdp_model() {
 }
 
 #[test]
+fn run_jit_gives_the_interpreters_answers_and_map_changes() {
+    // The same programs natively (`--jit`: verified, compiled, linked against the native
+    // helpers, packet below 4 GiB) and in the interpreter: r0 and every map change agree.
+    let dir = ScratchDir::new("cli-test");
+    let long = dir.write("long.bin", frame(100));
+    let mut udp = frame(60);
+    udp[13] = 17;
+    let udp = dir.write("udp.bin", udp);
+    let hello = object("examples/hello");
+    let multi = object("examples/multi");
+    let cases: [&[&str]; 2] = [
+        &[
+            "run",
+            &hello,
+            "--packet",
+            long.to_str().unwrap(),
+            "--repeat",
+            "2",
+        ],
+        &[
+            "run",
+            &multi,
+            "--prog",
+            "xdp",
+            "--packet",
+            udp.to_str().unwrap(),
+        ],
+    ];
+    for args in cases {
+        let interp: serde_json::Value =
+            serde_json::from_str(&rdx().ok(&[args, &["--json"]].concat())).unwrap();
+        let jit: serde_json::Value =
+            serde_json::from_str(&rdx().ok(&[args, &["--json", "--jit"]].concat())).unwrap();
+        assert_eq!(jit["r0"], interp["r0"], "{args:?}");
+        assert_eq!(jit["map_changes"], interp["map_changes"], "{args:?}");
+        assert!(
+            !jit["map_changes"].as_array().unwrap().is_empty(),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
 fn run_hook_program_with_raw_context() {
     // on_request: hook_calls++ (.bss), then mix(ctx[0], hook_calls) in .text:
     // (a ^ (b << 7)) + (b >> 3). With ctx[0] = 5: run 1 -> 5 ^ 128, run 2 -> 5 ^ 256.

@@ -2,17 +2,17 @@
 //! architectures into relocatable artifacts (`DIR/<program>.<arch>.rdxa`, format in
 //! docs/artifact.md). Also the native runner behind `rdx run --jit`.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
-use rdx_bpf::helpers::native_helper;
+
 use rdx_bpf::interp::{ContextModel, SkBuff, XdpMd};
 use rdx_bpf::isa::Size;
 use rdx_bpf::loader::LoadedObject;
 use rdx_bpf::maps::MapSet;
 use rdx_bpf::program::{MapDef, Program};
-use rdx_jit::{Arch, CompileError, CompileOptions, Compiler, ExecutableCode, Pipeline, Symbol};
+use rdx_deopt::host::LowPacket;
+use rdx_jit::{Arch, CompileError, CompileOptions, Compiler, ExecutableCode, Pipeline};
 use rdx_region::abi::{RunState, RunStatus};
 use rdx_verifier::{EimSpec, KernelProgType, VerifyOptions};
 use serde::Serialize;
@@ -235,7 +235,7 @@ pub struct JitRunner {
     code: ExecutableCode,
     needs_budget: bool,
     /// Packet memory below 4 GiB: `xdp_md` and `__sk_buff` hold 32-bit packet pointers.
-    packet: LowMem,
+    packet: LowPacket,
 }
 
 impl JitRunner {
@@ -247,24 +247,14 @@ impl JitRunner {
         opts.needs_budget = needs_budget;
         let artifact = rdx_jit::compile(&prog.insns, &opts)
             .with_context(|| format!("cannot compile {}", prog.name))?;
-        let mut syms: HashMap<Symbol, u64> = HashMap::new();
-        for (i, m) in maps.iter().enumerate() {
-            syms.insert(Symbol::Map(i as u32), m.address());
-            if let Some(v) = m.value_address(0) {
-                syms.insert(Symbol::MapValue(i as u32), v);
-            }
-        }
-        for id in 0..256 {
-            if let Some(f) = native_helper(id) {
-                syms.insert(Symbol::Helper(id as u32), f as *const () as u64);
-            }
-        }
+        let syms = rdx_deopt::host::native_symbols(maps);
         let code = ExecutableCode::load(&artifact, &syms)
             .with_context(|| format!("cannot load {} natively", prog.name))?;
         Ok(JitRunner {
             code,
             needs_budget,
-            packet: LowMem::new(1 << 16)?,
+            packet: LowPacket::new(1 << 16)
+                .context("cannot map packet memory below 4 GiB for the 32-bit context pointers")?,
         })
     }
 
@@ -307,7 +297,15 @@ impl JitRunner {
                 bail!("--jit runs xdp and skb programs (raw contexts are not verified)")
             }
         };
-        let data = self.packet.fill(&packet)?;
+        if packet.len() > self.packet.capacity() {
+            bail!(
+                "packet of {} bytes is larger than {}",
+                packet.len(),
+                self.packet.capacity()
+            );
+        }
+        self.packet.set(&packet);
+        let data = self.packet.region().addr as u32;
         put(&mut ctx, offs.0, data);
         put(&mut ctx, offs.1, data + packet.len() as u32);
         put(&mut ctx, offs.2, data);
@@ -319,55 +317,6 @@ impl JitRunner {
             bail!("the run spent its instruction budget");
         }
         Ok(r0)
-    }
-}
-
-struct LowMem {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl LowMem {
-    fn new(len: usize) -> anyhow::Result<Self> {
-        #[cfg(target_arch = "x86_64")]
-        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_32BIT;
-        #[cfg(not(target_arch = "x86_64"))]
-        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-        // SAFETY: a fresh anonymous mapping, checked below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED || p as u64 >= 1 << 32 {
-            bail!("cannot map packet memory below 4 GiB for the 32-bit context pointers");
-        }
-        Ok(LowMem { ptr: p.cast(), len })
-    }
-
-    fn fill(&mut self, bytes: &[u8]) -> anyhow::Result<u32> {
-        if bytes.len() > self.len {
-            bail!(
-                "packet of {} bytes is larger than {}",
-                bytes.len(),
-                self.len
-            );
-        }
-        // SAFETY: inside our mapping.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr, bytes.len()) };
-        Ok(self.ptr as u64 as u32)
-    }
-}
-
-impl Drop for LowMem {
-    fn drop(&mut self) {
-        // SAFETY: our mapping.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }
 

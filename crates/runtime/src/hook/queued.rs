@@ -169,11 +169,86 @@ pub enum QueueError {
     Closed,
 }
 
+/// Anonymous read+write memory below 4 GiB, where the 32-bit packet pointers of an `xdp_md`
+/// context (`data`, `data_end`) can point: packet copies here, packet buffers of hosts and
+/// tools that run packet programs in-process. Unmapped on drop.
+pub struct LowMemory {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by this value; access goes through `&self`/`&mut self` or raw
+// pointers whose users take on the aliasing rules.
+unsafe impl Send for LowMemory {}
+// SAFETY: as above.
+unsafe impl Sync for LowMemory {}
+
+impl LowMemory {
+    pub fn new(len: usize) -> std::io::Result<LowMemory> {
+        #[cfg(target_arch = "x86_64")]
+        let low = libc::MAP_32BIT;
+        #[cfg(not(target_arch = "x86_64"))]
+        let low = 0;
+        // SAFETY: fresh anonymous mapping, result checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | low,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        if (p as u64) + len as u64 > 1 << 32 {
+            // SAFETY: our mapping.
+            unsafe { libc::munmap(p, len) };
+            return Err(std::io::Error::other(
+                "no memory below 4 GiB for 32-bit packet pointers",
+            ));
+        }
+        Ok(LowMemory { ptr: p.cast(), len })
+    }
+
+    /// The mapping's first byte (below 4 GiB, so it fits a 32-bit context field).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: our mapping of `len` bytes.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: our mapping of `len` bytes, borrowed exclusively.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for LowMemory {
+    fn drop(&mut self) {
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
 /// Fixed-size packet slots in one mapping below 4 GiB, so that 32-bit context fields can
 /// point into copies; and run states to copy deoptimised states into, recycled so that
 /// queueing a run allocates nothing in the steady state.
 pub struct PacketArena {
-    base: *mut u8,
+    memory: LowMemory,
     slot: usize,
     slots: usize,
     /// One lock for both: a capture takes a slot and a spare, a finished run gives both back.
@@ -197,34 +272,9 @@ impl PacketArena {
     pub fn new(slot: usize, slots: usize) -> Result<PacketArena, QueueError> {
         let slot = slot.max(64).next_multiple_of(64);
         let slots = slots.max(1);
-        let len = slot * slots;
-        #[cfg(target_arch = "x86_64")]
-        let low = libc::MAP_32BIT;
-        #[cfg(not(target_arch = "x86_64"))]
-        let low = 0;
-        // SAFETY: fresh anonymous mapping, result checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | low,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(QueueError::Arena(std::io::Error::last_os_error()));
-        }
-        if (p as u64) + len as u64 > 1 << 32 {
-            // SAFETY: our mapping.
-            unsafe { libc::munmap(p, len) };
-            return Err(QueueError::Arena(std::io::Error::other(
-                "no memory below 4 GiB for 32-bit packet pointers",
-            )));
-        }
+        let memory = LowMemory::new(slot * slots).map_err(QueueError::Arena)?;
         Ok(PacketArena {
-            base: p.cast(),
+            memory,
             slot,
             slots,
             free: Mutex::new(Free {
@@ -240,13 +290,6 @@ impl PacketArena {
     }
 }
 
-impl Drop for PacketArena {
-    fn drop(&mut self) {
-        // SAFETY: our mapping; every slot holder keeps the arena alive through an Arc.
-        unsafe { libc::munmap(self.base.cast(), self.slot * self.slots) };
-    }
-}
-
 /// A packet copy in the arena; the slot returns to the arena when its [`Captured`] drops.
 struct PacketCopy {
     arena: Arc<PacketArena>,
@@ -256,7 +299,7 @@ struct PacketCopy {
 
 impl PacketCopy {
     fn addr(&self) -> u64 {
-        self.arena.base as u64 + (self.index * self.arena.slot) as u64
+        self.arena.memory.as_ptr() as u64 + (self.index * self.arena.slot) as u64
     }
 }
 
