@@ -1039,6 +1039,20 @@ static __always_inline __u64 entry_verdict(const struct acl_entry *e, const stru
 	return ok + (ok & inexact);
 }
 
+// 0 if the entry's port, queue-pair and VA checks already fail (its rule cannot match):
+// cheaper than the whole verdict, which the scan then computes only for the entries that pass.
+static __always_inline __u64 entry_quick(const struct acl_entry *e, const struct acl_pkt *k)
+{
+	__u64 present = k->present;
+	__u64 absent_ok = e->absent_ok;
+	__u64 ok = FIELD_OK(F_DQPN, in64(e->dqpn_lo, k->dqpn, e->dqpn_hi));
+	asm volatile("" : "+r"(ok));
+	AND_FIELD(F_SPORT, in64(e->sport_lo, k->sport, e->sport_hi));
+	AND_FIELD(F_DPORT, in64(e->dport_lo, k->dport, e->dport_hi));
+	AND_FIELD(F_VA, in64(e->va_lo, k->va, e->va_hi));
+	return ok;
+}
+
 // Whether rule `prio` matches (its full check).
 static __noinline __u64 full_match(__u32 prio, const struct acl_pkt *k)
 {
@@ -1080,6 +1094,8 @@ static __noinline __u64 scan_leaf(__u32 t, __u32 leaf, __u32 from, __u32 best,
 		__u32 prio = e->priority;
 		if (prio >= best)
 			break;
+		if (!entry_quick(e, &th->p))
+			continue;
 		__u64 v = entry_verdict(e, &th->p);
 		if (v == 1)
 			return SCAN(SCAN_DONE, 0, prio);
