@@ -1039,14 +1039,17 @@ static __always_inline __u64 entry_verdict(const struct acl_entry *e, const stru
 	return ok + (ok & inexact);
 }
 
-// 0 if the entry's port, queue-pair and VA checks already fail (its rule cannot match):
-// cheaper than the whole verdict, which the scan then computes only for the entries that pass.
+// 0 if the entry's opcode, queue-pair, port and VA checks already fail (its rule cannot
+// match): cheaper than the whole verdict, which the scan then computes only for the entries
+// that pass (the address checks are most of its cost).
 static __always_inline __u64 entry_quick(const struct acl_entry *e, const struct acl_pkt *k)
 {
 	__u64 present = k->present;
 	__u64 absent_ok = e->absent_ok;
-	__u64 ok = FIELD_OK(F_DQPN, in64(e->dqpn_lo, k->dqpn, e->dqpn_hi));
+	__u64 op = k->opcode;
+	__u64 ok = FIELD_OK(F_OPCODE, le64(64, op) | ((e->opcodes >> (op & 63)) & 1));
 	asm volatile("" : "+r"(ok));
+	AND_FIELD(F_DQPN, in64(e->dqpn_lo, k->dqpn, e->dqpn_hi));
 	AND_FIELD(F_SPORT, in64(e->sport_lo, k->sport, e->sport_hi));
 	AND_FIELD(F_DPORT, in64(e->dport_lo, k->dport, e->dport_hi));
 	AND_FIELD(F_VA, in64(e->va_lo, k->va, e->va_hi));
