@@ -1019,29 +1019,25 @@ static __always_inline __u64 addr_ok(__u64 flags, __u64 v4, __u64 any, __u64 hi,
 	return t | (mapped & le64(elo, low) & le64(low, ehi));
 }
 
-// 0: the entry's rule does not match; 1: it matches; 2: the full rule must decide.
+// For an entry whose `entry_quick` checks passed: 0: the entry's rule does not match; 1: it
+// matches; 2: the full rule must decide. The address checks, and whether the compact check
+// is exact.
 static __always_inline __u64 entry_verdict(const struct acl_entry *e, const struct acl_pkt *k)
 {
 	__u64 present = k->present;
 	__u64 absent_ok = e->absent_ok;
 	__u64 flags = e->flags;
-	__u64 op = k->opcode;
-	__u64 big = le64(64, op);
-	__u64 ok = FIELD_OK(F_OPCODE, big | ((e->opcodes >> (op & 63)) & 1));
+	__u64 ok = FIELD_OK(F_SIP, addr_ok(flags, 0, 1, k->sip_hi, k->sip_lo, e->sip_lo, e->sip_hi));
 	asm volatile("" : "+r"(ok));
-	AND_FIELD(F_DQPN, in64(e->dqpn_lo, k->dqpn, e->dqpn_hi));
-	AND_FIELD(F_SIP, addr_ok(flags, 0, 1, k->sip_hi, k->sip_lo, e->sip_lo, e->sip_hi));
 	AND_FIELD(F_DIP, addr_ok(flags, 2, 3, k->dip_hi, k->dip_lo, e->dip_lo, e->dip_hi));
-	AND_FIELD(F_SPORT, in64(e->sport_lo, k->sport, e->sport_hi));
-	AND_FIELD(F_DPORT, in64(e->dport_lo, k->dport, e->dport_hi));
-	AND_FIELD(F_VA, in64(e->va_lo, k->va, e->va_hi));
+	__u64 big = le64(64, k->opcode);
 	__u64 inexact = ((flags >> 4) & 1) | (((present >> F_OPCODE) & 1) & big);
 	return ok + (ok & inexact);
 }
 
 // 0 if the entry's opcode, queue-pair, port and VA checks already fail (its rule cannot
-// match): cheaper than the whole verdict, which the scan then computes only for the entries
-// that pass (the address checks are most of its cost).
+// match). The scan computes the rest of the verdict (`entry_verdict`, the address checks:
+// most of the arithmetic) only for the entries that pass.
 static __always_inline __u64 entry_quick(const struct acl_entry *e, const struct acl_pkt *k)
 {
 	__u64 present = k->present;
