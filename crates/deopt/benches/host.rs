@@ -32,6 +32,7 @@ use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension};
 use rdx_jit::{branch_sites, Expect, Speculation};
 use rdx_runtime::queued::{ContextLayout, FallbackWorker, QueuedFallback};
 use rdx_runtime::{Hook, HookSpec, Runtime};
+use rdx_test_support::{eim, ValueOut};
 
 /// The hook's answer for a queued run.
 const DEFERRED: u64 = 0xdefe_44ed;
@@ -39,37 +40,13 @@ const DEFERRED: u64 = 0xdefe_44ed;
 const BATCH: usize = 2048;
 const BATCHES: usize = 41;
 
-const EIM: &str = "\
-version: 1
-hooks:
-  - name: on_request
-    context:
-      size: 16
-      fields:
-        - {name: value, offset: 0, size: 8, access: read}
-        - {name: out, offset: 8, size: 8, access: read_write}
-classes:
-  - name: default
-    hook: on_request
-    context: {read: [value, out], write: [out]}
-    helpers: [map_lookup_elem, map_update_elem]
-    instructions: 100000
-    xstate_bytes: 1048576
-";
-
-#[repr(C)]
-struct Ctx {
-    value: u64,
-    out: u64,
-}
-
 /// Median nanoseconds per request over batches of `values` (cycled).
 fn per_run(hook: &Hook<'_>, values: &[u64]) -> f64 {
     let mut samples: Vec<f64> = (0..BATCHES)
         .map(|b| {
             let start = Instant::now();
             for i in 0..BATCH {
-                let mut c = Ctx {
+                let mut c = ValueOut {
                     value: values[(b * BATCH + i) % values.len()],
                     out: 0,
                 };
@@ -92,7 +69,7 @@ fn per_run_queued(w: &FallbackWorker<'_>, completed: &AtomicU64, values: &[u64])
         let mut queued = 0u64;
         let start = Instant::now();
         for i in 0..BATCH {
-            let mut c = Ctx {
+            let mut c = ValueOut {
                 value: values[(b * BATCH + i) % values.len()],
                 out: 0,
             };
@@ -146,13 +123,13 @@ fn main() {
     let path = format!("/dev/shm/rdx-deopt-bench-{}", std::process::id());
     let rt = Runtime::builder()
         .path(&path)
-        .eim_spec(EIM)
+        .eim_spec(eim::on_request(&["map_lookup_elem", "map_update_elem"]))
         .code_size(4 << 20)
         .scratch_size(1 << 20)
         .thread_slots(4)
         .hook(
             "on_request",
-            HookSpec::for_context::<Ctx>().default_return(0),
+            HookSpec::for_context::<ValueOut>().default_return(0),
         )
         .build()
         .unwrap();
@@ -171,7 +148,7 @@ fn main() {
         };
         publish(&mut cf, &ext, Some(one));
         let before = hook.stats().deopts;
-        hook.run(&mut Ctx { value: 5, out: 0 });
+        hook.run(&mut ValueOut { value: 5, out: 0 });
         let expect = if hook.stats().deopts > before {
             Expect::NotTaken
         } else {
@@ -242,7 +219,7 @@ fn main() {
         };
         publish(&mut cf, &ext, Some(only));
         let d0 = hook.stats().deopts;
-        hook.run(&mut Ctx { value: 5, out: 0 });
+        hook.run(&mut ValueOut { value: 5, out: 0 });
         if hook.stats().deopts > d0 {
             last_guard = Some(per_run(&hook, &[5]));
             assert!(hook.stats().deopts - d0 > (BATCH * BATCHES) as u64);

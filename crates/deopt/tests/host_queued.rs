@@ -20,35 +20,12 @@ use rdx_runtime::queued::{
     Completed, ContextLayout, FallbackWorker, PacketField, PacketRole, QueuedFallback,
 };
 use rdx_runtime::{HookSpec, Runtime};
-
-const EIM: &str = "\
-version: 1
-hooks:
-  - name: on_request
-    context:
-      size: 16
-      fields:
-        - {name: value, offset: 0, size: 8, access: read}
-        - {name: out, offset: 8, size: 8, access: read_write}
-classes:
-  - name: default
-    hook: on_request
-    context: {read: [value, out], write: [out]}
-    helpers: [map_lookup_elem, map_update_elem]
-    instructions: 100000
-    xstate_bytes: 1048576
-";
+use rdx_test_support::{eim, ValueOut};
 
 /// The hook's answer for a queued run: none of the program's results (0, 1, 2).
 const DEFERRED: u64 = 0xdefe_44ed;
 
 const VALUES: [u64; 9] = [5, 0, 999, 1000, 7, 123_456, 0, 1, 4242];
-
-#[repr(C)]
-struct Ctx {
-    value: u64,
-    out: u64,
-}
 
 fn request_classify() -> Extension {
     let obj = rdx_bpf::loader::load(&rdx_testdata::object("deopt/request_classify")).unwrap();
@@ -92,7 +69,7 @@ fn classes(cf: &CodeFlow, map_id: u32) -> Vec<u64> {
 
 /// Sends `value` through the worker: the answer now, or the ticket of the queued run.
 fn send(worker: &FallbackWorker<'_>, value: u64) -> Result<(u64, u64), u64> {
-    let mut c = Ctx { value, out: 0 };
+    let mut c = ValueOut { value, out: 0 };
     let r0 = worker.run(&mut c);
     if r0 == DEFERRED {
         Err(FallbackWorker::last_ticket())
@@ -120,13 +97,13 @@ fn queued_runs_finish_in_the_worker_exactly_once() {
         );
         let rt = Runtime::builder()
             .path(&path)
-            .eim_spec(EIM)
+            .eim_spec(eim::on_request(&["map_lookup_elem", "map_update_elem"]))
             .code_size(1 << 20)
             .scratch_size(1 << 20)
             .thread_slots(4)
             .hook(
                 "on_request",
-                HookSpec::for_context::<Ctx>().default_return(0),
+                HookSpec::for_context::<ValueOut>().default_return(0),
             )
             .build()
             .unwrap();
@@ -176,7 +153,7 @@ fn queued_runs_finish_in_the_worker_exactly_once() {
         assert_eq!(stats.deopts, deferred, "{stats:?}");
 
         // A run through the plain hook handle deoptimises synchronously meanwhile.
-        let mut c = Ctx { value: 0, out: 0 };
+        let mut c = ValueOut { value: 0, out: 0 };
         assert_eq!((hook.run(&mut c), c.out), want[1]);
         assert_eq!(rx.try_recv().ok(), None, "nothing was queued");
         let before = classes(&cf, map_id);
@@ -350,13 +327,13 @@ fn a_full_queue_finishes_runs_synchronously() {
     let path = format!("/dev/shm/rdx-deopt-queued-full-{}", std::process::id());
     let rt = Runtime::builder()
         .path(&path)
-        .eim_spec(EIM)
+        .eim_spec(eim::on_request(&["map_lookup_elem", "map_update_elem"]))
         .code_size(1 << 20)
         .scratch_size(1 << 20)
         .thread_slots(4)
         .hook(
             "on_request",
-            HookSpec::for_context::<Ctx>().default_return(0),
+            HookSpec::for_context::<ValueOut>().default_return(0),
         )
         .build()
         .unwrap();
@@ -377,7 +354,7 @@ fn a_full_queue_finishes_runs_synchronously() {
         let d = rt.hook("on_request").unwrap().stats().deopts;
         rt.hook("on_request")
             .unwrap()
-            .run(&mut Ctx { value: 0, out: 0 });
+            .run(&mut ValueOut { value: 0, out: 0 });
         if rt.hook("on_request").unwrap().stats().deopts > d {
             map_id = Some(published.map_ids[0]);
             break;
