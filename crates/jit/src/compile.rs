@@ -480,31 +480,8 @@ impl Compiler {
             }
         }
 
-        let mut flags = 0;
-        if opts.needs_budget {
-            flags |= FLAG_NEEDS_BUDGET;
-        }
-        if opts.entry_abi == EntryAbi::WithLength {
-            flags |= FLAG_ENTRY_LENGTH_ARG;
-        }
-        if matches!(opts.helper_calls, HelperCalls::Table { .. }) {
-            flags |= FLAG_HELPER_TABLE;
-        }
-        if opts.speculation.is_some() {
-            flags |= FLAG_DEOPT;
-        }
-        let source = raw_to_bytes(&encode(insns));
         let artifact = Artifact {
-            meta: Metadata {
-                arch: self.arch,
-                flags,
-                entry_offset: func_offsets[0],
-                stack_bytes: (depth * STACK_SIZE) as u32,
-                functions: plans.len() as u32,
-                insn_count: insns.len() as u32,
-                source_hash: sha256(&[&source]),
-                options_hash: opts.hash(),
-            },
+            meta: metadata(insns, opts, func_offsets[0], depth, plans.len()),
             code,
             symbols,
             relocations,
@@ -645,6 +622,41 @@ pub(crate) fn max_call_depth(plans: &[FuncPlan], insns: &[Insn]) -> Result<usize
 
 pub(crate) fn callee_index(plans: &[FuncPlan], start: usize) -> usize {
     function_index(plans, start)
+}
+
+/// The artifact metadata both code generators write: flags from the options, the entry, the
+/// stack of `depth` frames, and the hashes of the source bytecode and the options.
+pub(crate) fn metadata(
+    insns: &[Insn],
+    opts: &CompileOptions,
+    entry_offset: u32,
+    depth: usize,
+    functions: usize,
+) -> Metadata {
+    let mut flags = 0;
+    if opts.needs_budget {
+        flags |= FLAG_NEEDS_BUDGET;
+    }
+    if opts.entry_abi == EntryAbi::WithLength {
+        flags |= FLAG_ENTRY_LENGTH_ARG;
+    }
+    if matches!(opts.helper_calls, HelperCalls::Table { .. }) {
+        flags |= FLAG_HELPER_TABLE;
+    }
+    if opts.speculation.is_some() {
+        flags |= FLAG_DEOPT;
+    }
+    let source = raw_to_bytes(&encode(insns));
+    Metadata {
+        arch: opts.arch,
+        flags,
+        entry_offset,
+        stack_bytes: (depth * STACK_SIZE) as u32,
+        functions: functions as u32,
+        insn_count: insns.len() as u32,
+        source_hash: sha256(&[&source]),
+        options_hash: opts.hash(),
+    }
 }
 
 #[cfg(test)]

@@ -22,15 +22,11 @@ use std::time::Instant;
 
 use dynasmrt::DynamicLabel;
 use rdx_bpf::isa::{
-    encode, raw_to_bytes, AluOp, AtomicOp, ByteOrder, CallTarget, ImmKind, Insn, JmpCond, Operand,
-    Reg, Size, Width, STACK_SIZE,
+    AluOp, AtomicOp, ByteOrder, CallTarget, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width,
 };
 use rdx_region::abi::RunStatus;
 
-use crate::artifact::{
-    sha256, Artifact, Metadata, RelocKind, Relocation, Symbol, FLAG_ENTRY_LENGTH_ARG,
-    FLAG_HELPER_TABLE, FLAG_NEEDS_BUDGET, HELPER_TABLE_SYMBOL,
-};
+use crate::artifact::{Artifact, RelocKind, Relocation, Symbol, HELPER_TABLE_SYMBOL};
 use crate::compile::{
     max_call_depth, plan_functions, CompileError, CompileOptions, CompileStats, EntryAbi,
     HelperCalls, InlineArray,
@@ -146,29 +142,9 @@ fn compile_with<E: Emit>(
         reason,
     })?;
 
-    let mut flags = 0;
-    if opts.needs_budget {
-        flags |= FLAG_NEEDS_BUDGET;
-    }
-    if opts.entry_abi == EntryAbi::WithLength {
-        flags |= FLAG_ENTRY_LENGTH_ARG;
-    }
-    if matches!(opts.helper_calls, HelperCalls::Table { .. }) {
-        flags |= FLAG_HELPER_TABLE;
-    }
-    let source = raw_to_bytes(&encode(insns));
     let live_slots = d.live_slots;
     let artifact = Artifact {
-        meta: Metadata {
-            arch: opts.arch,
-            flags,
-            entry_offset: func_offsets[0],
-            stack_bytes: (depth * STACK_SIZE) as u32,
-            functions: plans.len() as u32,
-            insn_count: insns.len() as u32,
-            source_hash: sha256(&[&source]),
-            options_hash: opts.hash(),
-        },
+        meta: crate::compile::metadata(insns, opts, func_offsets[0], depth, plans.len()),
         code,
         symbols: d.symbols,
         relocations: d.relocations,
