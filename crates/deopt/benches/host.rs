@@ -31,8 +31,8 @@ use std::time::Instant;
 use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension};
 use rdx_jit::{branch_sites, Expect, Speculation};
 use rdx_runtime::queued::{ContextLayout, FallbackWorker, QueuedFallback};
-use rdx_runtime::{Hook, HookSpec, Runtime};
-use rdx_test_support::{eim, ValueOut};
+use rdx_runtime::Hook;
+use rdx_test_support::{eim, LocalHost, ShmPath, ValueOut};
 
 /// The hook's answer for a queued run.
 const DEFERRED: u64 = 0xdefe_44ed;
@@ -120,24 +120,17 @@ fn traffic(n: usize, fail_per_mille: usize) -> Vec<u64> {
 }
 
 fn main() {
-    let path = format!("/dev/shm/rdx-deopt-bench-{}", std::process::id());
-    let rt = Runtime::builder()
-        .path(&path)
-        .eim_spec(eim::on_request(&["map_lookup_elem", "map_update_elem"]))
-        .code_size(4 << 20)
-        .scratch_size(1 << 20)
-        .thread_slots(4)
-        .hook(
-            "on_request",
-            HookSpec::for_context::<ValueOut>().default_return(0),
-        )
-        .build()
-        .unwrap();
-    rt.register().unwrap();
+    let region = ShmPath::new("deopt-bench");
+    let builder = LocalHost::builder(
+        &region,
+        &eim::on_request(&["map_lookup_elem", "map_update_elem"]),
+    )
+    .code_size(4 << 20);
+    let rt = LocalHost::with(region, builder);
     let hook = rt.hook("on_request").unwrap();
     let obj = rdx_bpf::loader::load(&rdx_testdata::object("deopt/request_classify")).unwrap();
     let ext = Extension::from_object(&obj, None).unwrap();
-    let mut cf = create_codeflow(&format!("shm:{path}"), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&rt.address(), ExtSpec::default()).unwrap();
 
     // The profile of traffic 1..999: each conditional jump's direction on it, found by
     // publishing a one-guard build per jump and seeing whether a hot request deoptimises.

@@ -20,7 +20,7 @@ use rdx_runtime::queued::{
     Completed, ContextLayout, FallbackWorker, PacketField, PacketRole, QueuedFallback,
 };
 use rdx_runtime::{HookSpec, Runtime};
-use rdx_test_support::{eim, ValueOut};
+use rdx_test_support::{eim, LocalHost, ShmPath, ValueOut};
 
 /// The hook's answer for a queued run: none of the program's results (0, 1, 2).
 const DEFERRED: u64 = 0xdefe_44ed;
@@ -91,24 +91,11 @@ fn queued_runs_finish_in_the_worker_exactly_once() {
     let sites = branch_sites(&ext.insns);
     assert!(sites.len() >= 2);
     for expect in [Expect::NotTaken, Expect::Taken] {
-        let path = format!(
-            "/dev/shm/rdx-deopt-queued-{}-{expect:?}",
-            std::process::id()
+        let rt = LocalHost::start(
+            &format!("deopt-queued-{expect:?}"),
+            &eim::on_request(&["map_lookup_elem", "map_update_elem"]),
         );
-        let rt = Runtime::builder()
-            .path(&path)
-            .eim_spec(eim::on_request(&["map_lookup_elem", "map_update_elem"]))
-            .code_size(1 << 20)
-            .scratch_size(1 << 20)
-            .thread_slots(4)
-            .hook(
-                "on_request",
-                HookSpec::for_context::<ValueOut>().default_return(0),
-            )
-            .build()
-            .unwrap();
-        rt.register().unwrap();
-        let mut cf = create_codeflow(&format!("shm:{path}"), ExtSpec::default()).unwrap();
+        let mut cf = create_codeflow(&rt.address(), ExtSpec::default()).unwrap();
         let checked = cf.validate_code(&ext, "on_request", None).unwrap();
         let speculation = Speculation {
             guards: sites.iter().map(|&pc| (pc, expect)).collect(),
@@ -201,8 +188,6 @@ fn queued_runs_finish_in_the_worker_exactly_once() {
         assert_eq!(delta, sent.to_vec(), "{expect:?}: exactly once under load");
         assert_eq!(hook.stats().failures, 0);
         drop(worker);
-        drop(rt);
-        let _ = std::fs::remove_file(&path);
     }
 }
 
@@ -258,12 +243,9 @@ fn queued_runs_read_their_packet_copy() {
     ];
     let verdict = |f: &[u8]| u64::from(f.len() >= 14 && f[12..14] == [0x86, 0xdd]);
     for expect in [Expect::NotTaken, Expect::Taken] {
-        let path = format!(
-            "/dev/shm/rdx-deopt-queued-pkt-{}-{expect:?}",
-            std::process::id()
-        );
+        let region = ShmPath::new(&format!("deopt-queued-pkt-{expect:?}"));
         let rt = Runtime::builder()
-            .path(&path)
+            .path(&region)
             .eim_spec(include_str!("../../../eim/packet.yaml"))
             .code_size(1 << 20)
             .scratch_size(1 << 20)
@@ -272,7 +254,7 @@ fn queued_runs_read_their_packet_copy() {
             .build()
             .unwrap();
         rt.register().unwrap();
-        let mut cf = create_codeflow(&format!("shm:{path}"), ExtSpec::default()).unwrap();
+        let mut cf = create_codeflow(&region.address(), ExtSpec::default()).unwrap();
         let checked = cf.validate_code(&ext, "packet_in", Some("filter")).unwrap();
         let speculation = Speculation {
             guards: sites.iter().map(|&pc| (pc, expect)).collect(),
@@ -313,8 +295,6 @@ fn queued_runs_read_their_packet_copy() {
         assert!(deferred > 0, "{expect:?}: nothing was queued");
         assert_eq!(worker.hook().stats().failures, 0);
         drop(worker);
-        drop(rt);
-        let _ = std::fs::remove_file(&path);
     }
 }
 
@@ -324,21 +304,11 @@ fn queued_runs_read_their_packet_copy() {
 #[test]
 fn a_full_queue_finishes_runs_synchronously() {
     let ext = request_classify();
-    let path = format!("/dev/shm/rdx-deopt-queued-full-{}", std::process::id());
-    let rt = Runtime::builder()
-        .path(&path)
-        .eim_spec(eim::on_request(&["map_lookup_elem", "map_update_elem"]))
-        .code_size(1 << 20)
-        .scratch_size(1 << 20)
-        .thread_slots(4)
-        .hook(
-            "on_request",
-            HookSpec::for_context::<ValueOut>().default_return(0),
-        )
-        .build()
-        .unwrap();
-    rt.register().unwrap();
-    let mut cf = create_codeflow(&format!("shm:{path}"), ExtSpec::default()).unwrap();
+    let rt = LocalHost::start(
+        "deopt-queued-full",
+        &eim::on_request(&["map_lookup_elem", "map_update_elem"]),
+    );
+    let mut cf = create_codeflow(&rt.address(), ExtSpec::default()).unwrap();
     let checked = cf.validate_code(&ext, "on_request", None).unwrap();
     // Value 0 fails the first guard; every other jump is left unguarded.
     let first = branch_sites(&ext.insns)[0];
@@ -396,6 +366,4 @@ fn a_full_queue_finishes_runs_synchronously() {
         3,
         "three requests of class 0, each counted once"
     );
-    drop(rt);
-    let _ = std::fs::remove_file(&path);
 }
