@@ -84,7 +84,7 @@ fn profile_reads_branch_counters_remotely_and_optimize_plans_from_them() {
             }
         });
 
-        let rows: serde_json::Value = serde_json::from_str(&rdx.ok(&[
+        let rows = rdx.json(&[
             "profile",
             &object,
             "--node",
@@ -97,9 +97,7 @@ fn profile_reads_branch_counters_remotely_and_optimize_plans_from_them() {
             "10",
             "--out",
             profile_file.to_str().unwrap(),
-            "--json",
-        ]))
-        .unwrap();
+        ]);
         stop.store(true, Ordering::Relaxed);
 
         let rows = rows.as_array().unwrap();
@@ -134,7 +132,7 @@ fn profile_reads_branch_counters_remotely_and_optimize_plans_from_them() {
     assert!(history.contains("profile"), "{history}");
 
     // The elite build, published with its fallback image by one transaction.
-    let report: serde_json::Value = serde_json::from_str(&rdx.ok(&[
+    let report = rdx.json(&[
         "optimize",
         &object,
         "--node",
@@ -143,9 +141,7 @@ fn profile_reads_branch_counters_remotely_and_optimize_plans_from_them() {
         "on_request",
         "--profile",
         profile_file.to_str().unwrap(),
-        "--json",
-    ]))
-    .unwrap();
+    ]);
     assert_eq!(report["published"], true, "{report}");
     assert!(report["guards"].as_u64().unwrap() > 0, "{report}");
     let hook = rt.hook("on_request").unwrap();

@@ -88,7 +88,7 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
             profile_file.to_str().unwrap(),
             "--json",
         ]);
-        let report: serde_json::Value = serde_json::from_str(&rdx.ok(&[
+        let report = rdx.json(&[
             "optimize",
             &object,
             "--node",
@@ -97,9 +97,7 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
             "on_request",
             "--profile",
             profile_file.to_str().unwrap(),
-            "--json",
-        ]))
-        .unwrap();
+        ]);
         let elite = report["version"].as_u64().unwrap();
         assert!(report["guards"].as_u64().unwrap() >= 2, "{report}");
         let st = hook.stats();
@@ -186,7 +184,7 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
         // The old profile published again: its zero guard fails on the shifted traffic,
         // and this hook has had its one re-optimisation, so the watcher reverts to the
         // plain build.
-        let again: serde_json::Value = serde_json::from_str(&rdx.ok(&[
+        let again = rdx.json(&[
             "optimize",
             &object,
             "--node",
@@ -195,9 +193,7 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
             "on_request",
             "--profile",
             profile_file.to_str().unwrap(),
-            "--json",
-        ]))
-        .unwrap();
+        ]);
         let r = next("reoptimized", &mut events);
         assert_eq!(r["outcome"], "generic", "{r}");
         assert_eq!(r["from_version"], again["version"], "{r}");
