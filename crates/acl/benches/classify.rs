@@ -154,6 +154,30 @@ fn measure_batch(
 const ENGINE_FRAMES: usize = 100_000;
 
 /// Mpps of `pass` (which decides `n` frames), best of [`PASSES`] by thread CPU time.
+/// The first `ENGINE_FRAMES` keys as RoCEv2 frames, for the engine rows.
+fn engine_frames(packets: &[PacketKey]) -> Vec<Vec<u8>> {
+    packets[..ENGINE_FRAMES]
+        .iter()
+        .map(|k| craft::roce_frame(k).expect("synthetic keys have frames"))
+        .collect()
+}
+
+/// Mpps/core of `engine` on `frames`, one per call and through `process_batch`.
+fn engine_rates(engine: &mut Engine, frames: &[Vec<u8>]) -> (f64, f64) {
+    let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+    let mut verdicts: Vec<Verdict> = Vec::new();
+    let one = measure_frames(frames.len(), || {
+        for f in &refs {
+            black_box(engine.process(LinkType::Ethernet, f));
+        }
+    });
+    let batched = measure_frames(frames.len(), || {
+        engine.process_batch(LinkType::Ethernet, &refs, &mut verdicts);
+        black_box(&verdicts);
+    });
+    (one, batched)
+}
+
 fn measure_frames(n: usize, mut pass: impl FnMut()) -> f64 {
     let best = (0..PASSES)
         .map(|_| {
@@ -354,30 +378,9 @@ fn main() {
             &format!("layered + hot-flow table ({FLOW_SLOTS})"),
             &lay_flow,
         );
-        let frames: Vec<Vec<u8>> = packets[..ENGINE_FRAMES]
-            .iter()
-            .map(|k| craft::roce_frame(k).expect("synthetic keys have frames"))
-            .collect();
-        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-        let mut verdicts: Vec<Verdict> = Vec::new();
-        let one = measure_frames(frames.len(), || {
-            for f in &refs {
-                black_box(engine.process(LinkType::Ethernet, f));
-            }
-        });
-        let batched = measure_frames(frames.len(), || {
-            engine.process_batch(LinkType::Ethernet, &refs, &mut verdicts);
-            black_box(&verdicts);
-        });
-        let one_flow = measure_frames(frames.len(), || {
-            for f in &refs {
-                black_box(engine_flow.process(LinkType::Ethernet, f));
-            }
-        });
-        let batched_flow = measure_frames(frames.len(), || {
-            engine_flow.process_batch(LinkType::Ethernet, &refs, &mut verdicts);
-            black_box(&verdicts);
-        });
+        let frames = engine_frames(&packets);
+        let (one, batched) = engine_rates(&mut engine, &frames);
+        let (one_flow, batched_flow) = engine_rates(&mut engine_flow, &frames);
         println!(
             "  engine (parse, CM, cut tree), {ENGINE_FRAMES} frames: one per call {one:.3} Mpps/core, process_batch {batched:.3} (x{:.2}); with the hot-flow table {one_flow:.3}, batched {batched_flow:.3} (x{:.2})",
             batched / one,
@@ -762,21 +765,7 @@ fn specific_section(n_rules: usize, harness: &Option<std::path::PathBuf>, timer_
             &lay_flow,
         );
         row("tuple space", &tss);
-        let frames: Vec<Vec<u8>> = packets[..ENGINE_FRAMES]
-            .iter()
-            .map(|k| craft::roce_frame(k).expect("synthetic keys have frames"))
-            .collect();
-        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-        let mut verdicts: Vec<Verdict> = Vec::new();
-        let one = measure_frames(frames.len(), || {
-            for f in &refs {
-                black_box(engine.process(LinkType::Ethernet, f));
-            }
-        });
-        let batched = measure_frames(frames.len(), || {
-            engine.process_batch(LinkType::Ethernet, &refs, &mut verdicts);
-            black_box(&verdicts);
-        });
+        let (one, batched) = engine_rates(&mut engine, &engine_frames(&packets));
         println!(
             "  engine (parse, CM, cut tree), {ENGINE_FRAMES} frames: one per call {one:.3} Mpps/core, process_batch {batched:.3} (x{:.2})",
             batched / one
