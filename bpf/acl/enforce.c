@@ -21,8 +21,9 @@
 //
 // In front of the trees, a per-thread hot-flow table (in the thread's `acl_scratch` value)
 // keeps the decision of recent flows, keyed by the whole match key and tagged with the
-// version's `tag`, so a publication invalidates it. `acl_cm` and `acl_stats` are named maps,
-// reused by every version: connection state and counters survive policy updates.
+// version's `tag`, so a publication invalidates it. `acl_cm` and `acl_scratch` are named
+// maps, reused by every version: connection state and counters (the first 192 bytes of each
+// thread's `acl_scratch` value) survive policy updates.
 //
 // The native engine (crates/acl/src/engine.rs) is the oracle this program is tested against;
 // field meanings, malformed reasons and CM semantics follow it exactly (docs/acl.md).
@@ -222,7 +223,9 @@ struct {
 	__type(value, __u64);
 } acl_decisions SEC(".maps");
 
-// Counters, one copy per host thread (index: ACL_STAT_*).
+// Counters, one copy per host thread (index: S_*): the first member of the thread's
+// `acl_scratch` value, so that one per-thread lookup serves the counters and the scratch
+// space (crates/acl/src/enforce.rs, STATS_MAP and STATS_SIZE, reads them there).
 enum {
 	S_PACKETS = 0,
 	S_ALLOWED,
@@ -241,13 +244,6 @@ struct acl_stats {
 	__u64 n[24];
 };
 _Static_assert(S_COUNT <= 24, "stats size");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct acl_stats);
-} acl_stats SEC(".maps");
 
 // CM connections keyed by the active side: (endpoint, comm ID).
 struct acl_conn_key {
@@ -309,9 +305,10 @@ struct acl_hot {
 };
 _Static_assert(sizeof(struct acl_hot) == 128, "hot entry");
 
-// Per-thread state: the packet being decided, its match fields by field index (high, low
-// halves) for the tree walk, and the hot-flow table.
+// Per-thread state: the counters, the packet being decided, its match fields by field index
+// (high, low halves) for the tree walk, and the hot-flow table.
 struct acl_thread {
+	struct acl_stats st; // at offset 0: readers take the first 192 bytes
 	struct acl_pkt p;
 	__u64 vals[16][2];
 	__u32 leaves[ACL_MAX_GROUPS];
@@ -682,6 +679,83 @@ static __noinline int parse_infiniband(const struct acl_ctx *ctx, struct acl_pkt
 	return P_RDMA;
 }
 
+// The common frame in one pass, without the staged parsers: Ethernet without tags, IPv4
+// without options, UDP 4791, a BTH whose opcode carries no DETH (so no CM MAD), every header
+// inside the datagram and the frame, at least 62 bytes. Writes the whole match key (every
+// word the hot-flow table compares; the parser-only fields are left as they were, nothing
+// reads them on this path) and returns 1. Returns 0 for every other frame, which the staged
+// parsers then decide, malformed ones included. It accepts a frame only where the staged
+// parsers would parse it as RDMA with this same key: the checks below are theirs for this
+// layout, at constant offsets.
+static __always_inline int parse_fast(const struct acl_ctx *ctx, struct acl_pkt *p)
+{
+	FRAME;
+	__u32 buflen = ctx->len;
+	if (buflen < 62 || pkt + 62 > pkt_end)
+		return 0;
+	if (be16(pkt + 12) != 0x0800 || pkt[14] != 0x45 || pkt[23] != 17)
+		return 0;
+	__u32 total = be16(pkt + 16);
+	if (total < 20 || 14 + total > buflen || (be16(pkt + 20) & 0x3fff))
+		return 0;
+	// UDP at 34: its length covers the BTH (42..54) before the 4-byte ICRC.
+	__u32 udp_len = be16(pkt + 38);
+	if (udp_len < 24 || 34 + udp_len > 14 + total || be16(pkt + 36) != 4791)
+		return 0;
+	__u32 limit = 34 + udp_len - 4;
+	__u8 opcode = pkt[42];
+	if (pkt[43] & 0x0f)
+		return 0;
+	__u32 h = opcode_headers(opcode);
+	if (h & (H_UNKNOWN | H_DETH))
+		return 0;
+	__u32 end = 54;
+	if (h & H_RETH)
+		end += 16;
+	if (h & H_ATOMIC_ETH)
+		end += 28;
+	if (h & H_AETH)
+		end += 4;
+	if (h & H_ATOMIC_ACK)
+		end += 8;
+	if (h & H_IMM)
+		end += 4;
+	if (h & H_IETH)
+		end += 4;
+	if (end > limit || end > buflen || pkt + end > pkt_end)
+		return 0;
+	__u32 present = BIT(F_SIP) | BIT(F_DIP) | BIT(F_SPORT) | BIT(F_DPORT) | BIT(F_SGID) |
+			BIT(F_DGID) | BIT(F_OPCODE) | BIT(F_DQPN);
+	__u64 va = 0;
+	if (h & (H_RETH | H_ATOMIC_ETH)) {
+		va = be64(pkt + 54);
+		present |= BIT(F_VA);
+	}
+	__u64 sip = 0xffff00000000ull | be32(pkt + 26);
+	__u64 dip = 0xffff00000000ull | be32(pkt + 30);
+	p->sip_hi = 0;
+	p->sip_lo = sip;
+	p->dip_hi = 0;
+	p->dip_lo = dip;
+	p->sgid_hi = 0;
+	p->sgid_lo = sip;
+	p->dgid_hi = 0;
+	p->dgid_lo = dip;
+	p->va = va;
+	p->lqpn = 0;
+	p->dqpn = be24(pkt + 47);
+	p->present = present;
+	p->sport = be16(pkt + 34);
+	p->dport = 4791;
+	p->slid = 0;
+	p->dlid = 0;
+	p->opcode = opcode;
+	p->cm_type = 0;
+	p->forged = 0;
+	p->is_cm = 0;
+	return 1;
+}
+
 // CM endpoints: the IP address, else the GID, else the LID with the top bit set.
 static __always_inline void src_endpoint(const struct acl_pkt *p, __u64 *hi, __u64 *lo)
 {
@@ -771,7 +845,7 @@ static __always_inline int cm_resolve(struct acl_pkt *p, struct acl_conn_key *ke
 	    kind != CM_DREP)
 		return SIDE_NONE;
 	int side = cm_lookup(p, key);
-	if (side == SIDE_NONE && st)
+	if (side == SIDE_NONE)
 		st->n[S_CM_UNKNOWN]++;
 	__u32 mine = 0, theirs = 0;
 	int has_mine = 0, has_theirs = 0;
@@ -1195,10 +1269,10 @@ SEC("rdx/acl_packet")
 int acl_enforce(struct acl_ctx *ctx)
 {
 	__u32 zero = 0;
-	struct acl_stats *st = bpf_map_lookup_elem(&acl_stats, &zero);
-	// The parse result lives in a per-thread map value, not on the stack: its contents are
-	// unknown to the verifier, so the many parser paths reach the classifier in one state
-	// (on the stack every path would carry its own constants and be verified separately).
+	// One per-thread lookup: the counters and the parse result live in the thread's value.
+	// The parse result lives there, not on the stack: its contents are unknown to the
+	// verifier, so the many parser paths reach the classifier in one state (on the stack
+	// every path would carry its own constants and be verified separately).
 	struct acl_thread *th = bpf_map_lookup_elem(&acl_scratch, &zero);
 	struct acl_conn_key key = {};
 	int parsed;
@@ -1209,54 +1283,51 @@ int acl_enforce(struct acl_ctx *ctx)
 	*(volatile __u32 *)&ctx->policy = 0xffffffff;
 	*(volatile __u32 *)&ctx->reason = 0;
 	ctx->generation = acl_ctl.generation;
-	if (st)
-		st->n[S_PACKETS]++;
 	if (!th) {
 		ctx->cause = ACL_CAUSE_MALFORMED;
 		return 1;
 	}
+	struct acl_stats *st = &th->st;
+	st->n[S_PACKETS]++;
 	struct acl_pkt *p = &th->p;
-	__builtin_memset(p, 0, sizeof(*p));
-	// Parsing runs in stages, each a function called from here that takes its starting
-	// offset from the scratch value: the verifier then checks each stage once, instead of
-	// once per combination of the earlier stages' header layouts.
-	if (ctx->link == 0)
-		parsed = parse_ethernet(ctx, p);
-	else
-		parsed = parse_infiniband(ctx, p);
-	if (parsed == P_RDMA)
-		parsed = parse_transport(ctx, p);
-	if (parsed == P_RDMA && p->has_mad)
-		parsed = parse_cm_mad(ctx, p);
-	if (parsed == P_NOT_RDMA) {
-		ctx->cause = ACL_CAUSE_NOT_RDMA;
-		if (st) {
+	int side = SIDE_NONE;
+	if (ctx->link != 0 || !parse_fast(ctx, p)) {
+		__builtin_memset(p, 0, sizeof(*p));
+		// Parsing runs in stages, each a function called from here that takes its starting
+		// offset from the scratch value: the verifier then checks each stage once, instead
+		// of once per combination of the earlier stages' header layouts.
+		if (ctx->link == 0)
+			parsed = parse_ethernet(ctx, p);
+		else
+			parsed = parse_infiniband(ctx, p);
+		if (parsed == P_RDMA)
+			parsed = parse_transport(ctx, p);
+		if (parsed == P_RDMA && p->has_mad)
+			parsed = parse_cm_mad(ctx, p);
+		if (parsed == P_NOT_RDMA) {
+			ctx->cause = ACL_CAUSE_NOT_RDMA;
 			st->n[S_NOT_RDMA]++;
 			st->n[S_ALLOWED]++;
+			return 0;
 		}
-		return 0;
-	}
-	if (parsed != P_RDMA) {
-		__u32 reason = parsed - P_MALFORMED;
-		if (reason >= M_COUNT)
-			reason = M_COUNT - 1;
-		ctx->cause = ACL_CAUSE_MALFORMED;
-		ctx->reason = reason;
-		if (st) {
+		if (parsed != P_RDMA) {
+			__u32 reason = parsed - P_MALFORMED;
+			if (reason >= M_COUNT)
+				reason = M_COUNT - 1;
+			ctx->cause = ACL_CAUSE_MALFORMED;
+			ctx->reason = reason;
 			st->n[S_MALFORMED + reason]++;
 			st->n[S_DENIED]++;
+			return 1;
 		}
-		return 1;
-	}
-
-	p->present |= BIT(F_OPCODE);
-	int side = SIDE_NONE;
-	if (p->is_cm) {
-		p->present |= BIT(F_CM_TYPE) | BIT(F_CM_FORGED);
-		side = cm_resolve(p, &key, st);
-	} else {
-		p->dqpn = p->dest_qp & 0xffffff;
-		p->present |= BIT(F_DQPN);
+		p->present |= BIT(F_OPCODE);
+		if (p->is_cm) {
+			p->present |= BIT(F_CM_TYPE) | BIT(F_CM_FORGED);
+			side = cm_resolve(p, &key, st);
+		} else {
+			p->dqpn = p->dest_qp & 0xffffff;
+			p->present |= BIT(F_DQPN);
+		}
 	}
 
 	// The hot-flow table first: the whole match key and this version's tag must agree.
@@ -1302,21 +1373,18 @@ int acl_enforce(struct acl_ctx *ctx)
 		ctx->cause = ACL_CAUSE_RULE;
 	} else {
 		ctx->cause = ACL_CAUSE_DEFAULT;
-		if (st)
-			st->n[S_DEFAULT]++;
+		st->n[S_DEFAULT]++;
 	}
 	if (action == 0) {
-		if (st)
-			st->n[S_ALLOWED]++;
+		st->n[S_ALLOWED]++;
 		if (p->is_cm && side != SIDE_NONE) {
 			__u32 bump = cm_commit(p, &key);
-			if (bump && bump < S_COUNT && st)
+			if (bump && bump < S_COUNT)
 				st->n[bump]++;
 		}
 		return 0;
 	}
-	if (st)
-		st->n[S_DENIED]++;
+	st->n[S_DENIED]++;
 	return 1;
 }
 

@@ -11,7 +11,8 @@
 //! compare-and-swap of the hook slot) switches code, layout and rules together. Before it
 //! writes into a bank again it waits, through the node's epochs, until no thread can still
 //! run a version that reads it (`CodeFlow::reclaim`). The named maps [`CM_MAP`] (connection
-//! state) and [`STATS_MAP`] (counters) are shared by every version and survive updates.
+//! state) and [`STATS_MAP`] (the per-thread scratch value, whose first [`STATS_SIZE`] bytes
+//! are the counters) are shared by every version and survive updates.
 //!
 //! Nothing here loads, verifies or deploys anything: it defines the layouts both sides use
 //! and converts between them.
@@ -58,8 +59,11 @@ pub const MAX_LEAF: u32 = 4096;
 pub const HOT_ENTRIES: usize = 1024;
 /// The connection-state map (a hash map reused across versions).
 pub const CM_MAP: &str = "acl_cm";
-/// The per-thread counters map.
-pub const STATS_MAP: &str = "acl_stats";
+/// The per-thread map holding the counters: each thread's value (`struct acl_thread`: the
+/// counters, the parse result, the hot-flow table) starts with its [`STATS_SIZE`] bytes of
+/// counters, so the program needs one per-thread lookup per frame. Read the first
+/// [`STATS_SIZE`] bytes of every copy and sum them ([`Stats::from_bytes`], [`Stats::add`]).
+pub const STATS_MAP: &str = "acl_scratch";
 /// Byte offset of the bank word in the control block.
 pub const BANK_OFFSET: usize = 12;
 
@@ -188,7 +192,8 @@ impl From<&Verdict> for Outcome {
     }
 }
 
-/// Counters the program keeps in [`STATS_MAP`] (one copy per host thread; sum them).
+/// Counters the program keeps at the start of each thread's [`STATS_MAP`] value (sum the
+/// threads' copies).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Frames seen.
@@ -213,7 +218,8 @@ pub struct Stats {
     pub cm_removed: u64,
 }
 
-/// Size of one thread's copy of the counters (`struct acl_stats`).
+/// Size of one thread's copy of the counters (`struct acl_stats`, at offset 0 of the
+/// thread's [`STATS_MAP`] value).
 pub const STATS_SIZE: usize = 24 * 8;
 
 impl Stats {

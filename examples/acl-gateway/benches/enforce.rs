@@ -13,7 +13,10 @@
 //!
 //! `cargo bench -p rdx-acl-gateway --bench enforce`; `-- --quick` runs the 300K sets only
 //! with the extension (with `ACL_BENCH_PROFILE=1`, 3 s per mix, for `perf record`);
-//! `-- --update` only the update timings; `ACL_BENCH_BIG=N` changes the large set's size.
+//! `-- --update` only the update timings; `ACL_BENCH_BIG=N` changes the large set's size;
+//! `ACL_BENCH_PASSES=N` takes each rate as the best of N passes (default 3; more steadies
+//! the rates on a busy machine); `ACL_ENFORCE_OBJECT=FILE` measures another build of
+//! `bpf/acl/enforce.c` (with this build's map layout), for before/after pairs in one session.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -36,16 +39,25 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[((sorted.len() - 1) as f64 * p) as usize]
 }
 
-/// Runs `f` on every frame: Mpps of the best of three passes, then p50/p99 of per-frame times
-/// (clock pairs, their own median cost subtracted). Returns the Mpps.
+/// Passes over the frames per rate: `ACL_BENCH_PASSES` (default 3).
+fn passes() -> usize {
+    std::env::var("ACL_BENCH_PASSES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .max(1)
+}
+
+/// Runs `f` on every frame: Mpps of the best of [`passes`] passes, then p50/p99 of
+/// per-frame times (clock pairs, their own median cost subtracted). Returns the Mpps.
 fn measure(name: &str, frames: &[Vec<u8>], mut f: impl FnMut(&[u8]) -> bool) -> f64 {
     let mut sink = 0u64;
     for fr in frames.iter().take(200) {
         sink += f(fr) as u64;
     }
-    // Best of three passes: the machine is shared, and the best pass is the least disturbed.
+    // Best of the passes: the machine is shared, and the best pass is the least disturbed.
     let mut mpps: f64 = 0.0;
-    for _ in 0..3 {
+    for _ in 0..passes() {
         let t = Instant::now();
         for fr in frames {
             sink += f(fr) as u64;

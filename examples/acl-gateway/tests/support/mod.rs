@@ -65,9 +65,15 @@ pub struct Applier {
     tag: u64,
 }
 
-/// The enforcement program as clang compiled it.
+/// The enforcement program as clang compiled it, or the object file named by
+/// `ACL_ENFORCE_OBJECT` (the benchmark measures another build of the program against this
+/// one that way; its maps must have this build's layout).
 pub fn enforcement_object() -> Object {
-    rdx_bpf::loader::load(&rdx_testdata::object("acl/enforce")).expect("enforce.o loads")
+    let bytes = match std::env::var_os("ACL_ENFORCE_OBJECT") {
+        Some(path) => std::fs::read(&path).expect("ACL_ENFORCE_OBJECT is readable"),
+        None => rdx_testdata::object("acl/enforce"),
+    };
+    rdx_bpf::loader::load(&bytes).expect("enforce.o loads")
 }
 
 impl Applier {
@@ -239,15 +245,19 @@ impl Applier {
         published
     }
 
-    /// The program's counters, summed over the host's threads.
+    /// The program's counters, summed over the host's threads: the first
+    /// [`enforce::STATS_SIZE`] bytes of each thread's scratch value.
     pub fn stats(&self) -> Stats {
         let t = self.cf.transport();
         let m = xstate::find(t, &self.cf.view().info, enforce::STATS_MAP).unwrap();
-        let mut buf = vec![0u8; m.map.lookup_len()];
-        assert!(xstate::lookup(t, &m.map, &0u32.to_le_bytes(), &mut buf).unwrap());
         let mut total = Stats::default();
-        for copy in buf.chunks(m.map.value_size as usize) {
-            total.add(&Stats::from_bytes(copy).unwrap());
+        let mut buf = [0u8; enforce::STATS_SIZE];
+        for copy in 0..m.map.copies {
+            let at = xstate::lookup_ref(t, &m.map, &0u32.to_le_bytes(), copy)
+                .unwrap()
+                .expect("the scratch value");
+            t.read(at, &mut buf).unwrap();
+            total.add(&Stats::from_bytes(&buf).unwrap());
         }
         total
     }
