@@ -111,6 +111,29 @@ fn apply_deploys_the_policy_into_a_running_hook() {
         let ret = hook.run(&mut ctx);
         assert_eq!(ctx.outcome(ret).action, want.action, "frame {i}");
     }
+    // The program's counters, read by `rdx acl stats`, agree with the native engine's.
+    let (ok, out, err) = rdx(&[
+        "acl",
+        "stats",
+        "--node",
+        &node,
+        "--json",
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let c = &report.counters;
+    assert_eq!(v["packets"], trace.packets.len() as u64, "{out}");
+    assert_eq!(v["allowed"], c.allowed, "{out}");
+    assert_eq!(v["denied"], c.denied, "{out}");
+    for (r, n) in rdx_acl::packet::MalformedReason::ALL
+        .iter()
+        .zip(c.malformed)
+    {
+        assert_eq!(v["malformed"][r.name()], n, "{out}");
+    }
+    assert!(c.malformed.iter().sum::<u64>() > 0);
 
     // A policy that denies everything replaces it.
     let deny_all = std::env::temp_dir().join(format!("rdx-acl-deny-{}.acl", std::process::id()));

@@ -72,6 +72,17 @@ enum AclCommand {
         #[command(flatten)]
         state: StateArgs,
     },
+    /// The enforcement program's counters on a node, summed over the host's threads (they
+    /// live at the start of each thread's `acl_scratch` value and survive policy updates).
+    Stats {
+        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`).
+        #[arg(long)]
+        node: String,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        state: StateArgs,
+    },
 }
 
 #[derive(Serialize)]
@@ -264,6 +275,82 @@ fn active_bank(cf: &mut rdx_control::CodeFlow, hook: &str) -> anyhow::Result<Opt
     Ok(None)
 }
 
+/// The program's counters: the first [`enforce::STATS_SIZE`] bytes of every thread's copy of
+/// [`enforce::STATS_MAP`], summed.
+fn read_stats(cf: &rdx_control::CodeFlow) -> anyhow::Result<(enforce::Stats, u32)> {
+    use rdx_transport::xstate;
+    let t = cf.transport();
+    let m = xstate::find(t, &cf.view().info, enforce::STATS_MAP).with_context(|| {
+        format!(
+            "the node has no map {}: the ACL enforcement program was never deployed there",
+            enforce::STATS_MAP
+        )
+    })?;
+    anyhow::ensure!(
+        m.map.value_size as usize >= enforce::STATS_SIZE,
+        "map {} has {} bytes per value, fewer than the counters' {}",
+        enforce::STATS_MAP,
+        m.map.value_size,
+        enforce::STATS_SIZE
+    );
+    let mut total = enforce::Stats::default();
+    let mut buf = [0u8; enforce::STATS_SIZE];
+    for copy in 0..m.map.copies {
+        let at = xstate::lookup_ref(t, &m.map, &0u32.to_le_bytes(), copy)?
+            .context("the counters' element is missing")?;
+        t.read(at, &mut buf)?;
+        total.add(&enforce::Stats::from_bytes(&buf)?);
+    }
+    Ok((total, m.map.copies))
+}
+
+fn stats(node: &str, json: bool, state: &StateArgs) -> anyhow::Result<()> {
+    let registry = state.registry()?;
+    let (node, cf) = attach(&registry, node)?;
+    let (s, threads) = read_stats(&cf)?;
+    let malformed: serde_json::Map<String, serde_json::Value> =
+        rdx_acl::packet::MalformedReason::ALL
+            .iter()
+            .zip(s.malformed)
+            .map(|(r, n)| (r.name().to_string(), n.into()))
+            .collect();
+    if json {
+        let v = serde_json::json!({
+            "node": node,
+            "threads": threads,
+            "packets": s.packets,
+            "allowed": s.allowed,
+            "denied": s.denied,
+            "not_rdma": s.not_rdma,
+            "default": s.default_hits,
+            "malformed": malformed,
+            "cm_table_full": s.cm_table_full,
+            "cm_unknown_connection": s.cm_unknown_connection,
+            "cm_created": s.cm_created,
+            "cm_removed": s.cm_removed,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "{node}: packets {} allowed {} denied {} not_rdma {} default {} malformed {} cm_created {} cm_removed {} cm_unknown_connection {} cm_table_full {} ({threads} threads)",
+            s.packets,
+            s.allowed,
+            s.denied,
+            s.not_rdma,
+            s.default_hits,
+            s.malformed.iter().sum::<u64>(),
+            s.cm_created,
+            s.cm_removed,
+            s.cm_unknown_connection,
+            s.cm_table_full
+        );
+        for (name, n) in malformed.iter().filter(|(_, n)| n.as_u64() != Some(0)) {
+            println!("  malformed {name} {n}");
+        }
+    }
+    Ok(())
+}
+
 /// Copies the image into the version's bank maps.
 fn write_bank(
     cf: &rdx_control::CodeFlow,
@@ -339,6 +426,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             json,
             state,
         })?,
+        AclCommand::Stats { node, json, state } => stats(&node, json, &state)?,
     }
     Ok(())
 }
