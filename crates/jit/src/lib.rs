@@ -28,6 +28,7 @@ mod baseline;
 mod compile;
 pub mod exec;
 pub mod link;
+mod loops;
 mod stack;
 pub mod target;
 mod translate;

@@ -101,6 +101,9 @@ struct Translator<'a, 'b> {
     loop_heads: Vec<bool>,
     /// Slots whose block is a loop exit stub (see `translate_function`), laid out cold.
     exit_stubs: Vec<bool>,
+    /// Counted-loop latches whose `jne` is compiled as this ordered condition
+    /// ([`crate::loops::ordered_latches`]).
+    ordered_latches: HashMap<usize, JmpCond>,
     /// Values known to be non-NULL pointers (see [`Translator::null_test_outcome`]).
     non_null: std::collections::HashSet<Value>,
     /// Registers live on entry to each slot (elite code only; see [`live_registers`]).
@@ -182,7 +185,7 @@ fn live_slots(insns: &[Insn], plan: FuncPlan, opts: &CompileOptions) -> Vec<bool
 }
 
 /// Registers `r0`..`r9` (bit `i` = `ri`) that instruction `insn` reads and writes.
-fn uses_defs(insn: &Insn) -> (u16, u16) {
+pub(crate) fn uses_defs(insn: &Insn) -> (u16, u16) {
     let bit = |r: Reg| 1u16 << r.index();
     let op = |o: &Operand| match o {
         Operand::Reg(r) => bit(*r),
@@ -426,6 +429,18 @@ pub(crate) fn translate_function(
         }
     }
     let compiled = live.iter().filter(|l| **l).count();
+    // Registers the entry block sets to zero (see above).
+    let initial_zero: u16 = if is_entry {
+        let args = if opts.entry_abi == EntryAbi::WithLength {
+            0b110
+        } else {
+            0b10
+        };
+        0b11_1111_1111 & !args
+    } else {
+        0b11_1100_0001
+    };
+    let ordered_latches = crate::loops::ordered_latches(insns, plan, initial_zero);
     let live_regs = if elite {
         live_registers(insns, plan)
     } else {
@@ -459,6 +474,7 @@ pub(crate) fn translate_function(
         live_regs,
         non_null: Default::default(),
         exit_stubs,
+        ordered_latches,
         loop_heads: {
             let mut heads = vec![false; plan.end - plan.start];
             for (pc, insn) in insns.iter().enumerate().take(plan.end).skip(plan.start) {
@@ -599,6 +615,7 @@ impl Translator<'_, '_> {
                         return Ok(false);
                     }
                 }
+                let cond = self.ordered_latches.get(&pc).copied().unwrap_or(cond);
                 let c = self.condition(width, cond, dst, src);
                 self.count_branch(pc, c);
                 let exit = guard.map(|_| {
