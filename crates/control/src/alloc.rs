@@ -9,7 +9,7 @@
 //! Record:   0 state u32 | 4 kind u32 | 8 offset u64 | 16 size u64 | 24 hook u32 | 28 version u32
 //!          32 entry/map id u64 | 40 created_ms u64 | 48 generation u64 | 56 map_count u32
 //!          60 insn_count u32 | 64 map ids [u16; 16] | 96 content hash prefix [u8; 16]
-//!         112 budget u64 | 120 reserved u64
+//!         112 budget u64 | 120 tier u32 (0 optimizing, 1 baseline) | 124 reserved u32
 //! ```
 //!
 //! A record is written body first, then its first word (state and kind) with release order,
@@ -22,6 +22,7 @@
 //! host thread to leave it before it is freed).
 
 use crate::error::{ControlError, Result};
+use crate::tier::Tier;
 use rdx_region::geometry::HeaderInfo;
 use rdx_region::layout::{align_up, SectionId, CODE_ENTRY_ALIGN, MAP_ALIGN};
 use rdx_transport::Transport;
@@ -105,6 +106,8 @@ pub struct Record {
     pub hash: [u8; 16],
     /// Code: the instruction budget the hook slot must carry for this version.
     pub budget: u64,
+    /// Code: the JIT tier that built this version (maps: [`Tier::Optimizing`]).
+    pub tier: Tier,
 }
 
 impl Record {
@@ -126,6 +129,7 @@ impl Record {
         }
         b[96..112].copy_from_slice(&self.hash);
         b[112..120].copy_from_slice(&self.budget.to_le_bytes());
+        b[120..124].copy_from_slice(&self.tier.code().to_le_bytes());
         b
     }
 
@@ -143,6 +147,8 @@ impl Record {
             2 => Arena::Scratch,
             k => return Err(bad(format!("arena kind {k}"))),
         };
+        let tier =
+            Tier::from_code(u32_at(120)).ok_or_else(|| bad(format!("tier {}", u32_at(120))))?;
         let map_count = u32_at(56) as usize;
         if map_count > RECORD_MAPS {
             return Err(bad(format!("{map_count} maps")));
@@ -163,6 +169,7 @@ impl Record {
                 .collect(),
             hash: b[96..112].try_into().expect("16"),
             budget: u64_at(112),
+            tier,
         }))
     }
 }
@@ -486,12 +493,13 @@ mod tests {
         #[test]
         fn records_round_trip(offset in any::<u64>(), size in any::<u64>(), hook in any::<u32>(),
                               version in any::<u32>(), maps in proptest::collection::vec(any::<u16>(), 0..=RECORD_MAPS),
-                              held in any::<bool>(), code in any::<bool>()) {
+                              held in any::<bool>(), code in any::<bool>(), baseline in any::<bool>()) {
             let r = Record {
                 state: if held { RecordState::Held } else { RecordState::Pending },
                 arena: if code { Arena::Code } else { Arena::Scratch },
                 offset, size, hook, version, entry: offset ^ 1, created_ms: 5, generation: 6,
                 insn_count: 7, maps, hash: [9; 16], budget: 10,
+                tier: if baseline { Tier::Baseline } else { Tier::Optimizing },
             };
             prop_assert_eq!(Record::decode(&r.encode(), 0).unwrap(), Some(r));
         }
@@ -542,6 +550,7 @@ mod tests {
             maps: vec![],
             hash: [0; 16],
             budget: 0,
+            tier: Tier::Optimizing,
         }
     }
 
@@ -615,6 +624,7 @@ mod tests {
             maps: vec![1, 2, 300],
             hash: [7; 16],
             budget: u64::MAX,
+            tier: Tier::Baseline,
         };
         let b = r.encode();
         assert_eq!(Record::decode(&b, 0).unwrap(), Some(r));
@@ -622,5 +632,16 @@ mod tests {
         let mut bad = b;
         bad[0] = 9;
         assert!(Record::decode(&bad, 4).is_err());
+        // A record written before tiers were recorded (zero there) was built by the
+        // optimizing tier; an unknown tier is corruption, not a guess.
+        let mut old = b;
+        old[120..128].fill(0);
+        assert_eq!(
+            Record::decode(&old, 0).unwrap().unwrap().tier,
+            Tier::Optimizing
+        );
+        let mut bad = b;
+        bad[120] = 7;
+        assert!(Record::decode(&bad, 5).is_err());
     }
 }

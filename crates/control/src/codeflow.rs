@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | [`create_codeflow`] | attach: header, EIM spec, context table | reads |
 //! | [`CodeFlow::validate_code`] | the verifier against the hook's extension class | no |
-//! | [`CodeFlow::jit_compile_code`] | Cranelift, cached by bytecode hash, arch and class | no |
+//! | [`CodeFlow::jit_compile_code`] | the CodeFlow's [`Tier`] (Cranelift by default, or the baseline tier), cached by bytecode hash, arch, class and tier | no |
 //! | [`CodeFlow::deploy_xstate`] | allocates a map in the scratchpad, header, meta entry | writes |
 //! | [`CodeFlow::link_code`] | resolves symbols against the node's context and maps | no |
 //! | [`CodeFlow::prepare_prog`] | allocates in the code arena and writes the linked code | writes |
@@ -18,6 +18,10 @@
 //! A CodeFlow is one control plane's handle on one node: it holds no lock but the node's
 //! lease, and nothing in it is shared between nodes, so a fleet-wide operation runs one
 //! CodeFlow per node, in parallel and batched as it likes.
+//!
+//! The JIT tier ([`ExtSpec::tier`], [`CodeFlow::set_tier`]) decides which code generator
+//! builds what [`CodeFlow::jit_compile_code`] (and so [`CodeFlow::deploy`]) deploys; each
+//! version's code record in the node's region remembers it ([`HeldVersion::tier`]).
 //!
 //! ```no_run
 //! use rdx_control::{create_codeflow, Extension, ExtSpec};
@@ -36,6 +40,7 @@ use crate::error::{ControlError, Result};
 use crate::lease::{self, Lease};
 use crate::node::{self, HookInfo, NodeView};
 use crate::registry::Registry;
+use crate::tier::Tier;
 use rdx_bpf::isa::{encode, raw_to_bytes, Insn};
 use rdx_bpf::program::{MapDef, MapOrigin, Object};
 use rdx_jit::artifact::Artifact;
@@ -62,6 +67,8 @@ pub struct ExtSpec {
     pub holder: Option<u32>,
     /// Longest wait for host threads to leave retired code during reclamation.
     pub reclaim_timeout: Duration,
+    /// The JIT tier that builds generic code (default: optimizing).
+    pub tier: Tier,
 }
 
 impl Default for ExtSpec {
@@ -71,6 +78,7 @@ impl Default for ExtSpec {
             lease_ttl: lease::DEFAULT_TTL,
             holder: None,
             reclaim_timeout: Duration::from_secs(2),
+            tier: Tier::Optimizing,
         }
     }
 }
@@ -184,6 +192,8 @@ pub struct Compiled {
     /// The class's budget to put in the hook slot.
     pub budget: u64,
     pub class: String,
+    /// The JIT tier that built it (recorded with the version on the node).
+    pub tier: Tier,
 }
 
 /// A version written into the node but not yet visible.
@@ -194,6 +204,7 @@ pub struct Prepared {
     pub expected: u64,
     pub new_word: u64,
     pub budget: u64,
+    pub tier: Tier,
     /// Alloc records created for it (code first, then new maps).
     records: Vec<usize>,
     /// Meta ids of maps created for it (freed on abort).
@@ -214,6 +225,8 @@ pub struct Published {
     pub code_offset: u64,
     pub code_len: u64,
     pub map_ids: Vec<u32>,
+    /// The JIT tier that built the version now published.
+    pub tier: Tier,
 }
 
 /// Timings of one deploy, for `--progress` and benchmarks.
@@ -236,6 +249,8 @@ pub struct HeldVersion {
     pub created_ms: u64,
     pub hash_prefix: String,
     pub map_ids: Vec<u16>,
+    /// The JIT tier that built this version.
+    pub tier: Tier,
 }
 
 /// What [`CodeFlow::reclaim`] freed.
@@ -325,6 +340,8 @@ pub struct CodeFlow {
     mapped: Option<LocalRegion>,
     /// Reused link buffer for transports without a mapping (no allocation per deploy).
     link_buf: Vec<u8>,
+    /// The JIT tier of generic builds.
+    tier: Tier,
 }
 
 impl std::fmt::Debug for CodeFlow {
@@ -390,7 +407,18 @@ impl CodeFlow {
             reclaim_timeout: spec.reclaim_timeout,
             mapped: None,
             link_buf: Vec::new(),
+            tier: spec.tier,
         })
+    }
+
+    /// The JIT tier [`CodeFlow::jit_compile_code`] compiles with.
+    pub fn tier(&self) -> Tier {
+        self.tier
+    }
+
+    /// Compiles later generic builds with `tier` (elite builds need [`Tier::Optimizing`]).
+    pub fn set_tier(&mut self, tier: Tier) {
+        self.tier = tier;
     }
 
     pub fn address(&self) -> &str {
@@ -606,9 +634,10 @@ impl CodeFlow {
         })
     }
 
-    /// The compile cache key: bytecode hash, target architecture, class and metering.
+    /// The compile cache key: bytecode hash, target architecture, class, metering and (for
+    /// the baseline tier) the tier, so that a cache never hands one tier's code to the other.
     pub fn cache_key(&self, ext: &Extension, checked: &Validated) -> String {
-        format!(
+        let mut key = format!(
             "{}:{}:{}/{}:{}",
             ext.hash_hex(),
             self.arch.name(),
@@ -619,11 +648,17 @@ impl CodeFlow {
             } else {
                 "bounded"
             }
-        )
+        );
+        if self.tier != Tier::Optimizing {
+            key.push(':');
+            key.push_str(self.tier.name());
+        }
+        key
     }
 
-    /// `jit_compile_code`: Cranelift for the node's architecture, or the registry's cached
-    /// artifact for the same bytecode, architecture and class.
+    /// `jit_compile_code`: the CodeFlow's tier (Cranelift by default, [`Tier::Baseline`] if
+    /// set) for the node's architecture, or the registry's cached artifact for the same
+    /// bytecode, architecture, class and tier.
     pub fn jit_compile_code(
         &self,
         ext: &Extension,
@@ -641,11 +676,12 @@ impl CodeFlow {
                         cached: true,
                         budget,
                         class: checked.class.clone(),
+                        tier: self.tier,
                     });
                 }
             }
         }
-        let (compiled, bytes, _) = self.compile_with(ext, checked, None)?;
+        let (compiled, bytes, _) = self.compile_with(ext, checked, None, self.tier)?;
         if let Some(reg) = registry {
             reg.put_artifact(&key, &compiled.artifact_hash, &bytes)?;
         }
@@ -655,13 +691,15 @@ impl CodeFlow {
     /// Compiles the elite (speculative) build of `ext`: the generic build's options plus
     /// `speculation`'s guards. Deploying it ([`CodeFlow::prepare_prog`]) also writes the
     /// fallback image its deoptimised runs continue in. Not cached: a profile decides it.
+    /// Only the optimizing tier builds elite code: on a CodeFlow whose tier is
+    /// [`Tier::Baseline`] this is [`ControlError::NotInBaseline`].
     pub fn jit_compile_elite(
         &self,
         ext: &Extension,
         checked: &Validated,
         speculation: rdx_jit::Speculation,
     ) -> Result<(Compiled, rdx_jit::CompileStats)> {
-        let (compiled, _, stats) = self.compile_with(ext, checked, Some(speculation))?;
+        let (compiled, _, stats) = self.compile_with(ext, checked, Some(speculation), self.tier)?;
         Ok((compiled, stats))
     }
 
@@ -670,6 +708,7 @@ impl CodeFlow {
         ext: &Extension,
         checked: &Validated,
         speculation: Option<rdx_jit::Speculation>,
+        tier: Tier,
     ) -> Result<(Compiled, Vec<u8>, rdx_jit::CompileStats)> {
         let mut opts = CompileOptions::new(jit_arch(self.arch));
         opts.needs_budget = checked.facts.needs_budget;
@@ -679,11 +718,29 @@ impl CodeFlow {
         // only maps of exactly that shape (a live map of another shape is an error).
         opts.inline_array_lookups(&ext.maps);
         opts.speculation = speculation;
-        let compiler =
-            Compiler::new(opts.arch).map_err(|e| ControlError::Compile(e.to_string()))?;
-        let (artifact, stats) = compiler
-            .compile(&ext.insns, &opts)
-            .map_err(|e| ControlError::Compile(e.to_string()))?;
+        opts.pipeline = tier.pipeline();
+        let compile_err = |e: rdx_jit::CompileError| match e {
+            rdx_jit::CompileError::NotInBaseline { what } => ControlError::NotInBaseline { what },
+            e => ControlError::Compile(e.to_string()),
+        };
+        let (artifact, stats) = match tier {
+            // No Cranelift code generator is built for the baseline tier.
+            Tier::Baseline => {
+                let t = Instant::now();
+                let artifact = rdx_jit::compile(&ext.insns, &opts).map_err(compile_err)?;
+                let stats = rdx_jit::CompileStats {
+                    insns: ext.insns.len(),
+                    code_bytes: artifact.code.len(),
+                    elapsed: t.elapsed(),
+                    ..Default::default()
+                };
+                (artifact, stats)
+            }
+            Tier::Optimizing => Compiler::new(opts.arch)
+                .map_err(compile_err)?
+                .compile(&ext.insns, &opts)
+                .map_err(compile_err)?,
+        };
         let bytes = artifact.to_bytes();
         let hash: [u8; 32] = Sha256::digest(&bytes).into();
         Ok((
@@ -693,6 +750,7 @@ impl CodeFlow {
                 cached: false,
                 budget: checked.facts.budget.unwrap_or(u64::MAX),
                 class: checked.class.clone(),
+                tier,
             },
             bytes,
             stats,
@@ -787,6 +845,7 @@ impl CodeFlow {
             maps: vec![],
             hash: [0; 16],
             budget: 0,
+            tier: Tier::Optimizing,
         };
         let (slot, offset) = match self.allocate(Arena::Scratch, layout.footprint(), rec.clone()) {
             Ok(x) => x,
@@ -1121,6 +1180,7 @@ impl CodeFlow {
             maps: vec![],
             hash: compiled.artifact_hash[..16].try_into().expect("16"),
             budget: compiled.budget,
+            tier: compiled.tier,
         };
         let (code_rec, code_offset) = match self.allocate(Arena::Code, code_len, rec.clone()) {
             Ok(x) => x,
@@ -1174,6 +1234,7 @@ impl CodeFlow {
             version,
             expected,
             budget: compiled.budget,
+            tier: compiled.tier,
             records,
             new_maps,
             code_offset,
@@ -1249,6 +1310,7 @@ impl CodeFlow {
                 code_offset: p.code_offset,
                 code_len: p.code_len,
                 map_ids: p.map_ids.clone(),
+                tier: p.tier,
             });
         }
         Ok(out)
@@ -1429,6 +1491,7 @@ impl CodeFlow {
             code_offset: target.offset,
             code_len: target.size,
             map_ids: target.maps.iter().map(|&m| m as u32).collect(),
+            tier: target.tier,
         })
     }
 
@@ -1590,6 +1653,7 @@ fn held_versions(
             created_ms: r.created_ms,
             hash_prefix: hex(&r.hash[..8]),
             map_ids: r.maps.clone(),
+            tier: r.tier,
         })
         .collect();
     v.sort_by_key(|b| std::cmp::Reverse(b.version));

@@ -48,6 +48,12 @@ pub enum ControlError {
     },
     #[error("JIT compilation failed: {0}")]
     Compile(String),
+    /// The CodeFlow's tier is [`crate::Tier::Baseline`] and the build asked for is one the
+    /// baseline tier does not produce (elite artifacts, scouting branch counters).
+    #[error(
+        "the baseline tier does not build {what}; use the optimizing tier (the default) for it"
+    )]
+    NotInBaseline { what: String },
     #[error("link failed: {0}")]
     Link(String),
     #[error("{arena} arena full: {need} bytes requested, {free} free in the largest gap after reclaiming what no thread uses")]

@@ -6,7 +6,8 @@
 //! keeps control planes from corrupting one region ([`lease`]), the code-arena and
 //! scratchpad allocator persisted in the region ([`alloc`]), linking against the node's
 //! context, publication with one compare-and-swap, detach, rollback and epoch-based
-//! reclamation ([`codeflow`]), and the registry ([`registry`]).
+//! reclamation ([`codeflow`]), the JIT tier a deploy uses ([`tier`]), and the registry
+//! ([`registry`]).
 //!
 //! It must not run anything in the node: every effect on a node is a one-sided read, write,
 //! compare-and-swap or fetch-and-add through [`rdx_transport::Transport`]. The host's CPU
@@ -30,9 +31,11 @@ pub mod error;
 pub mod lease;
 pub mod node;
 pub mod registry;
+pub mod tier;
 
 pub use codeflow::{
     create_codeflow, CodeFlow, Compiled, DeployTimings, ExtSpec, Extension, HeldVersion, Prepared,
     Published, Reclaimed, Validated,
 };
 pub use error::{ControlError, Result};
+pub use tier::Tier;

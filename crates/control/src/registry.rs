@@ -2,6 +2,9 @@
 //! that maps bytecode hash + architecture + class to them), the nodes it knows, and the
 //! deployment history per node and hook.
 //!
+//! A deploy's history entry also records the JIT tier that built it
+//! ([`Registry::record_with_tier`], [`Registry::history_with_tiers`]).
+//!
 //! Stored in SQLite (bundled, so nothing is needed on the machine) in
 //! `<state dir>/registry.sqlite`. SQLite rather than a single-process store such as redb
 //! because several `rdx` processes use one state directory at once — two control planes
@@ -13,6 +16,7 @@
 //! and the cache.
 
 use crate::error::{ControlError, Result};
+use crate::tier::Tier;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -96,10 +100,12 @@ impl Registry {
                  id INTEGER PRIMARY KEY AUTOINCREMENT, node TEXT NOT NULL, hook TEXT NOT NULL,
                  action TEXT NOT NULL, version INTEGER NOT NULL, previous INTEGER NOT NULL,
                  program TEXT NOT NULL, object TEXT NOT NULL, class TEXT NOT NULL,
-                 artifact TEXT NOT NULL, at_ms INTEGER NOT NULL, generation INTEGER NOT NULL);
+                 artifact TEXT NOT NULL, at_ms INTEGER NOT NULL, generation INTEGER NOT NULL,
+                 tier TEXT);
              CREATE INDEX IF NOT EXISTS history_by_hook ON history(node, hook, id);",
         )
         .map_err(db_err)?;
+        add_tier_column(&conn)?;
         Ok(Registry {
             conn,
             dir: dir.into(),
@@ -224,10 +230,15 @@ impl Registry {
     }
 
     pub fn record(&self, e: &HistoryEntry) -> Result<i64> {
+        self.record_with_tier(e, None)
+    }
+
+    /// Records `e` with the JIT tier that built the version it published (a deploy).
+    pub fn record_with_tier(&self, e: &HistoryEntry, tier: Option<Tier>) -> Result<i64> {
         self.conn
             .execute(
-                "INSERT INTO history(node, hook, action, version, previous, program, object, class, artifact, at_ms, generation)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                "INSERT INTO history(node, hook, action, version, previous, program, object, class, artifact, at_ms, generation, tier)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 params![
                     e.node,
                     e.hook,
@@ -239,7 +250,8 @@ impl Registry {
                     e.class,
                     e.artifact,
                     e.at_ms as i64,
-                    e.generation as i64
+                    e.generation as i64,
+                    tier.map(Tier::name)
                 ],
             )
             .map_err(db_err)?;
@@ -248,32 +260,72 @@ impl Registry {
 
     /// History of a node, optionally one hook, oldest first.
     pub fn history(&self, node: &str, hook: Option<&str>) -> Result<Vec<HistoryEntry>> {
+        Ok(self
+            .history_with_tiers(node, hook)?
+            .into_iter()
+            .map(|(e, _)| e)
+            .collect())
+    }
+
+    /// [`Registry::history`] with the tier each entry recorded (`None`: not a deploy, or
+    /// recorded before tiers were).
+    pub fn history_with_tiers(
+        &self,
+        node: &str,
+        hook: Option<&str>,
+    ) -> Result<Vec<(HistoryEntry, Option<Tier>)>> {
         let mut st = self
             .conn
             .prepare(
-                "SELECT id, node, hook, action, version, previous, program, object, class, artifact, at_ms, generation
+                "SELECT id, node, hook, action, version, previous, program, object, class, artifact, at_ms, generation, tier
                  FROM history WHERE node = ?1 AND (?2 IS NULL OR hook = ?2) ORDER BY id",
             )
             .map_err(db_err)?;
         let rows = st
             .query_map(params![node, hook], |r| {
-                Ok(HistoryEntry {
-                    id: r.get(0)?,
-                    node: r.get(1)?,
-                    hook: r.get(2)?,
-                    action: r.get(3)?,
-                    version: r.get(4)?,
-                    previous_version: r.get(5)?,
-                    program: r.get(6)?,
-                    object: r.get(7)?,
-                    class: r.get(8)?,
-                    artifact: r.get(9)?,
-                    at_ms: r.get::<_, i64>(10)? as u64,
-                    generation: r.get::<_, i64>(11)? as u64,
-                })
+                let tier: Option<String> = r.get(12)?;
+                Ok((
+                    HistoryEntry {
+                        id: r.get(0)?,
+                        node: r.get(1)?,
+                        hook: r.get(2)?,
+                        action: r.get(3)?,
+                        version: r.get(4)?,
+                        previous_version: r.get(5)?,
+                        program: r.get(6)?,
+                        object: r.get(7)?,
+                        class: r.get(8)?,
+                        artifact: r.get(9)?,
+                        at_ms: r.get::<_, i64>(10)? as u64,
+                        generation: r.get::<_, i64>(11)? as u64,
+                    },
+                    tier.and_then(|t| t.parse().ok()),
+                ))
             })
             .map_err(db_err)?;
         rows.collect::<std::result::Result<_, _>>().map_err(db_err)
+    }
+}
+
+/// Adds the `tier` column to a history table created before it existed. Two processes may
+/// open an old registry at once: the one whose `ALTER` loses finds the column there.
+fn add_tier_column(conn: &Connection) -> Result<()> {
+    let has = |conn: &Connection| -> Result<bool> {
+        conn.query_row(
+            "SELECT COUNT(*) FROM pragma_table_info('history') WHERE name = 'tier'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|n| n > 0)
+        .map_err(db_err)
+    };
+    if has(conn)? {
+        return Ok(());
+    }
+    match conn.execute("ALTER TABLE history ADD COLUMN tier TEXT", []) {
+        Ok(_) => Ok(()),
+        Err(_) if has(conn)? => Ok(()),
+        Err(e) => Err(db_err(e)),
     }
 }
 
@@ -330,12 +382,53 @@ mod tests {
         .unwrap();
         assert_eq!(r.history("kv", Some("on_get")).unwrap().len(), 1);
         assert_eq!(r.history("kv", None).unwrap().len(), 2);
+        r.record_with_tier(&e, Some(Tier::Baseline)).unwrap();
+        let tiers: Vec<Option<Tier>> = r
+            .history_with_tiers("kv", Some("on_get"))
+            .unwrap()
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect();
+        assert_eq!(tiers, [None, Some(Tier::Baseline)]);
         drop(r);
         // A second opener (another rdx process) shares it.
         let a = Registry::open(&dir).unwrap();
         let b = Registry::open(&dir).unwrap();
         a.add_node("n2", "shm:/y").unwrap();
         assert_eq!(b.nodes().unwrap().len(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_registry_from_before_tiers_gains_the_column_and_keeps_its_history() {
+        let dir = std::env::temp_dir().join(format!("rdx-reg-old-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        {
+            let conn = Connection::open(dir.join("registry.sqlite")).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE history(
+                     id INTEGER PRIMARY KEY AUTOINCREMENT, node TEXT NOT NULL, hook TEXT NOT NULL,
+                     action TEXT NOT NULL, version INTEGER NOT NULL, previous INTEGER NOT NULL,
+                     program TEXT NOT NULL, object TEXT NOT NULL, class TEXT NOT NULL,
+                     artifact TEXT NOT NULL, at_ms INTEGER NOT NULL, generation INTEGER NOT NULL);
+                 INSERT INTO history(node, hook, action, version, previous, program, object, class, artifact, at_ms, generation)
+                     VALUES ('kv', 'on_get', 'deploy', 1, 0, 'p', 'o.o', 'c', 'ab', 1, 1);",
+            )
+            .unwrap();
+        }
+        let a = Registry::open(&dir).unwrap();
+        let b = Registry::open(&dir).unwrap();
+        let old = a.history_with_tiers("kv", None).unwrap();
+        assert_eq!(old.len(), 1);
+        assert_eq!(old[0].1, None);
+        let mut e = old[0].0.clone();
+        e.version = 2;
+        b.record_with_tier(&e, Some(Tier::Optimizing)).unwrap();
+        assert_eq!(
+            a.history_with_tiers("kv", None).unwrap()[1].1,
+            Some(Tier::Optimizing)
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -100,6 +100,7 @@ pub fn deploy_export(
         cached: false,
         budget: checked.facts.budget.unwrap_or(u64::MAX),
         class: checked.class.clone(),
+        tier: rdx_control::Tier::Optimizing,
     };
     Ok(cf.deploy_prog(entry, ext, &compiled)?)
 }

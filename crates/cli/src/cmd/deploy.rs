@@ -1,6 +1,7 @@
 //! `rdx deploy`: verify a program against a node's hook class, compile it (or take it from
 //! the registry's cache), link it against the node, write it and publish it with one
-//! compare-and-swap. The node's CPU does none of this.
+//! compare-and-swap. The node's CPU does none of this. `--tier baseline` compiles with the
+//! baseline JIT tier instead of Cranelift; the node records the tier with the version.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -8,9 +9,10 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use rdx_control::registry::HistoryEntry;
-use rdx_control::Extension;
+use rdx_control::{Extension, Tier};
 use serde::Serialize;
 
+use super::compile::Tier as TierArg;
 use super::node::{attach, StateArgs};
 
 /// Which program goes to which node and hook: the arguments `deploy`, `profile` and
@@ -38,6 +40,11 @@ pub struct ProgramTarget {
 pub struct Args {
     #[command(flatten)]
     target: ProgramTarget,
+    /// JIT tier: `optimizing` (Cranelift, the fastest code) or `baseline` (one linear pass,
+    /// compiles about 20x faster, slower code). `rdx node show` and `rdx history` show the
+    /// tier of each version. See docs/jit.md.
+    #[arg(long, value_enum, default_value_t = TierArg::Optimizing)]
+    tier: TierArg,
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -50,6 +57,7 @@ struct Report {
     hook: String,
     program: String,
     class: String,
+    tier: Tier,
     version: u32,
     previous_version: u32,
     generation: u64,
@@ -72,6 +80,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let ext = Extension::from_object(&object, args.target.program.as_deref())?;
     let registry = args.state.registry()?;
     let (node, mut cf) = attach(&registry, &args.target.node)?;
+    cf.set_tier(match args.tier {
+        TierArg::Optimizing => Tier::Optimizing,
+        TierArg::Baseline => Tier::Baseline,
+    });
     let progress = |msg: String| {
         if !args.json {
             eprint!("{msg}");
@@ -93,7 +105,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let verify_us = us(t);
     progress(format!("ok, class {} ({verify_us:.0} us)\n", checked.class));
 
-    progress(format!("compiling for {} ... ", cf.arch().name()));
+    progress(format!(
+        "compiling for {} ({} tier) ... ",
+        cf.arch().name(),
+        cf.tier()
+    ));
     let t = Instant::now();
     let compiled = cf.jit_compile_code(&ext, &checked, Some(&registry))?;
     let compile_us = us(t);
@@ -116,7 +132,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let published = cf.tx(vec![prepared])?.remove(0);
     let publish_us = us(t);
     let artifact = rdx_control::codeflow::hex(&compiled.artifact_hash);
-    registry.record(&HistoryEntry {
+    registry.record_with_tier(
+        &HistoryEntry {
         id: 0,
         node: node.clone(),
         hook: args.target.hook.clone(),
@@ -129,13 +146,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         artifact: artifact.clone(),
         at_ms: rdx_control::lease::now_ms(),
         generation: published.generation,
-    })?;
+        },
+        Some(published.tier),
+    )?;
     if args.json {
         let r = Report {
             node,
             hook: args.target.hook,
             program: ext.name,
             class: checked.class,
+            tier: published.tier,
             version: published.version,
             previous_version: published.previous_version,
             generation: published.generation,
@@ -152,7 +172,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         println!(
-            "deployed {} to {node}/{}: version {} (was {}), published in {publish_us:.1} us",
+            "deployed {} to {node}/{}: version {} (was {}), {} tier, published in {publish_us:.1} us",
             ext.name,
             args.target.hook,
             published.version,
@@ -160,7 +180,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "empty".to_string()
             } else {
                 published.previous_version.to_string()
-            }
+            },
+            published.tier
         );
     }
     Ok(())

@@ -24,6 +24,8 @@ pub struct Args {
 struct Row {
     #[serde(flatten)]
     entry: rdx_control::registry::HistoryEntry,
+    /// The JIT tier of the version: as the deploy recorded it, else as the node holds it.
+    tier: Option<rdx_control::Tier>,
     /// Whether the node still holds this version (a rollback target), when reachable.
     held: Option<bool>,
     active: Option<bool>,
@@ -32,16 +34,18 @@ struct Row {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let registry = args.state.registry()?;
     let node = registry.node(&args.node)?.name;
-    let entries = registry.history(&node, args.hook.as_deref())?;
+    let entries = registry.history_with_tiers(&node, args.hook.as_deref())?;
     // Held versions per hook, if the node answers.
-    let mut held: BTreeMap<String, Vec<(u32, bool)>> = BTreeMap::new();
+    let mut held: BTreeMap<String, Vec<(u32, bool, rdx_control::Tier)>> = BTreeMap::new();
     let reachable = match attach(&registry, &args.node) {
         Ok((_, cf)) => {
             for h in cf.view().hooks() {
                 let v = cf.versions_readonly(&h.name)?;
                 held.insert(
                     h.name,
-                    v.into_iter().map(|v| (v.version, v.active)).collect(),
+                    v.into_iter()
+                        .map(|v| (v.version, v.active, v.tier))
+                        .collect(),
                 );
             }
             true
@@ -55,14 +59,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let rows: Vec<Row> = entries
         .into_iter()
-        .map(|e| {
+        .map(|(e, tier)| {
             let h = held.get(&e.hook).and_then(|v| {
                 v.iter()
-                    .find(|(ver, _)| *ver == e.version && e.version != 0)
+                    .find(|(ver, _, _)| *ver == e.version && e.version != 0)
             });
             Row {
                 held: reachable.then_some(h.is_some()),
-                active: reachable.then_some(h.is_some_and(|(_, a)| *a) && e.action != "detach"),
+                active: reachable
+                    .then_some(h.is_some_and(|(_, a, _)| *a) && e.action != "detach"),
+                tier: tier.or(h.map(|(_, _, t)| *t)),
                 entry: e,
             }
         })
@@ -79,8 +85,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<5} {:<19} {:<14} {:<9} {:>7} {:>5} {:<18} {:<12} STATE",
-        "ID", "TIME (UTC)", "HOOK", "ACTION", "VERSION", "FROM", "PROGRAM", "ARTIFACT"
+        "{:<5} {:<19} {:<14} {:<9} {:>7} {:>5} {:<18} {:<12} {:<10} STATE",
+        "ID", "TIME (UTC)", "HOOK", "ACTION", "VERSION", "FROM", "PROGRAM", "ARTIFACT", "TIER"
     );
     for r in rows {
         let e = &r.entry;
@@ -91,7 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             _ => "",
         };
         println!(
-            "{:<5} {:<19} {:<14} {:<9} {:>7} {:>5} {:<18} {:<12} {}",
+            "{:<5} {:<19} {:<14} {:<9} {:>7} {:>5} {:<18} {:<12} {:<10} {}",
             e.id,
             utc(e.at_ms),
             e.hook,
@@ -108,6 +114,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             },
             e.program,
             e.artifact.get(..12).unwrap_or(&e.artifact),
+            r.tier.map_or("-", |t| t.name()),
             state
         );
     }

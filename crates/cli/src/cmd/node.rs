@@ -78,6 +78,8 @@ struct HookReport {
     index: u32,
     #[serde(flatten)]
     status: HookStatus,
+    /// The JIT tier of the active version (`null` when nothing runs).
+    tier: Option<rdx_control::Tier>,
     held_versions: Vec<HeldVersion>,
 }
 
@@ -173,9 +175,11 @@ fn report(name: &str, address: &str, cf: &CodeFlow) -> anyhow::Result<NodeReport
     let info = &view.info;
     let mut hooks = Vec::new();
     for h in view.hooks() {
+        let held_versions = cf.versions_readonly(&h.name)?;
         hooks.push(HookReport {
             status: hook_status(t, info, h.index)?,
-            held_versions: cf.versions_readonly(&h.name)?,
+            tier: held_versions.iter().find(|v| v.active).map(|v| v.tier),
+            held_versions,
             name: h.name,
             index: h.index,
         });
@@ -229,8 +233,8 @@ fn print_report(r: &NodeReport) {
     );
     println!("hooks:");
     println!(
-        "  {:<20} {:>7} {:>12} {:>9} {:>7} {:>8}  HELD VERSIONS",
-        "NAME", "VERSION", "RUNS", "FAILURES", "ERRORS", "AVG NS"
+        "  {:<20} {:>7} {:<10} {:>12} {:>9} {:>7} {:>8}  HELD VERSIONS",
+        "NAME", "VERSION", "TIER", "RUNS", "FAILURES", "ERRORS", "AVG NS"
     );
     for h in &r.hooks {
         let held: Vec<String> = h
@@ -245,13 +249,14 @@ fn print_report(r: &NodeReport) {
             })
             .collect();
         println!(
-            "  {:<20} {:>7} {:>12} {:>9} {:>7} {:>8}  {}",
+            "  {:<20} {:>7} {:<10} {:>12} {:>9} {:>7} {:>8}  {}",
             h.name,
             if h.status.version == 0 {
                 "-".to_string()
             } else {
                 h.status.version.to_string()
             },
+            h.tier.map_or("-", |t| t.name()),
             h.status.runs,
             h.status.failures,
             h.status.errors,

@@ -220,6 +220,7 @@ pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::R
         cached: false,
         budget: checked.facts.budget.unwrap_or(u64::MAX),
         class: checked.class.clone(),
+        tier: rdx_control::Tier::Optimizing,
     };
     let prepared = cf.prepare_prog(s.hook, &scout, &compiled)?;
     let published = cf.tx(vec![prepared])?.remove(0);
