@@ -309,6 +309,14 @@ fn update(
     );
     stat("visible: shadow + bank write + publish", &|t| t.visible());
     stat("  shadow tree and image updated", &|t| t.shadow);
+    if in_place > 0 {
+        stat("    of which the tree (CutTree::replace_rules)", &|t| {
+            t.tree
+        });
+        stat("    of which the image (TreeImage::apply)", &|t| {
+            t.shadow.saturating_sub(t.tree)
+        });
+    }
     stat("  changed records written into the bank", &|t| t.write);
     stat("  code + control block written, then tx", &|t| t.publish);
     stat("old bank released (epoch wait, reclaim)", &|t| t.release);

@@ -174,34 +174,40 @@ pub struct TreeImage {
     max_leaf: u32,
 }
 
+/// `n` copies of `zero`, every page written now: `vec![0; n]` would leave the room kept for
+/// updates as untouched zero pages, and an update writing there (a leaf that moved to the end
+/// of the arena) would take their page faults on its critical path.
+fn touched<T: Copy>(n: usize, zero: T) -> Vec<T> {
+    let mut v = Vec::with_capacity(n);
+    v.resize(n, zero);
+    std::hint::black_box(v.as_mut_ptr());
+    v
+}
+
 fn round_up(x: usize, to: usize) -> usize {
     x.div_ceil(to) * to
 }
 
 fn entry_bytes(e: &EntryView) -> [u8; ENTRY_SIZE] {
+    // Fixed offsets (`struct acl_entry` in enforce.c), so that the copies compile to plain
+    // stores.
     let mut b = [0u8; ENTRY_SIZE];
-    let mut at = 0;
-    let mut put = |v: &[u8]| {
-        b[at..at + v.len()].copy_from_slice(v);
-        at += v.len();
-    };
-    put(&e.va_lo.to_le_bytes());
-    put(&e.va_hi.to_le_bytes());
-    put(&e.opcodes.to_le_bytes());
-    for w in [e.sip_lo, e.sip_hi, e.dip_lo, e.dip_hi, e.dqpn_lo, e.dqpn_hi] {
-        put(&w.to_le_bytes());
-    }
-    for h in [
-        e.sport_lo,
-        e.sport_hi,
-        e.dport_lo,
-        e.dport_hi,
-        e.absent_ok,
-        e.flags,
-    ] {
-        put(&h.to_le_bytes());
-    }
-    put(&e.priority.to_le_bytes());
+    b[0..8].copy_from_slice(&e.va_lo.to_le_bytes());
+    b[8..16].copy_from_slice(&e.va_hi.to_le_bytes());
+    b[16..24].copy_from_slice(&e.opcodes.to_le_bytes());
+    b[24..28].copy_from_slice(&e.sip_lo.to_le_bytes());
+    b[28..32].copy_from_slice(&e.sip_hi.to_le_bytes());
+    b[32..36].copy_from_slice(&e.dip_lo.to_le_bytes());
+    b[36..40].copy_from_slice(&e.dip_hi.to_le_bytes());
+    b[40..44].copy_from_slice(&e.dqpn_lo.to_le_bytes());
+    b[44..48].copy_from_slice(&e.dqpn_hi.to_le_bytes());
+    b[48..50].copy_from_slice(&e.sport_lo.to_le_bytes());
+    b[50..52].copy_from_slice(&e.sport_hi.to_le_bytes());
+    b[52..54].copy_from_slice(&e.dport_lo.to_le_bytes());
+    b[54..56].copy_from_slice(&e.dport_hi.to_le_bytes());
+    b[56..58].copy_from_slice(&e.absent_ok.to_le_bytes());
+    b[58..60].copy_from_slice(&e.flags.to_le_bytes());
+    b[60..64].copy_from_slice(&e.priority.to_le_bytes());
     b
 }
 
@@ -274,8 +280,8 @@ impl TreeImage {
         }
         let mut img = TreeImage {
             tiers,
-            words: vec![0; words],
-            entries: vec![[0; ENTRY_SIZE]; entries],
+            words: touched(words, 0),
+            entries: touched(entries, [0; ENTRY_SIZE]),
             rules: rule_bytes(&set.rules),
             decisions: set.rules.iter().map(decision).collect(),
             rule_values: set.rules.clone(),
@@ -354,8 +360,15 @@ impl TreeImage {
     /// Brings the image in step with `tree` after `tree.replace_rules(updates)` (the image
     /// still holds the rules before it), returning the records that changed. On
     /// [`ImageError::OutOfRoom`] the image is unusable: build it again.
+    ///
+    /// Every reference slot and leaf the updates touch is re-serialised once, however many
+    /// updates reach it, and in a leaf only the entries whose slot does not already hold
+    /// them (see [`TreeImage::put_leaf_changed`]).
     pub fn apply(&mut self, tree: &CutTree, updates: &[Rule]) -> Result<Dirty, ImageError> {
         let mut dirty = Dirty::default();
+        let mut refs: Vec<(usize, u32)> = Vec::new();
+        let mut leaves: Vec<(usize, u32)> = Vec::new();
+        let mut changed: Vec<u32> = Vec::with_capacity(updates.len());
         for new in updates {
             let p = new.priority as usize;
             let Some(old) = self.rule_values.get(p).copied() else {
@@ -367,23 +380,32 @@ impl TreeImage {
                 let Some(reach) = tree.reach(r) else {
                     continue;
                 };
-                let v = tree.tier_view(reach.tier);
-                let refs = v.refs();
-                let base = self.tiers[reach.tier].refs;
-                for slot in reach.refs {
-                    self.words[(base + slot) as usize] = refs[slot as usize];
-                    dirty.words.push(base + slot..base + slot + 1);
-                }
-                for leaf in reach.leaves {
-                    let at = self.tiers[reach.tier].leaves + 2 * leaf;
-                    dirty.entries.push(self.put_leaf(reach.tier, &v, leaf)?);
-                    dirty.words.push(at..at + 2);
-                }
+                refs.extend(reach.refs.iter().map(|&slot| (reach.tier, slot)));
+                leaves.extend(reach.leaves.iter().map(|&leaf| (reach.tier, leaf)));
             }
             self.rule_values[p] = *new;
             self.rules[p] = rule_bytes(std::slice::from_ref(new))[0];
             self.decisions[p] = decision(new);
             dirty.rules.push(p as u32);
+            changed.push(new.priority);
+        }
+        changed.sort_unstable();
+        refs.sort_unstable();
+        refs.dedup();
+        leaves.sort_unstable();
+        leaves.dedup();
+        for &(t, slot) in &refs {
+            let at = self.tiers[t].refs + slot;
+            self.words[at as usize] = tree.tier_view(t).refs()[slot as usize];
+            dirty.words.push(at..at + 1);
+        }
+        for &(t, leaf) in &leaves {
+            let v = tree.tier_view(t);
+            let at = self.tiers[t].leaves + 2 * leaf;
+            dirty
+                .entries
+                .push(self.put_leaf_changed(t, &v, leaf, &changed)?);
+            dirty.words.push(at..at + 2);
         }
         for (t, l) in self.tiers.iter_mut().enumerate() {
             l.roots = tree.tier_view(t).groups().map(|(root, _)| root).collect();
@@ -395,6 +417,65 @@ impl TreeImage {
             }
         }
         Ok(dirty)
+    }
+
+    /// [`TreeImage::put_leaf`] for an update: a slot among the leaf's current entries that
+    /// already holds the entry of the same priority, whose rule is not in `changed` (sorted),
+    /// is left as it is without serialising the tree's entry (the entries before an
+    /// insertion or removal, and every one but the replaced rule's where it stood).
+    fn put_leaf_changed(
+        &mut self,
+        t: usize,
+        v: &TierView<'_>,
+        leaf: u32,
+        changed: &[u32],
+    ) -> Result<Range<u32>, ImageError> {
+        let l = &self.tiers[t];
+        if leaf >= l.leaf_cap {
+            return Err(ImageError::OutOfRoom("leaves"));
+        }
+        let (start, len) = v.leaf(leaf as usize);
+        if len > self.max_leaf {
+            return Err(ImageError::LeafTooLong {
+                len,
+                max: self.max_leaf,
+            });
+        }
+        if start + len > l.entry_cap {
+            return Err(ImageError::OutOfRoom("entries"));
+        }
+        let at = (l.leaves + 2 * leaf) as usize;
+        // Only slots that are the leaf's current entries (it did not move, and they lie
+        // within its length) are known to hold the current bytes of their rule; the rest of
+        // the arena may hold stale copies.
+        let current = if self.words[at] == start && leaf < l.leaf_cap {
+            self.words[at + 1].min(len)
+        } else {
+            0
+        };
+        self.words[at] = start;
+        self.words[at + 1] = len;
+        let base = l.entries + start;
+        let (mut first, mut last) = (u32::MAX, 0);
+        for i in 0..len {
+            let e = v.entry((start + i) as usize);
+            let slot = &mut self.entries[(base + i) as usize];
+            let held = u32::from_le_bytes(slot[60..64].try_into().expect("4 bytes"));
+            if i < current && held == e.priority && changed.binary_search(&e.priority).is_err() {
+                continue;
+            }
+            let bytes = entry_bytes(&e);
+            if *slot != bytes {
+                *slot = bytes;
+                first = first.min(base + i);
+                last = base + i + 1;
+            }
+        }
+        Ok(if first == u32::MAX {
+            base..base
+        } else {
+            first..last
+        })
     }
 
     /// Rules in the set.

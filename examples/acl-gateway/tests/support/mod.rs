@@ -31,6 +31,9 @@ struct Shadow {
 pub struct ApplyTimes {
     /// Native tree and image brought up to date (in place, or built).
     pub shadow: Duration,
+    /// Of `shadow`, for an in-place update: the native tree's part (`CutTree::replace_rules`;
+    /// the rest is the image's, `TreeImage::apply`).
+    pub tree: Duration,
     /// Records written into the inactive bank.
     pub write: Duration,
     /// Code and control block written, then the publishing compare-and-swap.
@@ -180,6 +183,7 @@ impl Applier {
         let t = Instant::now();
         let s = self.shadow.as_mut()?;
         s.tree.replace_rules(updates);
+        let tree = t.elapsed();
         let dirty = match s.image.apply(&s.tree, updates) {
             Ok(d) => d,
             Err(_) => {
@@ -199,6 +203,7 @@ impl Applier {
         s.pending = dirty;
         let mut times = ApplyTimes {
             shadow: t.elapsed(),
+            tree,
             in_place: true,
             ..ApplyTimes::default()
         };
