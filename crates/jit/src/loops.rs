@@ -31,17 +31,27 @@ use rdx_bpf::isa::{AluOp, ImmKind, Insn, JmpCond, Operand, Reg, Width};
 
 use crate::translate::{uses_defs, FuncPlan};
 
-/// Latches of `plan` whose `jne` may be compiled as the returned ordered condition
-/// ([`JmpCond::Lt`] counting up, [`JmpCond::Gt`] counting down; both unsigned).
-/// `initial_zero` has bit `i` set when `ri` is zero on entry to the function.
-pub(crate) fn ordered_latches(
-    insns: &[Insn],
-    plan: FuncPlan,
-    initial_zero: u16,
-) -> HashMap<usize, JmpCond> {
-    let range = plan.start..plan.end;
-    let jumps: Vec<(usize, usize)> = range
-        .clone()
+/// A loop of one function closed by `jne counter, N` that counts exactly to `N` (see the
+/// module documentation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CountedLoop {
+    pub head: usize,
+    pub latch: usize,
+    pub counter: Reg,
+    pub width: Width,
+    /// The ordered condition the latch's `jne` may be compiled as: [`JmpCond::Lt`] counting
+    /// up, [`JmpCond::Gt`] counting down (both unsigned).
+    pub ordered: JmpCond,
+    /// The smallest and the largest value of the counter at the start of an iteration, in
+    /// the loop's width (inclusive; every value in between is a multiple of the step away
+    /// from a start value).
+    pub first: u64,
+    pub last: u64,
+}
+
+/// The jumps of `plan` (slot, target) and, per slot, whether one lands there.
+fn jumps(insns: &[Insn], plan: FuncPlan) -> (Vec<(usize, usize)>, Vec<bool>) {
+    let jumps: Vec<(usize, usize)> = (plan.start..plan.end)
         .filter_map(|pc| {
             let t = insns[pc].jump_target(pc)?;
             (t >= plan.start as i64 && t < plan.end as i64).then_some((pc, t as usize))
@@ -51,7 +61,14 @@ pub(crate) fn ordered_latches(
     for &(_, t) in &jumps {
         targeted[t - plan.start] = true;
     }
-    let mut out = HashMap::new();
+    (jumps, targeted)
+}
+
+/// The counted loops of `plan`. `initial_zero` has bit `i` set when `ri` is zero on entry
+/// to the function.
+pub(crate) fn counted_loops(insns: &[Insn], plan: FuncPlan, initial_zero: u16) -> Vec<CountedLoop> {
+    let (jumps, targeted) = jumps(insns, plan);
+    let mut out = Vec::new();
     for &(l, h) in jumps.iter().filter(|(pc, t)| t <= pc) {
         let Insn::Jmp {
             width,
@@ -139,18 +156,304 @@ pub(crate) fn ordered_latches(
                 k > n && (k - n).is_multiple_of(down)
             }
         };
-        let all = entries.iter().all(|&from| {
-            let k = match from {
-                None => constant_at_entry(r, initial_zero),
-                Some(pc) => constant_before(insns, plan, &targeted, pc, r, initial_zero),
-            };
-            k.is_some_and(counts_to_n)
+        let starts: Option<Vec<u64>> = entries
+            .iter()
+            .map(|&from| {
+                let k = match from {
+                    None => constant_at_entry(r, initial_zero),
+                    Some(pc) => constant_before(insns, plan, &targeted, pc, r, initial_zero),
+                }?;
+                counts_to_n(k).then_some(k & mask)
+            })
+            .collect();
+        let Some(starts) = starts else {
+            continue;
+        };
+        let (Some(&low), Some(&high)) = (starts.iter().min(), starts.iter().max()) else {
+            continue;
+        };
+        let (ordered, first, last) = if up {
+            (JmpCond::Lt, low, n - step)
+        } else {
+            (
+                JmpCond::Gt,
+                n.wrapping_add(step.wrapping_neg()) & mask,
+                high,
+            )
+        };
+        out.push(CountedLoop {
+            head: h,
+            latch: l,
+            counter: r,
+            width,
+            ordered,
+            first,
+            last,
         });
-        if all {
-            out.insert(l, if up { JmpCond::Lt } else { JmpCond::Gt });
+    }
+    out
+}
+
+/// A counted loop compiled twice: as it is, and a copy without the bounds checks that are
+/// decided for every iteration once [`Versioned::bounds`] hold on entry. The entry tests
+/// them and runs the copy when they all hold, the loop as it is otherwise.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Versioned {
+    pub head: usize,
+    pub latch: usize,
+    /// Slot of each check the copy leaves out → whether it jumps (`true`) or falls through
+    /// on every iteration.
+    pub checks: HashMap<usize, bool>,
+    pub bounds: Vec<Bound>,
+}
+
+/// `value + offset <= limit` (`<` when `strict`) for every `offset` in `low..=high`, where
+/// `value` and `limit` are registers the loop does not write (read on entry) or zero: true
+/// when `value + low <= value + high` (no wrap-around in between) and `value + high` is
+/// below the limit.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Bound {
+    pub value: Option<Reg>,
+    pub low: u64,
+    pub high: u64,
+    pub limit: Option<Reg>,
+    pub limit_offset: u64,
+    pub strict: bool,
+}
+
+/// What a register holds at a slot of a loop, in terms of values fixed on entry:
+/// `base + counter + offset` (64-bit, wrapping), where `base` is a register the loop never
+/// writes and `counter` the counter's value at the start of the iteration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sym {
+    Unknown,
+    Affine {
+        base: Option<Reg>,
+        counter: bool,
+        offset: u64,
+    },
+}
+
+impl Sym {
+    fn constant(k: u64) -> Self {
+        Sym::Affine {
+            base: None,
+            counter: false,
+            offset: k,
+        }
+    }
+
+    fn add(self, other: Sym) -> Sym {
+        match (self, other) {
+            (
+                Sym::Affine {
+                    base: b1,
+                    counter: c1,
+                    offset: o1,
+                },
+                Sym::Affine {
+                    base: b2,
+                    counter: c2,
+                    offset: o2,
+                },
+            ) if (b1.is_none() || b2.is_none()) && !(c1 && c2) => Sym::Affine {
+                base: b1.or(b2),
+                counter: c1 || c2,
+                offset: o1.wrapping_add(o2),
+            },
+            _ => Sym::Unknown,
+        }
+    }
+}
+
+/// Loops longer than this are not duplicated.
+const MAX_VERSIONED_SLOTS: usize = 256;
+
+/// Counted loops whose packet-style bounds checks can be decided once on entry: a 64-bit
+/// unsigned compare, in the straight-line code that starts the loop, of `base + counter + k`
+/// against a value fixed for the whole loop (`limit + k'`). The counter runs through
+/// `first..=last` (64-bit counters only, so the register holds exactly the counted value),
+/// so the compared value runs through `base + k + first ..= base + k + last`; when that
+/// range does not wrap around and its top is below the limit, the check goes the same way on
+/// every iteration.
+pub(crate) fn versioned_loops(
+    insns: &[Insn],
+    plan: FuncPlan,
+    counted: &[CountedLoop],
+) -> Vec<Versioned> {
+    let (_, targeted) = jumps(insns, plan);
+    let mut out = Vec::new();
+    for lp in counted {
+        if lp.width != Width::W64 || lp.latch + 1 - lp.head > MAX_VERSIONED_SLOTS {
+            continue;
+        }
+        let written = (lp.head..=lp.latch).fold(0u16, |acc, pc| acc | uses_defs(&insns[pc]).1);
+        let mut state = [Sym::Unknown; 11];
+        for (i, s) in state.iter_mut().enumerate() {
+            if written & (1 << i) == 0 {
+                *s = Sym::Affine {
+                    base: Some(Reg(i as u8)),
+                    counter: false,
+                    offset: 0,
+                };
+            }
+        }
+        state[lp.counter.index()] = Sym::Affine {
+            base: None,
+            counter: true,
+            offset: 0,
+        };
+        let mut checks = HashMap::new();
+        let mut bounds = Vec::new();
+        let mut pc = lp.head;
+        while pc < lp.latch {
+            if pc > lp.head && targeted[pc - plan.start] {
+                break;
+            }
+            let insn = insns[pc];
+            match insn {
+                Insn::Jmp {
+                    width: Width::W64,
+                    cond,
+                    dst,
+                    src,
+                    ..
+                } => {
+                    let b = match src {
+                        Operand::Reg(r) => state[r.index()],
+                        Operand::Imm(k) => Sym::constant(k as i64 as u64),
+                    };
+                    let target = insn.jump_target(pc).unwrap_or(0);
+                    let stays = |taken: bool| {
+                        !taken || (lp.head as i64..=lp.latch as i64).contains(&target)
+                    };
+                    // Only checks decided in the loop's favour: a bound that holds when the
+                    // loop is left at once would make the copy run only when that exit is
+                    // taken, keeping every other check in the loop for nothing.
+                    if let Some((taken, bound)) =
+                        decide(cond, state[dst.index()], b, lp).filter(|(taken, _)| stays(*taken))
+                    {
+                        checks.insert(pc, taken);
+                        if !bounds.contains(&bound) {
+                            bounds.push(bound);
+                        }
+                    }
+                }
+                Insn::Ja { .. } | Insn::Exit => break,
+                _ => step(&mut state, &insn),
+            }
+            pc += if matches!(insn, Insn::LoadImm64 { .. }) {
+                2
+            } else {
+                1
+            };
+        }
+        if !checks.is_empty() {
+            out.push(Versioned {
+                head: lp.head,
+                latch: lp.latch,
+                checks,
+                bounds,
+            });
         }
     }
     out
+}
+
+/// How `insn` changes what registers hold.
+fn step(state: &mut [Sym; 11], insn: &Insn) {
+    let defs = uses_defs(insn).1;
+    let new = match *insn {
+        Insn::Alu {
+            width: Width::W64,
+            op,
+            dst,
+            src,
+        } => {
+            let s = match src {
+                Operand::Reg(r) => state[r.index()],
+                Operand::Imm(k) => Sym::constant(k as i64 as u64),
+            };
+            let d = state[dst.index()];
+            let v = match op {
+                AluOp::Mov => s,
+                AluOp::Add => d.add(s),
+                AluOp::Sub => match s {
+                    Sym::Affine {
+                        base: None,
+                        counter: false,
+                        offset,
+                    } => d.add(Sym::constant(offset.wrapping_neg())),
+                    _ => Sym::Unknown,
+                },
+                _ => Sym::Unknown,
+            };
+            Some((dst, v))
+        }
+        _ => None,
+    };
+    for (i, s) in state.iter_mut().enumerate().take(10) {
+        if defs & (1 << i) != 0 {
+            *s = Sym::Unknown;
+        }
+    }
+    if let Some((dst, v)) = new {
+        state[dst.index()] = v;
+    }
+}
+
+/// Whether a 64-bit unsigned compare of `a` with `b` goes the same way on every iteration of
+/// `lp` once a [`Bound`] holds: the direction (taken or not) and that bound.
+fn decide(cond: JmpCond, a: Sym, b: Sym, lp: &CountedLoop) -> Option<(bool, Bound)> {
+    // `moving cmp fixed`, or swapped: `fixed cmp moving` as `moving cmp' fixed`.
+    let (moving, fixed, cond) = match (a, b) {
+        (Sym::Affine { counter: true, .. }, Sym::Affine { counter: false, .. }) => (a, b, cond),
+        (Sym::Affine { counter: false, .. }, Sym::Affine { counter: true, .. }) => {
+            let swapped = match cond {
+                JmpCond::Gt => JmpCond::Lt,
+                JmpCond::Ge => JmpCond::Le,
+                JmpCond::Lt => JmpCond::Gt,
+                JmpCond::Le => JmpCond::Ge,
+                _ => return None,
+            };
+            (b, a, swapped)
+        }
+        _ => return None,
+    };
+    let (
+        Sym::Affine {
+            base: value,
+            offset,
+            ..
+        },
+        Sym::Affine {
+            base: limit,
+            offset: limit_offset,
+            ..
+        },
+    ) = (moving, fixed)
+    else {
+        return None;
+    };
+    // With every compared value at most the limit (`strict`: below it):
+    let (taken, strict) = match cond {
+        JmpCond::Gt => (false, false), // moving > fixed never holds
+        JmpCond::Ge => (false, true),  // moving >= fixed never holds
+        JmpCond::Le => (true, false),  // moving <= fixed always holds
+        JmpCond::Lt => (true, true),   // moving < fixed always holds
+        _ => return None,
+    };
+    Some((
+        taken,
+        Bound {
+            value,
+            low: offset.wrapping_add(lp.first),
+            high: offset.wrapping_add(lp.last),
+            limit,
+            limit_offset,
+            strict,
+        },
+    ))
 }
 
 fn constant_at_entry(r: Reg, initial_zero: u16) -> Option<u64> {
@@ -220,7 +523,10 @@ mod tests {
             start: 0,
             end: insns.len(),
         };
-        ordered_latches(&insns, plan, 0b11_1111_1101)
+        counted_loops(&insns, plan, 0b11_1111_1101)
+            .into_iter()
+            .map(|l| (l.latch, l.ordered))
+            .collect()
     }
 
     #[test]
@@ -259,5 +565,54 @@ mod tests {
         ] {
             assert_eq!(latches(src), HashMap::new(), "{src}");
         }
+    }
+
+    fn versioned(src: &str) -> Vec<Versioned> {
+        let insns = rdx_bpf::asm::assemble(src).unwrap();
+        let plan = FuncPlan {
+            start: 0,
+            end: insns.len(),
+        };
+        versioned_loops(&insns, plan, &counted_loops(&insns, plan, 0b11_1111_1101))
+    }
+
+    #[test]
+    fn packet_bounds_decided_on_entry() {
+        // clang's checksum loop: r4 = data, r3 = data_end, r2 counts 0, 2, ..., 1022.
+        let checksum = "mov %r2, 0\nldxw %r3, [%r1+4]\nldxw %r4, [%r1]\nmov %r1, 0
+            mov %r5, %r4\nadd %r5, %r2\nmov %r0, %r5\nadd %r0, 16\njgt %r0, %r3, +4
+            ldxh %r5, [%r5+14]\nadd %r1, %r5\nadd %r2, 2\njne %r2, 1024, -9\nmov %r0, %r1\nexit";
+        let bound = Bound {
+            value: Some(Reg(4)),
+            low: 16,
+            high: 16 + 1022,
+            limit: Some(Reg(3)),
+            limit_offset: 0,
+            strict: false,
+        };
+        assert_eq!(
+            versioned(checksum),
+            vec![Versioned {
+                head: 4,
+                latch: 12,
+                checks: HashMap::from([(8, false)]),
+                bounds: vec![bound.clone()],
+            }]
+        );
+        // The same check written `data_end < r0`, and `>=` (strict).
+        let swapped = checksum.replace("jgt %r0, %r3", "jlt %r3, %r0");
+        assert_eq!(versioned(&swapped)[0].bounds, vec![bound.clone()]);
+        let strict = checksum.replace("jgt %r0, %r3", "jge %r0, %r3");
+        assert!(versioned(&strict)[0].bounds[0].strict);
+        // A check the loop's favour does not decide (it would hold only when leaving).
+        let lower = checksum.replace("jgt %r0, %r3", "jlt %r0, %r3");
+        assert_eq!(versioned(&lower), vec![]);
+        // The limit moves in the loop.
+        let moving = checksum.replace("add %r1, %r5", "add %r3, %r5");
+        assert_eq!(versioned(&moving), vec![]);
+        // Twice the counter is not a range this knows.
+        let scaled = checksum.replace("add %r5, %r2", "add %r5, %r2\nadd %r5, %r2");
+        let scaled = scaled.replace("+4", "+5").replace("-9", "-10");
+        assert_eq!(versioned(&scaled), vec![]);
     }
 }

@@ -104,6 +104,11 @@ struct Translator<'a, 'b> {
     /// Counted-loop latches whose `jne` is compiled as this ordered condition
     /// ([`crate::loops::ordered_latches`]).
     ordered_latches: HashMap<usize, JmpCond>,
+    /// Counted loops compiled twice, by head slot ([`crate::loops::versioned_loops`]).
+    versioned: HashMap<usize, crate::loops::Versioned>,
+    /// While the unchecked copy of a versioned loop is lowered: its left-out checks and the
+    /// direction each goes.
+    unchecked: HashMap<usize, bool>,
     /// Values known to be non-NULL pointers (see [`Translator::null_test_outcome`]).
     non_null: std::collections::HashSet<Value>,
     /// Registers live on entry to each slot (elite code only; see [`live_registers`]).
@@ -440,7 +445,17 @@ pub(crate) fn translate_function(
     } else {
         0b11_1100_0001
     };
-    let ordered_latches = crate::loops::ordered_latches(insns, plan, initial_zero);
+    let counted = crate::loops::counted_loops(insns, plan, initial_zero);
+    let ordered_latches = counted.iter().map(|l| (l.latch, l.ordered)).collect();
+    // Elite and scouting builds keep one compiled site per slot (guards, counters).
+    let versioned = if elite || opts.branch_counters.is_some() {
+        HashMap::new()
+    } else {
+        crate::loops::versioned_loops(insns, plan, &counted)
+            .into_iter()
+            .map(|v| (v.head, v))
+            .collect()
+    };
     let live_regs = if elite {
         live_registers(insns, plan)
     } else {
@@ -475,6 +490,8 @@ pub(crate) fn translate_function(
         non_null: Default::default(),
         exit_stubs,
         ordered_latches,
+        versioned,
+        unchecked: HashMap::new(),
         loop_heads: {
             let mut heads = vec![false; plan.end - plan.start];
             for (pc, insn) in insns.iter().enumerate().take(plan.end).skip(plan.start) {
@@ -528,9 +545,28 @@ impl Translator<'_, '_> {
     }
 
     fn body(&mut self) -> Result<(), CompileError> {
-        let mut open = true;
-        let mut pc = self.plan.start;
-        while pc < self.plan.end {
+        let open = self.lower_slots(self.plan.start, self.plan.end, true, true)?;
+        if open {
+            return Err(CompileError::FallsOffEnd {
+                function: self.plan.start,
+                pc: self.plan.end - 1,
+            });
+        }
+        Ok(())
+    }
+
+    /// Lowers slots `from..to`; `open` says whether the current block runs into `from`.
+    /// Returns whether the block current at the end runs on. With `versioning`, a versioned
+    /// loop's head lowers that loop twice ([`Translator::versioned_loop`]).
+    fn lower_slots(
+        &mut self,
+        from: usize,
+        to: usize,
+        mut open: bool,
+        versioning: bool,
+    ) -> Result<bool, CompileError> {
+        let mut pc = from;
+        while pc < to {
             if !self.live[pc - self.plan.start] {
                 // Only cold directions reach this slot (or nothing does): not compiled.
                 pc += 1;
@@ -553,6 +589,14 @@ impl Translator<'_, '_> {
                 pc += 1;
                 continue;
             }
+            if versioning {
+                if let Some(v) = self.versioned.get(&pc).cloned() {
+                    self.versioned_loop(&v)?;
+                    pc = v.latch + 1;
+                    open = false;
+                    continue;
+                }
+            }
             open = self.insn(pc, insn)?;
             pc += if matches!(insn, Insn::LoadImm64 { .. }) {
                 2
@@ -560,13 +604,72 @@ impl Translator<'_, '_> {
                 1
             };
         }
-        if open {
-            return Err(CompileError::FallsOffEnd {
-                function: self.plan.start,
-                pc: self.plan.end - 1,
+        Ok(open)
+    }
+
+    /// Lowers a versioned loop from its head's block, where every entry arrives: a test of
+    /// the loop's bounds, then the loop as it is (bounds not known to hold) and a copy whose
+    /// decided checks are plain jumps (bounds hold). Both copies leave to the same blocks.
+    fn versioned_loop(&mut self, v: &crate::loops::Versioned) -> Result<(), CompileError> {
+        let at = |pc: usize| pc - self.plan.start;
+        let (head, latch) = (at(v.head), at(v.latch));
+        let entry = self.blocks[head].expect("a loop head has a block");
+        let checked = self.b.create_block();
+        let unchecked = self.b.create_block();
+        let hold = self.bounds_hold(&v.bounds);
+        self.b.ins().brif(hold, unchecked, &[], checked, &[]);
+
+        // The back edge of each copy goes to that copy's head.
+        self.blocks[head] = Some(checked);
+        self.lower_slots(v.head, v.latch + 1, false, false)?;
+        let originals = self.blocks[head..=latch].to_vec();
+        for i in head..=latch {
+            if self.blocks[i].is_some() {
+                let block = self.b.create_block();
+                if self.exit_stubs[i] {
+                    self.b.set_cold_block(block);
+                }
+                self.blocks[i] = Some(block);
+            }
+        }
+        self.blocks[head] = Some(unchecked);
+        self.unchecked = v.checks.clone();
+        self.lower_slots(v.head, v.latch + 1, false, false)?;
+        self.unchecked.clear();
+        self.blocks[head..=latch].copy_from_slice(&originals);
+        self.blocks[head] = Some(entry);
+        Ok(())
+    }
+
+    /// Whether every bound of a versioned loop holds, from the registers on entry.
+    fn bounds_hold(&mut self, bounds: &[crate::loops::Bound]) -> Value {
+        let mut all = None;
+        for bound in bounds {
+            let value = match bound.value {
+                Some(r) => self.reg(r),
+                None => self.b.ins().iconst(I64, 0),
+            };
+            let low = self.b.ins().iadd_imm_s(value, bound.low as i64);
+            let high = self.b.ins().iadd_imm_s(value, bound.high as i64);
+            let no_wrap = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, low, high);
+            let limit = match bound.limit {
+                Some(r) => self.reg(r),
+                None => self.b.ins().iconst(I64, 0),
+            };
+            let limit = self.b.ins().iadd_imm_s(limit, bound.limit_offset as i64);
+            let cc = if bound.strict {
+                IntCC::UnsignedLessThan
+            } else {
+                IntCC::UnsignedLessThanOrEqual
+            };
+            let below = self.b.ins().icmp(cc, high, limit);
+            let holds = self.b.ins().band(no_wrap, below);
+            all = Some(match all {
+                Some(a) => self.b.ins().band(a, holds),
+                None => holds,
             });
         }
-        Ok(())
+        all.unwrap_or_else(|| self.b.ins().iconst(I8, 1))
     }
 
     /// Lowers one instruction; returns whether the current block continues.
@@ -604,6 +707,16 @@ impl Translator<'_, '_> {
                     .speculation
                     .as_ref()
                     .and_then(|s| s.guards.get(&pc).copied());
+                if let Some(&taken) = self.unchecked.get(&pc) {
+                    // A check the versioned loop's entry decided for every iteration.
+                    let dest = if taken {
+                        self.edge(pc, target)
+                    } else {
+                        self.block_at(pc + 1)
+                    };
+                    self.b.ins().jump(dest, &[]);
+                    return Ok(false);
+                }
                 if guard.is_none() && self.opts.branch_counters.is_none() {
                     if let Some(taken) = self.null_test_outcome(width, cond, dst, src) {
                         let dest = if taken {

@@ -31,9 +31,9 @@ struct Shape {
     step: i32,
     end: i32,
     max_iterations: i32,
-    /// Leave the loop when `mem + (counter & 63) + reach` passes `mem + len`, as a packet
-    /// loop does before each access.
-    bounds_reach: Option<i32>,
+    /// Leave the loop when `mem + counter + reach` passes `mem + len` (in one of four
+    /// forms), as a packet loop does before each access, and read below that address.
+    bounds: Option<(i32, u8)>,
 }
 
 fn alu(width: Width, op: AluOp, dst: u8, src: Operand) -> Insn {
@@ -65,8 +65,8 @@ fn load(dst: u8, base: u8, off: i16) -> Insn {
     }
 }
 
-/// r1 = memory, r2 = its length. r6: the first byte, r7: iterations, r3, r5, r8: scratch;
-/// the counter is r2, r4 or r9.
+/// r1 = memory, r2 = its length. r3: the memory's end, r6: the first byte, r7: iterations,
+/// r5, r8: scratch; the counter is r2, r4 or r9.
 fn build(s: &Shape) -> Vec<Insn> {
     use AluOp::*;
     use Width::W64;
@@ -74,6 +74,8 @@ fn build(s: &Shape) -> Vec<Insn> {
     let imm = Operand::Imm;
     let mut p = vec![
         load(6, 1, 0),
+        alu(W64, Mov, 3, Operand::Reg(Reg(1))),
+        alu(W64, Add, 3, Operand::Reg(Reg(2))),
         alu(W64, Mov, 7, imm(0)),
         alu(W64, Mov, 0, imm(0)),
         alu(W64, Mov, i, imm(s.before)),
@@ -88,18 +90,24 @@ fn build(s: &Shape) -> Vec<Insn> {
     }
     p.extend(prologue);
     let mut body = Vec::new();
-    if let Some(reach) = s.bounds_reach {
-        // r8 = mem + (i & 63); leave when r8 + reach > mem + len.
+    if let Some((reach, form)) = s.bounds {
+        // r5 = mem + i + reach; leave unless mem + 1 <= r5 <= mem + len (r3), then read
+        // the byte below r5. The upper check in four equivalent forms.
+        let upper = match form {
+            0 => jmp(W64, JmpCond::Gt, 5, Operand::Reg(Reg(3)), i16::MAX),
+            1 => jmp(W64, JmpCond::Lt, 3, Operand::Reg(Reg(5)), i16::MAX),
+            2 => jmp(W64, JmpCond::Ge, 5, Operand::Reg(Reg(3)), i16::MAX),
+            _ => jmp(W64, JmpCond::Le, 3, Operand::Reg(Reg(5)), i16::MAX),
+        };
         body.extend([
-            alu(W64, Mov, 8, Operand::Reg(Reg(i))),
-            alu(W64, And, 8, imm(63)),
-            alu(W64, Add, 8, Operand::Reg(Reg(1))),
-            alu(W64, Mov, 5, Operand::Reg(Reg(8))),
+            alu(W64, Mov, 5, Operand::Reg(Reg(1))),
+            alu(W64, Add, 5, Operand::Reg(Reg(i))),
             alu(W64, Add, 5, imm(reach)),
-            alu(W64, Mov, 3, Operand::Reg(Reg(1))),
-            alu(W64, Add, 3, Operand::Reg(Reg(2))),
-            jmp(W64, JmpCond::Gt, 5, Operand::Reg(Reg(3)), i16::MAX),
-            load(8, 8, 0),
+            upper,
+            alu(W64, Mov, 8, Operand::Reg(Reg(1))),
+            alu(W64, Add, 8, imm(1)),
+            jmp(W64, JmpCond::Lt, 5, Operand::Reg(Reg(8)), i16::MAX),
+            load(8, 5, -1),
         ]);
     } else {
         body.extend([
@@ -192,7 +200,7 @@ fn shape() -> impl Strategy<Value = Shape> {
         prop_oneof![1..5i32, -4..0i32, Just(7), Just(i32::MIN), any::<i32>()],
         value(),
         0..300i32,
-        (any::<bool>(), -2..66i32),
+        (any::<bool>(), 1..67i32, 0..4u8),
     )
         .prop_map(
             |(
@@ -204,7 +212,7 @@ fn shape() -> impl Strategy<Value = Shape> {
                 step,
                 end,
                 max,
-                (bounds, reach),
+                (bounds, reach, form),
             )| Shape {
                 width: if w32 { Width::W32 } else { Width::W64 },
                 counter,
@@ -215,7 +223,7 @@ fn shape() -> impl Strategy<Value = Shape> {
                 step,
                 end,
                 max_iterations: max,
-                bounds_reach: bounds.then_some(reach),
+                bounds: bounds.then_some((reach, form)),
             },
         )
 }
