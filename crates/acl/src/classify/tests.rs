@@ -528,6 +528,18 @@ proptest! {
     }
 
     #[test]
+    fn compact_verdicts_through_the_probe_agree_with_the_key(
+        rules in proptest::collection::vec(any_field_rule(), 1..40),
+        packets in proptest::collection::vec(any_field_packet(), 1..40),
+    ) {
+        for r in &rules {
+            for k in &packets {
+                prop_assert!(CutTree::probe_verdict_agrees(r, k), "rule {:?} packet {:?}", r, k);
+            }
+        }
+    }
+
+    #[test]
     fn cut_tree_updates_agree_with_the_oracle(
         rules in proptest::collection::vec(any_field_rule(), 1..100),
         rounds in proptest::collection::vec(
@@ -577,6 +589,9 @@ fn cut_tree_agrees_on_synthetic_rules_and_updates() {
     let mut tree = CutTree::new(rules.clone());
     let s = tree.stats();
     assert!(s.nodes > 0 && s.groups > 1, "{s:?}");
+    // Its first tier's tree is read through a flat two-level table, which the updates and
+    // batches below go through too.
+    assert!(tree.flat_tables() > 0);
     let packets = synth::traffic(&rules, 2000, Mix::Uniform, 3);
     let oracle = LinearScan::new(&rules);
     for k in &packets {

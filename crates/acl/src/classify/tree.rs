@@ -120,6 +120,8 @@ const MAX_DEPTH: u32 = 24;
 const LEAF: u32 = 1 << 31;
 /// The shared empty leaf (every empty child points here until a rule is inserted).
 const EMPTY: u32 = LEAF;
+/// A [`Tier::fast`] reference with this bit set is a leaf's run of entries.
+const FAST_LEAF: u64 = 1 << 63;
 
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(32))]
@@ -372,39 +374,56 @@ impl Compact {
     #[inline(always)]
     fn verdict(&self, k: &Probe) -> u8 {
         // Every test is evaluated and combined without branches: leaf entries fail on
-        // arbitrary fields, and a branch per field would mispredict more than it saves. Each
-        // test sets its field's bit; a field passes when present and its bit is set, or
-        // absent and the rule accepts its absence.
+        // arbitrary fields, and a branch per field would mispredict more than it saves. The
+        // probe has already folded the packet's absent fields and non-IPv4 addresses into
+        // its values (see [`Probe`]), so each field is two compares and the rest is two
+        // mask tests.
+        let ok = (k.op_pass | (self.opcodes & k.op_bit != 0))
+            & (self.dqpn_lo <= k.dqpn.0)
+            & (k.dqpn.1 <= self.dqpn_hi)
+            & (self.sip_lo <= k.sip.0)
+            & (k.sip.1 <= self.sip_hi)
+            & (self.dip_lo <= k.dip.0)
+            & (k.dip.1 <= self.dip_hi)
+            & (self.sport_lo <= k.sport.0)
+            & (k.sport.1 <= self.sport_hi)
+            & (self.dport_lo <= k.dport.0)
+            & (k.dport.1 <= self.dport_hi)
+            & (self.va_lo <= k.va.0)
+            & (k.va.1 <= self.va_hi)
+            & (self.flags & k.v4_fail == 0)
+            & (k.absent_need & !self.absent_ok == 0);
+        let full = (self.flags & INEXACT != 0) | k.force_full;
+        ok as u8 * (1 + full as u8)
+    }
+
+    /// [`Compact::verdict`] computed field by field from the packet key: the definition the
+    /// probe's folding is tested against.
+    #[cfg(test)]
+    fn verdict_of_key(&self, k: &PacketKey) -> u8 {
+        let present = |f: Field| k.present >> f.index() & 1 != 0;
+        let has_op = present(Field::Opcode);
+        let op_high = has_op & (k.opcode >= 64);
         let bit = |f: Field, test: bool| (test as u16) << f.index();
-        let addr = |v: u32, mapped: bool, lo: u32, hi: u32, v4: u16, any: u16| {
-            (self.flags & any != 0) | (self.flags & v4 == 0) | (mapped & (lo <= v) & (v <= hi))
+        let addr = |v: u128, lo: u32, hi: u32, v4: u16, any: u16| {
+            let mapped = v >> 32 == MAPPED_HI;
+            (self.flags & any != 0)
+                | (self.flags & v4 == 0)
+                | (mapped & (lo <= v as u32) & (v as u32 <= hi))
         };
-        let tests = bit(Field::Opcode, k.op_high | (self.opcodes & k.op_bit != 0))
+        let op_bit = if k.opcode < 64 { 1u64 << k.opcode } else { 0 };
+        let tests = bit(Field::Opcode, op_high | (self.opcodes & op_bit != 0))
             | bit(
                 Field::DQpn,
                 (self.dqpn_lo <= k.dqpn) & (k.dqpn <= self.dqpn_hi),
             )
             | bit(
                 Field::Sip,
-                addr(
-                    k.sip,
-                    k.sip_mapped,
-                    self.sip_lo,
-                    self.sip_hi,
-                    SIP_V4,
-                    SIP_ANY,
-                ),
+                addr(k.sip, self.sip_lo, self.sip_hi, SIP_V4, SIP_ANY),
             )
             | bit(
                 Field::Dip,
-                addr(
-                    k.dip,
-                    k.dip_mapped,
-                    self.dip_lo,
-                    self.dip_hi,
-                    DIP_V4,
-                    DIP_ANY,
-                ),
+                addr(k.dip, self.dip_lo, self.dip_hi, DIP_V4, DIP_ANY),
             )
             | bit(
                 Field::Sport,
@@ -418,7 +437,7 @@ impl Compact {
         let ok = (k.present & tests) | (!k.present & self.absent_ok);
         if ok & COMPACT_FIELDS != COMPACT_FIELDS {
             0
-        } else if (self.flags & INEXACT != 0) | k.op_high {
+        } else if (self.flags & INEXACT != 0) | op_high {
             2
         } else {
             1
@@ -436,41 +455,68 @@ const COMPACT_FIELDS: u16 = 1 << Field::Opcode as u16
     | 1 << Field::Va as u16;
 
 /// A packet's values as the compact checks read them, derived once per lookup rather than
-/// once per leaf entry.
+/// once per leaf entry. Each range field is a pair `(a, b)` tested as `lo <= a && b <= hi`:
+/// `(v, v)` for a present value, and `(MAX, 0)` — which every range passes — for a field
+/// the packet lacks, whose outcome `absent_need` then leaves to the rule's absent-ok bit. An
+/// address that is not IPv4-mapped passes the range the same way and fails through
+/// `v4_fail` every copy whose range is an IPv4 one (the others hold `0..=MAX`).
 #[derive(Clone, Copy, Debug, Default)]
 struct Probe {
-    present: u16,
-    /// The opcode is present and beyond the compact copies' 64-bit mask.
-    op_high: bool,
+    /// Compact fields the packet lacks.
+    absent_need: u16,
+    /// `SIP_V4` / `DIP_V4` for addresses present but not IPv4-mapped.
+    v4_fail: u16,
+    /// The opcode test passes whatever the mask: the opcode is absent, or beyond the compact
+    /// copies' 64-bit mask (then `force_full`).
+    op_pass: bool,
+    force_full: bool,
     /// `1 << opcode` for opcodes below 64, else 0.
     op_bit: u64,
-    /// The addresses' low 32 bits, and whether they are IPv4-mapped.
-    sip: u32,
-    dip: u32,
-    sip_mapped: bool,
-    dip_mapped: bool,
-    dqpn: u32,
-    sport: u16,
-    dport: u16,
-    va: u64,
+    sip: (u32, u32),
+    dip: (u32, u32),
+    dqpn: (u32, u32),
+    sport: (u16, u16),
+    dport: (u16, u16),
+    va: (u64, u64),
 }
 
 impl Probe {
     #[inline(always)]
     fn of(k: &PacketKey) -> Probe {
-        let has_op = k.present >> Field::Opcode.index() & 1 != 0;
+        let present = |f: Field| k.present >> f.index() & 1 != 0;
+        let has_op = present(Field::Opcode);
+        let op_high = has_op & (k.opcode >= 64);
+        let mut v4_fail = 0;
+        let mut addr = |f: Field, v: u128, v4: u16| {
+            if !present(f) {
+                (u32::MAX, 0)
+            } else if v >> 32 != MAPPED_HI {
+                v4_fail |= v4;
+                (u32::MAX, 0)
+            } else {
+                (v as u32, v as u32)
+            }
+        };
+        let sip = addr(Field::Sip, k.sip, SIP_V4);
+        let dip = addr(Field::Dip, k.dip, DIP_V4);
+        let pair32 = |f: Field, v: u32| if present(f) { (v, v) } else { (u32::MAX, 0) };
+        let pair16 = |f: Field, v: u16| if present(f) { (v, v) } else { (u16::MAX, 0) };
         Probe {
-            present: k.present,
-            op_high: has_op & (k.opcode >= 64),
+            absent_need: COMPACT_FIELDS & !k.present,
+            v4_fail,
+            op_pass: !has_op | op_high,
+            force_full: op_high,
             op_bit: if k.opcode < 64 { 1 << k.opcode } else { 0 },
-            sip: k.sip as u32,
-            dip: k.dip as u32,
-            sip_mapped: k.sip >> 32 == MAPPED_HI,
-            dip_mapped: k.dip >> 32 == MAPPED_HI,
-            dqpn: k.dqpn,
-            sport: k.sport,
-            dport: k.dport,
-            va: k.va,
+            sip,
+            dip,
+            dqpn: pair32(Field::DQpn, k.dqpn),
+            sport: pair16(Field::Sport, k.sport),
+            dport: pair16(Field::Dport, k.dport),
+            va: if present(Field::Va) {
+                (k.va, k.va)
+            } else {
+                (u64::MAX, 0)
+            },
         }
     }
 }
@@ -482,11 +528,37 @@ struct Leaf {
     cap: u32,
 }
 
+/// A tree's first two levels as one table: when every child of the root that is a node
+/// cuts the same way (field, bits, prefix), a packet's child index at both levels can be
+/// computed at once, from the packet alone, and one table read gives the `fast` slot of the
+/// grandchild — instead of reading the child node and then its reference. The table holds
+/// slots, not references, and nodes never change after a build, so updates (which rewrite
+/// `fast` in place) leave it valid.
+#[derive(Clone, Debug)]
+struct Flat {
+    root: Node,
+    inner: Node,
+    /// Children per inner node (`2^inner.bits + 2`).
+    width: usize,
+    /// Per (root child, inner child): the `fast` slot to read. A root child that is a leaf
+    /// fills its row with its own slot.
+    slots: Vec<u32>,
+    /// `fast[slots[i]]` for each cell: what a lookup reads (refreshed by every update).
+    cells: Vec<u64>,
+}
+
+/// Largest [`Flat`] table (cells), so it stays in the first-level cache.
+const FLAT_CELLS: usize = 4096;
+
 #[derive(Clone, Debug)]
 struct Group {
     /// Which of [`GROUP_FIELDS`] the group's rules leave wide (bit per entry).
     class: u8,
     root: u32,
+    /// `root` as the lookup reads it ([`Tier::fast`]).
+    fast_root: u64,
+    /// The tree's first two levels as one table, when they allow it ([`Flat`]).
+    flat: Option<Flat>,
     /// No rule of the group has a smaller priority (a bound: removals do not raise it).
     min_priority: u32,
 }
@@ -531,6 +603,11 @@ struct Tier {
     class_map: [u8; 1 << GROUP_FIELDS.len()],
     nodes: Vec<Node>,
     refs: Vec<u32>,
+    /// `refs` as lookups read them: a node's index, or [`FAST_LEAF`] with the leaf's run of
+    /// entries (start in the low 32 bits, length above), so a walk goes from the last node
+    /// straight to the entries without reading the leaf record. Kept in step with `refs`
+    /// and `leaves` by every build and update.
+    fast: Vec<u64>,
     leaves: Vec<Leaf>,
     /// Leaf contents: compact rule copies, by ascending priority within a leaf (a rule
     /// reaching several leaves is copied into each, so a leaf is one contiguous run).
@@ -619,6 +696,24 @@ impl CutTree {
         }
     }
 
+    /// Trees whose first two levels are read through a [`Flat`] table.
+    #[cfg(test)]
+    pub(crate) fn flat_tables(&self) -> usize {
+        self.tiers
+            .iter()
+            .flat_map(|t| &t.groups)
+            .filter(|g| g.flat.is_some())
+            .count()
+    }
+
+    /// Whether a compact copy of `rule` reaches the same verdict on `key` through the
+    /// per-lookup probe as field by field from the key.
+    #[cfg(test)]
+    pub(crate) fn probe_verdict_agrees(rule: &Rule, key: &PacketKey) -> bool {
+        let c = Compact::of(rule, 0);
+        c.verdict(&Probe::of(key)) == c.verdict_of_key(key)
+    }
+
     /// Number of shapes a small tier may take.
     #[cfg(test)]
     pub(crate) const SMALL_SHAPES: usize = SMALL_SHAPES.len();
@@ -664,6 +759,9 @@ impl CutTree {
             tier.replace(&old, new, p);
             self.rules[p as usize] = *new;
         }
+        for tier in &mut self.tiers {
+            tier.refresh_flat();
+        }
     }
 
     /// First match among `tier`'s rules, if any (`u32::MAX` if none).
@@ -682,13 +780,13 @@ impl CutTree {
                 if g.min_priority >= best {
                     break;
                 }
-                best = self.scan(tier.leaf_of(g.root, key), key, probe, best);
+                best = self.scan(tier.leaf_in(g, key), key, probe, best);
             }
             return best;
         }
         let mut leaves: [&[Compact]; 1 << GROUP_FIELDS.len()] = [&[]; 1 << GROUP_FIELDS.len()];
         for (leaf, g) in leaves.iter_mut().zip(&tier.groups) {
-            *leaf = tier.leaf_of(g.root, key);
+            *leaf = tier.leaf_in(g, key);
             if let Some(c) = leaf.first() {
                 prefetch_line((c as *const Compact).cast());
             }
@@ -763,10 +861,9 @@ impl CutTree {
                     // Ascending min_priority: no later tree can do better either.
                     break;
                 }
-                let leaves = tier.leaves_of(g.root, keys, want);
+                let leaves = tier.leaves_of(g, keys, want);
                 for_lanes(want, |i| {
-                    let leaf = tier.leaves[(leaves[i] & !LEAF) as usize];
-                    let run = &tier.entries[leaf.start as usize..(leaf.start + leaf.len) as usize];
+                    let run = tier.run(leaves[i]);
                     best[i] = self.scan(run, &keys[i], &probes[i], best[i]);
                 });
             }
@@ -795,37 +892,43 @@ fn for_lanes(mut mask: u32, mut f: impl FnMut(usize)) {
 }
 
 impl Tier {
-    /// The leaf reference each packet of `lanes` (a bit per index of `keys`) reaches from
-    /// `root`, walked a level at a time over all of them; the first line of each leaf's
-    /// entries is prefetched.
+    /// The leaf reference each packet of `lanes` (a bit per index of `keys`) reaches in
+    /// group `g`'s tree, walked a level at a time over all of them (from past the flat
+    /// table, if any); the first line of each leaf's entries is prefetched.
     #[inline(always)]
-    fn leaves_of(&self, root: u32, keys: &[PacketKey], lanes: u32) -> [u32; LANES] {
-        let mut r = [root; LANES];
-        let mut walking = if root & LEAF == 0 { lanes } else { 0 };
+    fn leaves_of(&self, g: &Group, keys: &[PacketKey], lanes: u32) -> [u64; LANES] {
+        let mut r = [g.fast_root; LANES];
+        let mut walking = 0u32;
+        for_lanes(lanes, |i| {
+            let c = self.start(g, &keys[i]);
+            r[i] = c;
+            if c & FAST_LEAF == 0 {
+                walking |= 1 << i;
+                prefetch_line((&self.nodes[c as usize] as *const Node).cast());
+            } else if let Some(e) = self.entries.get(c as u32 as usize) {
+                prefetch_line((e as *const Compact).cast());
+            }
+        });
         let mut slot = [0usize; LANES];
         while walking != 0 {
             for_lanes(walking, |i| {
                 let node = &self.nodes[r[i] as usize];
                 slot[i] = node.children as usize + node.child_of(&keys[i]);
-                prefetch_line((&self.refs[slot[i]] as *const u32).cast());
+                prefetch_line((&self.fast[slot[i]] as *const u64).cast());
             });
             for_lanes(walking, |i| {
-                let c = self.refs[slot[i]];
+                let c = self.fast[slot[i]];
                 r[i] = c;
-                if c & LEAF != 0 {
+                if c & FAST_LEAF != 0 {
                     walking &= !(1 << i);
-                    prefetch_line((&self.leaves[(c & !LEAF) as usize] as *const Leaf).cast());
+                    if let Some(e) = self.entries.get(c as u32 as usize) {
+                        prefetch_line((e as *const Compact).cast());
+                    }
                 } else {
                     prefetch_line((&self.nodes[c as usize] as *const Node).cast());
                 }
             });
         }
-        for_lanes(lanes, |i| {
-            let leaf = &self.leaves[(r[i] & !LEAF) as usize];
-            if let Some(c) = self.entries.get(leaf.start as usize) {
-                prefetch_line((c as *const Compact).cast());
-            }
-        });
         r
     }
 }
@@ -847,6 +950,7 @@ impl Clone for Tier {
             groups: self.groups.clone(),
             nodes: self.nodes.clone(),
             refs: self.refs.clone(),
+            fast: self.fast.clone(),
             leaves: clone_with_room(&self.leaves),
             entries: clone_with_room(&self.entries),
             class_map: self.class_map,
@@ -936,6 +1040,7 @@ impl Tier {
             groups: Vec::new(),
             nodes: Vec::new(),
             refs: Vec::new(),
+            fast: Vec::new(),
             leaves: vec![Leaf {
                 start: 0,
                 len: 0,
@@ -972,15 +1077,104 @@ impl Tier {
             t.groups.push(Group {
                 class: class as u8,
                 root,
+                fast_root: 0,
+                flat: None,
                 min_priority,
             });
         }
         t.groups.sort_by_key(|g| g.min_priority);
+        t.fast = t.refs.iter().map(|&r| t.fast_ref(r)).collect();
+        for i in 0..t.groups.len() {
+            t.groups[i].fast_root = t.fast_ref(t.groups[i].root);
+            t.groups[i].flat = t.flat_of(t.groups[i].root);
+        }
         // Room for updates: a leaf that grows moves to the end of the arena, and growing the
         // arena itself would copy all of it inside the update.
         t.entries.reserve(t.entries.len() / 8 + 1024);
         t.leaves.reserve(t.leaves.len() / 8 + 64);
         t
+    }
+
+    /// The [`Flat`] table of the tree rooted at `root`, if its first two levels allow one.
+    fn flat_of(&self, root: u32) -> Option<Flat> {
+        if root & LEAF != 0 {
+            return None;
+        }
+        let top = self.nodes[root as usize];
+        let fanout = top.absent() + 1;
+        let kids = &self.refs[top.children as usize..top.children as usize + fanout];
+        let same = |a: &Node, b: &Node| {
+            (a.field, a.bits, a.shift, a.prefix, a.whole)
+                == (b.field, b.bits, b.shift, b.prefix, b.whole)
+        };
+        let mut inner: Option<Node> = None;
+        for &c in kids.iter().filter(|&&c| c & LEAF == 0) {
+            let n = self.nodes[c as usize];
+            match &inner {
+                None => inner = Some(n),
+                Some(s) if same(s, &n) => {}
+                Some(_) => return None,
+            }
+        }
+        let inner = inner?;
+        let width = inner.absent() + 1;
+        if fanout * width > FLAT_CELLS {
+            return None;
+        }
+        let mut slots = Vec::with_capacity(fanout * width);
+        for (i, &c) in kids.iter().enumerate() {
+            if c & LEAF != 0 {
+                slots.extend(std::iter::repeat_n(top.children + i as u32, width));
+            } else {
+                let first = self.nodes[c as usize].children;
+                slots.extend((0..width as u32).map(|j| first + j));
+            }
+        }
+        let cells = slots.iter().map(|&s| self.fast[s as usize]).collect();
+        Some(Flat {
+            root: top,
+            inner,
+            width,
+            slots,
+            cells,
+        })
+    }
+
+    /// Copies `fast` into the [`Flat`] tables' cells after updates.
+    fn refresh_flat(&mut self) {
+        let fast = &self.fast;
+        for g in &mut self.groups {
+            if let Some(f) = &mut g.flat {
+                for (c, &s) in f.cells.iter_mut().zip(&f.slots) {
+                    *c = fast[s as usize];
+                }
+            }
+        }
+    }
+
+    /// The leaf group `g`'s tree sends `k` to, through its [`Flat`] table when it has one.
+    #[inline(always)]
+    fn leaf_in(&self, g: &Group, k: &PacketKey) -> &[Compact] {
+        self.leaf_of(self.start(g, k), k)
+    }
+
+    /// Where a walk of group `g`'s tree for `k` goes on from: past the flat table's two
+    /// levels, or the root.
+    #[inline(always)]
+    fn start(&self, g: &Group, k: &PacketKey) -> u64 {
+        match &g.flat {
+            Some(f) => f.cells[f.root.child_of(k) * f.width + f.inner.child_of(k)],
+            None => g.fast_root,
+        }
+    }
+
+    /// Reference `r` as [`Tier::fast`] holds it.
+    fn fast_ref(&self, r: u32) -> u64 {
+        if r & LEAF == 0 {
+            return r as u64;
+        }
+        let l = self.leaves[(r & !LEAF) as usize];
+        FAST_LEAF | l.start as u64 | (l.len as u64) << 32
     }
 
     fn new_leaf(&mut self, rules: &[Rule], set: &[u32]) -> u32 {
@@ -1181,13 +1375,20 @@ impl Tier {
     }
 
     #[inline(always)]
-    fn leaf_of(&self, mut r: u32, k: &PacketKey) -> &[Compact] {
-        while r & LEAF == 0 {
+    fn leaf_of(&self, mut r: u64, k: &PacketKey) -> &[Compact] {
+        while r & FAST_LEAF == 0 {
             let node = &self.nodes[r as usize];
-            r = self.refs[node.children as usize + node.child_of(k)];
+            r = self.fast[node.children as usize + node.child_of(k)];
         }
-        let leaf = self.leaves[(r & !LEAF) as usize];
-        &self.entries[leaf.start as usize..(leaf.start + leaf.len) as usize]
+        self.run(r)
+    }
+
+    /// The entries of the leaf a [`Tier::fast`] reference names.
+    #[inline(always)]
+    fn run(&self, r: u64) -> &[Compact] {
+        let start = r as u32 as usize;
+        let len = (r >> 32) as u32 as usize & 0x7fff_ffff;
+        &self.entries[start..start + len]
     }
 
     /// The first tier is small whatever its shape: there fewer trees beat less replication.
@@ -1205,6 +1406,7 @@ impl Tier {
         if let Some(g) = self.groups.iter().position(|g| g.class == old_class) {
             let root = self.groups[g].root;
             self.remove(root, &full_region(), old, p);
+            self.groups[g].fast_root = self.fast_ref(root);
         }
         let class = self.group_class(new);
         let g = match self.groups.iter().position(|g| g.class == class) {
@@ -1213,6 +1415,8 @@ impl Tier {
                 self.groups.push(Group {
                     class,
                     root: EMPTY,
+                    fast_root: FAST_LEAF,
+                    flat: None,
                     min_priority: p,
                 });
                 self.groups.len() - 1
@@ -1220,7 +1424,9 @@ impl Tier {
         };
         self.groups[g].min_priority = self.groups[g].min_priority.min(p);
         let root = self.groups[g].root;
-        self.groups[g].root = self.insert(root, &full_region(), new, p);
+        let root = self.insert(root, &full_region(), new, p);
+        self.groups[g].root = root;
+        self.groups[g].fast_root = self.fast_ref(root);
         self.groups.sort_by_key(|g| g.min_priority);
     }
 
@@ -1256,6 +1462,7 @@ impl Tier {
             let at = node.children as usize + idx;
             let c = self.insert(self.refs[at], &sub, rule, p);
             self.refs[at] = c;
+            self.fast[at] = self.fast_ref(c);
         }
         r
     }
@@ -1276,7 +1483,9 @@ impl Tier {
         let node = self.nodes[r as usize];
         for idx in self.reached(r, region, rule) {
             let sub = child_region(&node, region, idx);
-            self.remove(self.refs[node.children as usize + idx], &sub, rule, p);
+            let at = node.children as usize + idx;
+            self.remove(self.refs[at], &sub, rule, p);
+            self.fast[at] = self.fast_ref(self.refs[at]);
         }
     }
 
