@@ -225,6 +225,22 @@ fn run_on_aarch64(pipeline: Pipeline) {
         2000,
         0,
     );
+    // A packet-style counted loop (`src/loops.rs`): its latch compiled as an ordered compare,
+    // its bounds check decided on entry. 64 bytes: the unchecked copy runs; 40 bytes: the
+    // checked loop, which leaves at the end of the memory.
+    let counted = assemble(
+        "mov %r3, %r1\nadd %r3, %r2\nmov %r4, 0\nmov %r0, 0\nhead:\nmov %r5, %r1\nadd %r5, %r4\n\
+         add %r5, 2\njgt %r5, %r3, out\nldxh %r6, [%r5-2]\nadd %r0, %r6\nadd %r4, 2\n\
+         jne %r4, 64, head\nout:\nexit",
+    )
+    .unwrap();
+    for len in [64usize, 40] {
+        let mem: Vec<u8> = (0..len).map(|i| (i * 37 + 5) as u8).collect();
+        let want = random_programs::interpret(&counted, &mut mem.clone());
+        let mut o = CompileOptions::new(Arch::Aarch64);
+        o.entry_abi = EntryAbi::WithLength;
+        add(format!("counted-loop-{len}"), &counted, &o, Some(mem), 0, want, 0);
+    }
     let calls = assemble(
         "mov %r1, 1\nmov %r2, 2\nmov %r3, 3\nmov %r4, 4\nmov %r5, 5\ncall 9\nmov %r6, %r0\nmov %r1, 7\ncall local sub\nadd %r0, %r6\nexit\nsub:\nmov %r0, %r1\nmul %r0, 100000\nexit",
     )
