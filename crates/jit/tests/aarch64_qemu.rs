@@ -239,7 +239,15 @@ fn run_on_aarch64(pipeline: Pipeline) {
         let want = random_programs::interpret(&counted, &mut mem.clone());
         let mut o = CompileOptions::new(Arch::Aarch64);
         o.entry_abi = EntryAbi::WithLength;
-        add(format!("counted-loop-{len}"), &counted, &o, Some(mem), 0, want, 0);
+        add(
+            format!("counted-loop-{len}"),
+            &counted,
+            &o,
+            Some(mem),
+            0,
+            want,
+            0,
+        );
     }
     let calls = assemble(
         "mov %r1, 1\nmov %r2, 2\nmov %r3, 3\nmov %r4, 4\nmov %r5, 5\ncall 9\nmov %r6, %r0\nmov %r1, 7\ncall local sub\nadd %r0, %r6\nexit\nsub:\nmov %r0, %r1\nmul %r0, 100000\nexit",
