@@ -540,6 +540,40 @@ proptest! {
     }
 
     #[test]
+    fn flat_table_cuts_agree_with_node_cuts(
+        f in 0usize..CUT_TEST_FIELDS.len(),
+        bits in 0u8..=8,
+        top in 0u32..=128,
+        anchor in any::<u128>(),
+        place in 0u8..5,
+        r in any::<u128>(),
+        mapped in any::<bool>(),
+        packet in any_field_packet(),
+    ) {
+        let field = CUT_TEST_FIELDS[f];
+        // Values inside the anchor's block, just above or below it, or anywhere; the
+        // anchor IPv4-mapped or not.
+        let anchor = if mapped { 0xffff_0000_0000 | (anchor & 0xffff_ffff) } else { anchor };
+        let anchor = anchor & field.max();
+        let width = 128 - field.max().leading_zeros();
+        let top = (top % (width + 1)).max(bits as u32);
+        let (lo, size) = if top >= 128 { (0, u128::MAX) } else { (anchor >> top << top, 1u128 << top) };
+        let v = match place {
+            0 => lo.wrapping_add(r % size),
+            1 => lo.wrapping_add(size).wrapping_add(r % 4),
+            2 => lo.wrapping_sub(1 + r % 4),
+            // Inside in the low 64 bits, another high word.
+            3 => (r << 64) | (lo.wrapping_add(r % size) & u64::MAX as u128),
+            _ => r,
+        };
+        let mut k = packet;
+        if k.present >> field.index() & 1 != 0 {
+            k.set(field, v & field.max());
+        }
+        prop_assert!(CutTree::cut_agrees(field, bits, top, anchor, &k));
+    }
+
+    #[test]
     fn cut_tree_updates_agree_with_the_oracle(
         rules in proptest::collection::vec(any_field_rule(), 1..100),
         rounds in proptest::collection::vec(
@@ -581,6 +615,21 @@ proptest! {
         }
     }
 }
+
+/// Fields a tree node may cut.
+const CUT_TEST_FIELDS: [Field; 11] = [
+    Field::Sip,
+    Field::Dip,
+    Field::SGid,
+    Field::DGid,
+    Field::Sport,
+    Field::Dport,
+    Field::SLid,
+    Field::DLid,
+    Field::LQpn,
+    Field::DQpn,
+    Field::Va,
+];
 
 #[test]
 fn cut_tree_agrees_on_synthetic_rules_and_updates() {

@@ -536,8 +536,8 @@ struct Leaf {
 /// `fast` in place) leave it valid.
 #[derive(Clone, Debug)]
 struct Flat {
-    root: Node,
-    inner: Node,
+    root: Cut,
+    inner: Cut,
     /// Children per inner node (`2^inner.bits + 2`).
     width: usize,
     /// Per (root child, inner child): the `fast` slot to read. A root child that is a leaf
@@ -545,6 +545,55 @@ struct Flat {
     slots: Vec<u32>,
     /// `fast[slots[i]]` for each cell: what a lookup reads (refreshed by every update).
     cells: Vec<u64>,
+}
+
+/// A node's child choice in 64-bit arithmetic where its block lies below one value of the
+/// high 64 bits (every cut of a field up to 64 bits wide, and of an address inside the
+/// IPv4-mapped space): the child is `(low - base) >> shift` when the high word matches and
+/// that is below `count`, else the outside child. Other nodes keep the 128-bit test.
+#[derive(Clone, Copy, Debug)]
+struct Cut {
+    node: Node,
+    narrow: bool,
+    field: u8,
+    shift: u8,
+    high: u64,
+    base: u64,
+    count: u64,
+}
+
+impl Cut {
+    fn of(node: Node) -> Cut {
+        let (lo, _) = node.block();
+        let top = node.shift as u32 + node.bits as u32;
+        Cut {
+            node,
+            narrow: !node.whole && top <= 64 && node.shift < 64,
+            field: node.field,
+            shift: node.shift,
+            high: (lo >> 64) as u64,
+            base: lo as u64,
+            count: 1 << node.bits,
+        }
+    }
+
+    /// [`Node::child_of`].
+    #[inline(always)]
+    fn child_of(&self, k: &PacketKey) -> usize {
+        if !self.narrow {
+            return self.node.child_of(k);
+        }
+        if k.present >> self.field & 1 == 0 {
+            return self.count as usize + 1;
+        }
+        let v = value(k, self.field);
+        let d = (v as u64).wrapping_sub(self.base) >> self.shift;
+        if ((v >> 64) as u64 != self.high) | (d >= self.count) {
+            self.count as usize
+        } else {
+            d as usize
+        }
+    }
 }
 
 /// Largest [`Flat`] table (cells), so it stays in the first-level cache.
@@ -712,6 +761,28 @@ impl CutTree {
     pub(crate) fn probe_verdict_agrees(rule: &Rule, key: &PacketKey) -> bool {
         let c = Compact::of(rule, 0);
         c.verdict(&Probe::of(key)) == c.verdict_of_key(key)
+    }
+
+    /// Whether [`Cut::child_of`] picks the same child as [`Node::child_of`] for the node
+    /// cutting `bits` bits of `field` below bit `top` inside the block holding `anchor`.
+    #[cfg(test)]
+    pub(crate) fn cut_agrees(
+        field: Field,
+        bits: u8,
+        top: u32,
+        anchor: u128,
+        key: &PacketKey,
+    ) -> bool {
+        let top = top.clamp(bits as u32, 128);
+        let node = Node {
+            prefix: if top >= 128 { 0 } else { anchor >> top },
+            children: 0,
+            field: field.index() as u8,
+            bits,
+            shift: (top - bits as u32) as u8,
+            whole: top >= 128,
+        };
+        Cut::of(node).child_of(key) == node.child_of(key)
     }
 
     /// Number of shapes a small tier may take.
@@ -1132,8 +1203,8 @@ impl Tier {
         }
         let cells = slots.iter().map(|&s| self.fast[s as usize]).collect();
         Some(Flat {
-            root: top,
-            inner,
+            root: Cut::of(top),
+            inner: Cut::of(inner),
             width,
             slots,
             cells,
