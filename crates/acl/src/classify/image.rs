@@ -3,11 +3,13 @@
 //!
 //! An image has three arrays, each stored in an XState array map with two *banks* (halves):
 //!
-//! - **words** (`u32`, 16 to a 64-byte map value): per tier its nodes (8 words each: the
-//!   128-bit prefix as four little-endian words, the first child reference, then `field |
-//!   bits << 8 | shift << 16 | whole << 24`, two zero words), its child references (as the
-//!   tree's: bit 31 names a leaf), its leaves (2 words each: first entry, length), with room
-//!   for leaves added by updates;
+//! - **words** (`u32`, 16 to a 64-byte map value): per tier its node blocks, then its leaves
+//!   (2 words each: first entry, length) with room for leaves added by updates. A node's block
+//!   is the node (8 words: the 128-bit prefix as four little-endian words, the word offset of
+//!   its first child reference, `field | bits << 8 | shift << 16 | whole << 24`, two zero
+//!   words) followed by its child references (bit 31 names a leaf; a node is named by its
+//!   block's word offset / 8), rounded up to 8 words: a step of the walk reads a node and
+//!   the reference next to it, in one page rather than two;
 //! - **entries** (64 bytes each): the leaves' compact rule copies, with room to grow;
 //! - **rules** (224 bytes each, the [`crate::rule::Rule`] layout of the rule image), for
 //!   entries the compact check cannot decide;
@@ -26,7 +28,7 @@ use std::ops::Range;
 
 use thiserror::Error;
 
-use super::tree::{CutTree, EntryView, TierView};
+use super::tree::{CutTree, EntryView, NodeView, TierView, LEAF_REF};
 use crate::compile::{RuleImage, RuleSet, IMAGE_HEADER_SIZE};
 use crate::policy::Action;
 use crate::rule::{Rule, RULE_SIZE};
@@ -96,10 +98,18 @@ pub struct TierLayout {
     /// Priorities `lo..hi`.
     pub lo: u32,
     pub hi: u32,
-    /// Word index of node 0.
+    /// Word index where the tier's node blocks start (node references and each node's
+    /// first-child word are relative to it).
     pub nodes: u32,
-    /// Word index of child reference 0.
+    /// Word index child-reference offsets are relative to: the node blocks' start, since each
+    /// node's references follow it.
     pub refs: u32,
+    /// Per tree node: its block's word offset from `nodes` (a multiple of 8; the image's
+    /// reference to the node is that offset / 8).
+    pub node_at: Vec<u32>,
+    /// (first child-reference slot in the tree, node), ascending: which node a tree slot
+    /// belongs to.
+    pub node_of_slot: Vec<(u32, u32)>,
     /// Word index of leaf 0 and how many leaves fit.
     pub leaves: u32,
     pub leaf_cap: u32,
@@ -184,6 +194,21 @@ fn touched<T: Copy>(n: usize, zero: T) -> Vec<T> {
     v
 }
 
+/// Words of a node's block: the node and its child references, rounded up to 8 words so
+/// that every block starts on a multiple of 8 (node references are word offsets / 8).
+fn node_block(n: &NodeView) -> usize {
+    round_up(NODE_WORDS + (1usize << n.bits) + 2, NODE_WORDS)
+}
+
+/// The image's form of a tree reference: a leaf's as it is, a node's its block's offset / 8.
+fn node_ref(node_at: &[u32], r: u32) -> u32 {
+    if r & LEAF_REF != 0 {
+        r
+    } else {
+        node_at[r as usize] / NODE_WORDS as u32
+    }
+}
+
 fn round_up(x: usize, to: usize) -> usize {
     x.div_ceil(to) * to
 }
@@ -247,16 +272,30 @@ impl TreeImage {
             }
             let (lo, hi) = v.priorities();
             let nodes = words;
-            let refs = round_up(nodes + v.node_count() * NODE_WORDS, WORDS_PER_RECORD);
-            let leaves = round_up(refs + v.refs().len(), WORDS_PER_RECORD);
+            // Each node's block: its 8 words, then its child references (2^bits inside,
+            // outside, absent), so that a step of the walk reads one page, not two.
+            let mut node_at = Vec::with_capacity(v.node_count());
+            let mut at = 0usize;
+            for i in 0..v.node_count() {
+                node_at.push(at as u32);
+                at += node_block(&v.node(i));
+            }
+            let mut node_of_slot: Vec<(u32, u32)> = (0..v.node_count())
+                .map(|i| (v.node(i).children, i as u32))
+                .collect();
+            node_of_slot.sort_unstable();
+            let leaves = round_up(nodes + at, WORDS_PER_RECORD);
             let leaf_cap = v.leaf_count() + v.leaf_count() / 4 + 256;
             words = round_up(leaves + 2 * leaf_cap, WORDS_PER_RECORD);
             let entry_cap = v.entry_count() + v.entry_count() / 4 + 4096;
+            let roots = roots.iter().map(|&r| node_ref(&node_at, r)).collect();
             tiers.push(TierLayout {
                 lo,
                 hi,
                 nodes: nodes as u32,
-                refs: refs as u32,
+                refs: nodes as u32,
+                node_at,
+                node_of_slot,
                 leaves: leaves as u32,
                 leaf_cap: leaf_cap as u32,
                 entries: entries as u32,
@@ -291,21 +330,26 @@ impl TreeImage {
         for t in 0..tree.tier_count() {
             let v = tree.tier_view(t);
             let l = img.tiers[t].clone();
+            let refs = v.refs();
             for i in 0..v.node_count() {
                 let n = v.node(i);
-                let at = l.nodes as usize + i * NODE_WORDS;
+                let rel = l.node_at[i] as usize;
+                let at = l.nodes as usize + rel;
                 let w = &mut img.words[at..at + NODE_WORDS];
                 for (k, word) in w[..4].iter_mut().enumerate() {
                     *word = (n.prefix >> (32 * k)) as u32;
                 }
-                w[4] = n.children;
+                w[4] = (rel + NODE_WORDS) as u32;
                 w[5] = n.field as u32
                     | (n.bits as u32) << 8
                     | (n.shift as u32) << 16
                     | (n.whole as u32) << 24;
+                let count = (1usize << n.bits) + 2;
+                let first = n.children as usize;
+                for (k, &r) in refs[first..first + count].iter().enumerate() {
+                    img.words[at + NODE_WORDS + k] = node_ref(&l.node_at, r);
+                }
             }
-            let refs = v.refs();
-            img.words[l.refs as usize..l.refs as usize + refs.len()].copy_from_slice(refs);
             for i in 0..v.leaf_count() {
                 img.put_leaf(t, &v, i as u32)?;
             }
@@ -394,9 +438,19 @@ impl TreeImage {
         refs.dedup();
         leaves.sort_unstable();
         leaves.dedup();
+        for t in 0..self.tiers.len() {
+            if tree.tier_view(t).node_count() != self.tiers[t].node_at.len() {
+                return Err(ImageError::OutOfRoom("nodes"));
+            }
+        }
         for &(t, slot) in &refs {
-            let at = self.tiers[t].refs + slot;
-            self.words[at as usize] = tree.tier_view(t).refs()[slot as usize];
+            let l = &self.tiers[t];
+            let k = l.node_of_slot.partition_point(|&(first, _)| first <= slot);
+            let Some(&(first, node)) = k.checked_sub(1).and_then(|k| l.node_of_slot.get(k)) else {
+                return Err(ImageError::OutOfRoom("references"));
+            };
+            let at = l.refs + l.node_at[node as usize] + NODE_WORDS as u32 + (slot - first);
+            self.words[at as usize] = node_ref(&l.node_at, tree.tier_view(t).refs()[slot as usize]);
             dirty.words.push(at..at + 1);
         }
         for &(t, leaf) in &leaves {
@@ -408,7 +462,11 @@ impl TreeImage {
             dirty.words.push(at..at + 2);
         }
         for (t, l) in self.tiers.iter_mut().enumerate() {
-            l.roots = tree.tier_view(t).groups().map(|(root, _)| root).collect();
+            l.roots = tree
+                .tier_view(t)
+                .groups()
+                .map(|(root, _)| node_ref(&l.node_at, root))
+                .collect();
             if l.roots.len() > MAX_GROUPS {
                 return Err(ImageError::Shape(format!(
                     "{} trees in a tier",
@@ -594,10 +652,25 @@ mod tests {
                     );
                 }
             }
-            assert_eq!(
-                &img.words[l.refs as usize..l.refs as usize + v.refs().len()],
-                v.refs()
-            );
+            // Every node's block: its first-child word points just past it, and its
+            // references are the tree's, nodes named by their blocks.
+            for i in 0..v.node_count() {
+                let n = v.node(i);
+                let at = (l.nodes + l.node_at[i]) as usize;
+                assert_eq!(img.words[at + 4], l.node_at[i] + NODE_WORDS as u32);
+                let count = (1usize << n.bits) + 2;
+                let first = n.children as usize;
+                for (k, &r) in v.refs()[first..first + count].iter().enumerate() {
+                    let got = img.words[l.refs as usize + img.words[at + 4] as usize + k];
+                    if r & LEAF_REF != 0 {
+                        assert_eq!(got, r);
+                    } else {
+                        assert_eq!(got * NODE_WORDS as u32, l.node_at[r as usize]);
+                    }
+                }
+            }
+            let roots: Vec<u32> = v.groups().map(|(r, _)| node_ref(&l.node_at, r)).collect();
+            assert_eq!(l.roots, roots);
         }
         let ctl = img.control(1, CAP, 7, 9);
         assert_eq!(ctl.len(), CONTROL_SIZE);
