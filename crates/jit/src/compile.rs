@@ -563,7 +563,8 @@ fn loop_padding(at: usize, len: usize, starts: &[u32], edges: &[(u32, u32)]) -> 
         .iter()
         .filter(|(from, to)| to <= from)
         .map(|&(from, to)| (to as usize, end_of(from)))
-        .filter(|(s, e)| s < e)
+        // Long spans (large loops, or a cold block laid out last jumping back) gain little.
+        .filter(|(s, e)| s < e && e - s <= 4 * CACHE_LINE)
         .collect();
     if loops.is_empty() {
         return 0;
