@@ -406,13 +406,14 @@ impl TreeImage {
     /// [`ImageError::OutOfRoom`] the image is unusable: build it again.
     ///
     /// Every reference slot and leaf the updates touch is re-serialised once, however many
-    /// updates reach it, and in a leaf only the entries whose slot does not already hold
-    /// them (see [`TreeImage::put_leaf_changed`]).
+    /// updates reach it, and in a leaf only the entries that changed or moved (see
+    /// [`TreeImage::put_leaf_edited`]).
     pub fn apply(&mut self, tree: &CutTree, updates: &[Rule]) -> Result<Dirty, ImageError> {
         let mut dirty = Dirty::default();
         let mut refs: Vec<(usize, u32)> = Vec::new();
-        let mut leaves: Vec<(usize, u32)> = Vec::new();
-        let mut changed: Vec<u32> = Vec::with_capacity(updates.len());
+        // What happened to each touched leaf: (tier, leaf, priority, +1 the rule's new
+        // version was inserted, -1 its old one removed, 0 replaced where it stood).
+        let mut edits: Vec<(usize, u32, u32, i32)> = Vec::new();
         for new in updates {
             let p = new.priority as usize;
             let Some(old) = self.rule_values.get(p).copied() else {
@@ -420,24 +421,32 @@ impl TreeImage {
             };
             let mut old = old;
             old.priority = new.priority;
-            for r in [&old, new] {
+            let mut reached: Vec<(usize, u32, i32)> = Vec::new();
+            for (r, side) in [(&old, -1), (new, 1)] {
                 let Some(reach) = tree.reach(r) else {
                     continue;
                 };
                 refs.extend(reach.refs.iter().map(|&slot| (reach.tier, slot)));
-                leaves.extend(reach.leaves.iter().map(|&leaf| (reach.tier, leaf)));
+                reached.extend(reach.leaves.iter().map(|&leaf| (reach.tier, leaf, side)));
+            }
+            reached.sort_unstable();
+            let mut i = 0;
+            while i < reached.len() {
+                let (t, leaf, side) = reached[i];
+                let both = reached
+                    .get(i + 1)
+                    .is_some_and(|&(t2, l2, _)| (t2, l2) == (t, leaf));
+                edits.push((t, leaf, new.priority, if both { 0 } else { side }));
+                i += if both { 2 } else { 1 };
             }
             self.rule_values[p] = *new;
             self.rules[p] = rule_bytes(std::slice::from_ref(new))[0];
             self.decisions[p] = decision(new);
             dirty.rules.push(p as u32);
-            changed.push(new.priority);
         }
-        changed.sort_unstable();
         refs.sort_unstable();
         refs.dedup();
-        leaves.sort_unstable();
-        leaves.dedup();
+        edits.sort_unstable();
         for t in 0..self.tiers.len() {
             if tree.tier_view(t).node_count() != self.tiers[t].node_at.len() {
                 return Err(ImageError::OutOfRoom("nodes"));
@@ -453,12 +462,12 @@ impl TreeImage {
             self.words[at as usize] = node_ref(&l.node_at, tree.tier_view(t).refs()[slot as usize]);
             dirty.words.push(at..at + 1);
         }
-        for &(t, leaf) in &leaves {
+        for group in edits.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+            let (t, leaf) = (group[0].0, group[0].1);
             let v = tree.tier_view(t);
             let at = self.tiers[t].leaves + 2 * leaf;
-            dirty
-                .entries
-                .push(self.put_leaf_changed(t, &v, leaf, &changed)?);
+            let ops: Vec<(u32, i32)> = group.iter().map(|&(_, _, p, d)| (p, d)).collect();
+            self.put_leaf_edited(t, &v, leaf, &ops, &mut dirty.entries)?;
             dirty.words.push(at..at + 2);
         }
         for (t, l) in self.tiers.iter_mut().enumerate() {
@@ -477,63 +486,81 @@ impl TreeImage {
         Ok(dirty)
     }
 
-    /// [`TreeImage::put_leaf`] for an update: a slot among the leaf's current entries that
-    /// already holds the entry of the same priority, whose rule is not in `changed` (sorted),
-    /// is left as it is without serialising the tree's entry (the entries before an
-    /// insertion or removal, and every one but the replaced rule's where it stood).
-    fn put_leaf_changed(
+    /// [`TreeImage::put_leaf`] for an update whose effect on the leaf is `ops` (priority,
+    /// +1 inserted / -1 removed / 0 replaced; ascending): only the entries that changed or
+    /// moved are serialised, written and marked in `dirty` — the replaced and inserted ones,
+    /// and the runs between edits that an insertion or removal shifted. The rest are not
+    /// even read: at 300K rules the touched leaves are long and spread over the arena. A
+    /// leaf that moved, is new, or does not agree with `ops` is rewritten whole.
+    fn put_leaf_edited(
         &mut self,
         t: usize,
         v: &TierView<'_>,
         leaf: u32,
-        changed: &[u32],
-    ) -> Result<Range<u32>, ImageError> {
+        ops: &[(u32, i32)],
+        dirty: &mut Vec<Range<u32>>,
+    ) -> Result<(), ImageError> {
         let l = &self.tiers[t];
-        if leaf >= l.leaf_cap {
-            return Err(ImageError::OutOfRoom("leaves"));
-        }
-        let (start, len) = v.leaf(leaf as usize);
-        if len > self.max_leaf {
-            return Err(ImageError::LeafTooLong {
-                len,
-                max: self.max_leaf,
-            });
-        }
-        if start + len > l.entry_cap {
-            return Err(ImageError::OutOfRoom("entries"));
-        }
         let at = (l.leaves + 2 * leaf) as usize;
-        // Only slots that are the leaf's current entries (it did not move, and they lie
-        // within its length) are known to hold the current bytes of their rule; the rest of
-        // the arena may hold stale copies.
-        let current = if self.words[at] == start && leaf < l.leaf_cap {
-            self.words[at + 1].min(len)
-        } else {
-            0
+        let (start, len) = v.leaf(leaf as usize);
+        let known = leaf < l.leaf_cap && len <= self.max_leaf && start + len <= l.entry_cap && {
+            let (start0, len0) = (self.words[at], self.words[at + 1]);
+            let net: i64 = ops.iter().map(|&(_, d)| d as i64).sum();
+            start0 == start
+                && len0 as i64 + net == len as i64
+                && ops.windows(2).all(|w| w[0].0 < w[1].0)
         };
-        self.words[at] = start;
-        self.words[at + 1] = len;
-        let base = l.entries + start;
-        let (mut first, mut last) = (u32::MAX, 0);
-        for i in 0..len {
-            let e = v.entry((start + i) as usize);
-            let slot = &mut self.entries[(base + i) as usize];
-            let held = u32::from_le_bytes(slot[60..64].try_into().expect("4 bytes"));
-            if i < current && held == e.priority && changed.binary_search(&e.priority).is_err() {
-                continue;
+        if known {
+            let base = l.entries + start;
+            let prio = |i: u32| v.entry((start + i) as usize).priority;
+            // First position in the new leaf whose priority is at least `p`.
+            let position = |p: u32| {
+                let (mut lo, mut hi) = (0u32, len);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if prio(mid) < p {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                lo
+            };
+            let mut runs: Vec<Range<u32>> = Vec::new();
+            let (mut shift, mut from, mut agrees) = (0i32, 0u32, true);
+            for &(p, d) in ops {
+                let pos = position(p);
+                if shift != 0 && pos > from {
+                    runs.push(from..pos);
+                }
+                let here = pos < len && prio(pos) == p;
+                if d >= 0 {
+                    agrees &= here;
+                    runs.push(pos..pos + 1);
+                    from = pos + 1;
+                } else {
+                    agrees &= !here;
+                    from = pos;
+                }
+                shift += d;
             }
-            let bytes = entry_bytes(&e);
-            if *slot != bytes {
-                *slot = bytes;
-                first = first.min(base + i);
-                last = base + i + 1;
+            if shift != 0 && from < len {
+                runs.push(from..len);
+            }
+            if agrees {
+                for r in runs.into_iter().filter(|r| r.start < r.end) {
+                    for i in r.clone() {
+                        self.entries[(base + i) as usize] =
+                            entry_bytes(&v.entry((start + i) as usize));
+                    }
+                    dirty.push(base + r.start..base + r.end);
+                }
+                self.words[at + 1] = len;
+                return Ok(());
             }
         }
-        Ok(if first == u32::MAX {
-            base..base
-        } else {
-            first..last
-        })
+        dirty.push(self.put_leaf(t, v, leaf)?);
+        Ok(())
     }
 
     /// Rules in the set.
