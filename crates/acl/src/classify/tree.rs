@@ -521,7 +521,7 @@ impl Probe {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Leaf {
     start: u32,
     len: u32,
@@ -1006,10 +1006,20 @@ impl Tier {
 
 /// A copy keeps the original's spare room (a derived clone would not), so a shadow copy
 /// made ahead of an update can absorb it without reallocating.
-fn clone_with_room<T: Clone>(v: &Vec<T>) -> Vec<T> {
+fn clone_with_room<T: Clone + Default>(v: &Vec<T>) -> Vec<T> {
     let mut out = Vec::with_capacity(v.capacity());
     out.extend_from_slice(v);
+    touch_room(&mut out);
     out
+}
+
+/// Writes the spare room once, so that the pages an update grows into are already mapped:
+/// the first update after a build or a shadow copy would otherwise take a page fault per
+/// 4 KiB it grows into (milliseconds over a 300K-rule tree), on the update's path.
+fn touch_room<T: Default>(v: &mut Vec<T>) {
+    for slot in v.spare_capacity_mut() {
+        slot.write(T::default());
+    }
 }
 
 impl Clone for Tier {
@@ -1163,6 +1173,8 @@ impl Tier {
         // arena itself would copy all of it inside the update.
         t.entries.reserve(t.entries.len() / 8 + 1024);
         t.leaves.reserve(t.leaves.len() / 8 + 64);
+        touch_room(&mut t.entries);
+        touch_room(&mut t.leaves);
         t
     }
 
