@@ -47,6 +47,9 @@ pub(crate) struct CountedLoop {
     /// from a start value).
     pub first: u64,
     pub last: u64,
+    /// From every start value the latch is reached an even number of times before it
+    /// leaves (`(N - K) / c` even): at every odd-numbered arrival it goes back.
+    pub even_trips: bool,
 }
 
 /// The jumps of `plan` (slot, target) and, per slot, whether one lands there.
@@ -172,6 +175,11 @@ pub(crate) fn counted_loops(insns: &[Insn], plan: FuncPlan, initial_zero: u16) -
         let (Some(&low), Some(&high)) = (starts.iter().min(), starts.iter().max()) else {
             continue;
         };
+        let down = step.wrapping_neg() & mask;
+        let even_trips = starts.iter().all(|&k| {
+            let trips = if up { (n - k) / step } else { (k - n) / down };
+            trips % 2 == 0
+        });
         let (ordered, first, last) = if up {
             (JmpCond::Lt, low, n - step)
         } else {
@@ -189,6 +197,7 @@ pub(crate) fn counted_loops(insns: &[Insn], plan: FuncPlan, initial_zero: u16) -
             ordered,
             first,
             last,
+            even_trips,
         });
     }
     out
@@ -205,6 +214,9 @@ pub(crate) struct Versioned {
     /// on every iteration.
     pub checks: HashMap<usize, bool>,
     pub bounds: Vec<Bound>,
+    /// The copy runs two iterations per trip round its loop: the first one's latch goes on
+    /// to the second without a test ([`CountedLoop::even_trips`]).
+    pub unroll: bool,
 }
 
 /// `value + offset <= limit` (`<` when `strict`) for every `offset` in `low..=high`, where
@@ -354,6 +366,7 @@ pub(crate) fn versioned_loops(
                 latch: lp.latch,
                 checks,
                 bounds,
+                unroll: lp.even_trips,
             });
         }
     }
@@ -597,6 +610,7 @@ mod tests {
                 latch: 12,
                 checks: HashMap::from([(8, false)]),
                 bounds: vec![bound.clone()],
+                unroll: true,
             }]
         );
         // The same check written `data_end < r0`, and `>=` (strict).

@@ -109,6 +109,8 @@ struct Translator<'a, 'b> {
     /// While the unchecked copy of a versioned loop is lowered: its left-out checks and the
     /// direction each goes.
     unchecked: HashMap<usize, bool>,
+    /// While a copy of an unrolled loop is lowered: its latch's slot and where it goes.
+    latch_override: Option<(usize, Latch)>,
     /// Values known to be non-NULL pointers (see [`Translator::null_test_outcome`]).
     non_null: std::collections::HashSet<Value>,
     /// Registers live on entry to each slot (elite code only; see [`live_registers`]).
@@ -130,6 +132,15 @@ struct Translator<'a, 'b> {
     local_funcs: HashMap<usize, FuncRef>,
     globals: HashMap<(Symbol, i64), GlobalValue>,
     ptr: Type,
+}
+
+/// The latch of one copy of an unrolled loop.
+#[derive(Clone, Copy)]
+enum Latch {
+    /// The first copy: the loop goes on (the trip count is even), to this block.
+    GoOn(Block),
+    /// The second copy: the latch as it is, going back to this block.
+    BackTo(Block),
 }
 
 #[derive(Clone, Copy)]
@@ -492,6 +503,7 @@ pub(crate) fn translate_function(
         ordered_latches,
         versioned,
         unchecked: HashMap::new(),
+        latch_override: None,
         loop_heads: {
             let mut heads = vec![false; plan.end - plan.start];
             for (pc, insn) in insns.iter().enumerate().take(plan.end).skip(plan.start) {
@@ -623,6 +635,31 @@ impl Translator<'_, '_> {
         self.blocks[head] = Some(checked);
         self.lower_slots(v.head, v.latch + 1, false, false)?;
         let originals = self.blocks[head..=latch].to_vec();
+        self.unchecked = v.checks.clone();
+        // Unrolled (not in metered code, whose back edges charge): a first copy whose latch
+        // goes on to a second copy, whose latch goes back to the first.
+        if v.unroll && self.budget.is_none() {
+            let second = self.b.create_block();
+            self.fresh_blocks(head, latch, unchecked);
+            self.latch_override = Some((v.latch, Latch::GoOn(second)));
+            self.lower_slots(v.head, v.latch + 1, false, false)?;
+            self.fresh_blocks(head, latch, second);
+            self.latch_override = Some((v.latch, Latch::BackTo(unchecked)));
+            self.lower_slots(v.head, v.latch + 1, false, false)?;
+            self.latch_override = None;
+        } else {
+            self.fresh_blocks(head, latch, unchecked);
+            self.lower_slots(v.head, v.latch + 1, false, false)?;
+        }
+        self.unchecked.clear();
+        self.blocks[head..=latch].copy_from_slice(&originals);
+        self.blocks[head] = Some(entry);
+        Ok(())
+    }
+
+    /// New blocks for the slots `head..=latch` (function-relative) that start one, `first`
+    /// for the head: another copy of a loop.
+    fn fresh_blocks(&mut self, head: usize, latch: usize, first: Block) {
         for i in head..=latch {
             if self.blocks[i].is_some() {
                 let block = self.b.create_block();
@@ -632,13 +669,7 @@ impl Translator<'_, '_> {
                 self.blocks[i] = Some(block);
             }
         }
-        self.blocks[head] = Some(unchecked);
-        self.unchecked = v.checks.clone();
-        self.lower_slots(v.head, v.latch + 1, false, false)?;
-        self.unchecked.clear();
-        self.blocks[head..=latch].copy_from_slice(&originals);
-        self.blocks[head] = Some(entry);
-        Ok(())
+        self.blocks[head] = Some(first);
     }
 
     /// Whether every bound of a versioned loop holds, from the registers on entry.
@@ -707,6 +738,13 @@ impl Translator<'_, '_> {
                     .speculation
                     .as_ref()
                     .and_then(|s| s.guards.get(&pc).copied());
+                match self.latch_override {
+                    Some((at, Latch::GoOn(next))) if at == pc => {
+                        self.b.ins().jump(next, &[]);
+                        return Ok(false);
+                    }
+                    _ => {}
+                }
                 if let Some(&taken) = self.unchecked.get(&pc) {
                     // A check the versioned loop's entry decided for every iteration.
                     let dest = if taken {
@@ -746,7 +784,10 @@ impl Translator<'_, '_> {
                         self.b.ins().brif(c, exit, &[], next, &[]);
                     }
                     _ => {
-                        let taken = self.edge(pc, target);
+                        let taken = match self.latch_override {
+                            Some((at, Latch::BackTo(first))) if at == pc => first,
+                            _ => self.edge(pc, target),
+                        };
                         let next = self.block_at(pc + 1);
                         if self.exit_stubs[pc + 1 - self.plan.start] {
                             // Falling through leaves the loop: make the loop's side the

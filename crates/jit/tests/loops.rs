@@ -238,11 +238,44 @@ fn exact_shape() -> impl Strategy<Value = Shape> {
     })
 }
 
+/// Packet loops over the memory whose bounds check fits (or just misses) the memory for the
+/// whole count: the cases where the JIT's unchecked (and unrolled, when the count is even)
+/// copy runs, or its entry test just fails.
+fn packet_shape() -> impl Strategy<Value = Shape> {
+    (
+        prop::sample::select(vec![4u8, 9]),
+        0..16i32,
+        1..5i32,
+        1..13i32,
+        0..4u8,
+        -2..3i32,
+        any::<bool>(),
+    )
+        .prop_map(|(counter, k, step, trips, form, slack, early)| {
+            // The largest value checked is mem + (k + (trips - 1) * step) + reach: make it
+            // end `slack` bytes before (or, negative, after) the memory's end.
+            let last = k + (trips - 1) * step;
+            let reach = (MEM as i32 - last - slack.max(0)).max(1) + slack.min(0).abs();
+            Shape {
+                width: Width::W64,
+                counter,
+                before: 0,
+                start: Some(k),
+                second_entry: false,
+                sub: false,
+                step,
+                end: k + trips * step,
+                max_iterations: if early { trips / 2 } else { 300 },
+                bounds: Some((reach, form)),
+            }
+        })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
-    fn counted_loops_match_the_interpreter(s in prop_oneof![shape(), exact_shape()], seed in any::<u64>(), budget in any::<bool>()) {
+    fn counted_loops_match_the_interpreter(s in prop_oneof![shape(), exact_shape(), packet_shape()], seed in any::<u64>(), budget in any::<bool>()) {
         let insns = build(&s);
         let compiler = Compiler::new(Arch::host().unwrap()).unwrap();
         let init: Vec<u8> = (0..MEM as u64).map(|i| (seed.rotate_left(i as u32 * 5) ^ i) as u8).collect();
