@@ -1,6 +1,7 @@
 //! The baseline tier (`Pipeline::Baseline`) on its own terms: metering against the optimizing
 //! tier, local calls and both helper modes, `callx` outside the table, the typed refusals, what
-//! its artifacts share with Cranelift's, and hostile programs.
+//! its artifacts share with Cranelift's, hostile programs, and the straight-line patterns it
+//! fuses (`support/fused_programs.rs`) against the interpreter.
 //!
 //! The checks both tiers are held to run each test for both pipelines in the tier-neutral
 //! files: `conformance.rs`, `corpus.rs`, `differential.rs` and `aarch64_qemu.rs`.
@@ -361,6 +362,85 @@ mod hostile {
                     prop_assert_eq!(Artifact::from_bytes(&a.to_bytes()).unwrap(), a);
                 }
             }
+        }
+    }
+}
+
+#[path = "support/random_programs.rs"]
+#[allow(dead_code)]
+mod random_programs;
+
+#[path = "support/fused_programs.rs"]
+mod fused_programs;
+
+mod fused {
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+    use rdx_bpf::asm::assemble;
+    use rdx_jit::{Arch, CompileOptions, EntryAbi, ExecutableCode, Pipeline};
+    use rdx_region::abi::RunState;
+
+    use super::fused_programs::{build, Pattern};
+    use super::random_programs::{interpret, MEM};
+
+    fn run(insns: &[rdx_bpf::isa::Insn], mem: &mut [u8], budget: bool) -> u64 {
+        let mut o = CompileOptions::new(Arch::host().unwrap());
+        o.pipeline = Pipeline::Baseline;
+        o.entry_abi = EntryAbi::WithLength;
+        o.needs_budget = budget;
+        let artifact = rdx_jit::compile(insns, &o).expect("compile");
+        let code =
+            ExecutableCode::load(&artifact, &HashMap::<rdx_jit::Symbol, u64>::new()).expect("load");
+        let mut run = RunState::new(1 << 20);
+        // SAFETY: the programs touch only `mem` (through r1) and their own stack, in bounds.
+        let r0 = unsafe { code.call_with_len(mem.as_mut_ptr(), &mut run, mem.len() as u64) };
+        assert_eq!(run.status, 0);
+        r0
+    }
+
+    /// The fused forms are shorter code than the same program with every slot a jump target
+    /// (which fuses nothing): the patterns are recognised at all.
+    #[test]
+    fn the_patterns_fuse() {
+        let o = {
+            let mut o = CompileOptions::new(Arch::host().unwrap());
+            o.pipeline = Pipeline::Baseline;
+            o
+        };
+        let fused = "mov %r2, %r1\nadd %r2, 8\nadd %r2, %r3\nldxb %r2, [%r2+4]\n\
+                     mov %r4, %r5\nlsh %r4, 32\nrsh %r4, 32\nmov %r0, %r4\nexit";
+        // The same with a jump to every slot after the first of each pattern.
+        let split = "ja +0\nmov %r2, %r1\nja +0\nadd %r2, 8\nja +0\nadd %r2, %r3\nja +0\n\
+                     ldxb %r2, [%r2+4]\nja +0\nmov %r4, %r5\nja +0\nlsh %r4, 32\nja +0\n\
+                     rsh %r4, 32\nmov %r0, %r4\nexit";
+        let len = |src: &str| {
+            rdx_jit::compile(&assemble(src).unwrap(), &o)
+                .unwrap()
+                .code
+                .len()
+        };
+        assert!(len(fused) < len(split), "{} vs {}", len(fused), len(split));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Programs of fusable patterns (and near misses) give the interpreter's r0 (which
+        /// folds in every register and stack slot) and memory.
+        #[test]
+        fn fused_patterns_match_the_interpreter(
+            patterns in proptest::collection::vec(any::<Pattern>(), 1..24),
+            seed in any::<u64>(),
+            budget in any::<bool>(),
+        ) {
+            let insns = build(&patterns);
+            let init: Vec<u8> = (0..MEM as u64).map(|i| (seed.rotate_left(i as u32 * 5) ^ i) as u8).collect();
+            let mut want_mem = init.clone();
+            let want = interpret(&insns, &mut want_mem);
+            let mut mem = init;
+            prop_assert_eq!(run(&insns, &mut mem, budget), want, "r0 differs for {:?}", insns);
+            prop_assert_eq!(mem, want_mem, "memory differs for {:?}", insns);
         }
     }
 }

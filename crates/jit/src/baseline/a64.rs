@@ -2,7 +2,9 @@
 //!
 //! Register mapping (the kernel JIT's): `r0` = x7, `r1`..`r5` = x0..x4 (the AAPCS64 argument
 //! registers, so a helper call only moves its result), `r6`..`r9` = x19..x22 (callee-saved),
-//! `r10` = x25. x26 holds the run state for the whole run; x9..x12 are scratch.
+//! `r10` = x25. x26 holds the run state for the whole run; x9..x12 are scratch, x12 (used
+//! otherwise only inside atomics) also the key register of an inlined lookup
+//! ([`Key::Kept`]).
 //!
 //! Every immediate handed to the assembler is range-checked here first (the assembler panics
 //! on an unencodable one): out-of-range constants and offsets go through a scratch register.
@@ -15,7 +17,7 @@ use dynasmrt::{dynasm, DynamicLabel, DynasmApi, DynasmLabelApi, VecAssembler};
 use rdx_bpf::isa::{AluOp, AtomicOp, ByteOrder, JmpCond, Operand, Reg, Size, Width};
 use rdx_region::abi::RunStatus;
 
-use super::Emit;
+use super::{Addr, Emit, Key};
 use crate::compile::{EntryAbi, InlineArray};
 
 /// Native register of each eBPF register.
@@ -111,6 +113,56 @@ impl A64 {
         } else {
             self.mov_imm(T0, o as i64 as u64);
             asm!(self.ops; add X(T0), X(base), X(T0));
+        }
+    }
+
+    /// `X(d) = X(s) + k` (a move for 0; larger constants through T0).
+    fn add_imm(&mut self, d: u8, s: u8, k: i32) {
+        if k == 0 {
+            if d != s {
+                asm!(self.ops; mov X(d), X(s));
+            }
+        } else if (1..=4095).contains(&k) {
+            let u = k as u32;
+            asm!(self.ops; add XSP(d), XSP(s), u);
+        } else if (-4095..0).contains(&k) {
+            let u = k.unsigned_abs();
+            asm!(self.ops; sub XSP(d), XSP(s), u);
+        } else {
+            self.mov_imm(T0, k as i64 as u64);
+            asm!(self.ops; add X(d), X(s), X(T0));
+        }
+    }
+
+    /// `d = *(size *)(b + o)` in native registers; `b` may be T1 (not T0, which holds an
+    /// offset out of the immediate forms' range).
+    fn load_at(&mut self, size: Size, sign_extend: bool, d: u8, b: u8, o: i32) {
+        if (-256..=255).contains(&o) {
+            match (size, sign_extend) {
+                (Size::B, false) => asm!(self.ops; ldurb W(d), [X(b), o]),
+                (Size::H, false) => asm!(self.ops; ldurh W(d), [X(b), o]),
+                (Size::W, false) => asm!(self.ops; ldur W(d), [X(b), o]),
+                (Size::B, true) => asm!(self.ops; ldursb X(d), [X(b), o]),
+                (Size::H, true) => asm!(self.ops; ldursh X(d), [X(b), o]),
+                (Size::W, true) => asm!(self.ops; ldursw X(d), [X(b), o]),
+                (Size::DW, _) => asm!(self.ops; ldur X(d), [X(b), o]),
+            }
+            return;
+        }
+        self.mov_imm(T0, o as i64 as u64);
+        self.load_indexed(size, sign_extend, d, b, T0);
+    }
+
+    /// `d = *(size *)(b + i)` in native registers.
+    fn load_indexed(&mut self, size: Size, sign_extend: bool, d: u8, b: u8, i: u8) {
+        match (size, sign_extend) {
+            (Size::B, false) => asm!(self.ops; ldrb W(d), [X(b), X(i)]),
+            (Size::H, false) => asm!(self.ops; ldrh W(d), [X(b), X(i)]),
+            (Size::W, false) => asm!(self.ops; ldr W(d), [X(b), X(i)]),
+            (Size::B, true) => asm!(self.ops; ldrsb X(d), [X(b), X(i)]),
+            (Size::H, true) => asm!(self.ops; ldrsh X(d), [X(b), X(i)]),
+            (Size::W, true) => asm!(self.ops; ldrsw X(d), [X(b), X(i)]),
+            (Size::DW, _) => asm!(self.ops; ldr X(d), [X(b), X(i)]),
         }
     }
 
@@ -340,28 +392,31 @@ impl Emit for A64 {
     }
 
     fn load(&mut self, size: Size, sign_extend: bool, dst: Reg, base: Reg, off: i16) {
-        let (d, b, o) = (r(dst), r(base), off as i32);
-        if (-256..=255).contains(&o) {
-            match (size, sign_extend) {
-                (Size::B, false) => asm!(self.ops; ldurb W(d), [X(b), o]),
-                (Size::H, false) => asm!(self.ops; ldurh W(d), [X(b), o]),
-                (Size::W, false) => asm!(self.ops; ldur W(d), [X(b), o]),
-                (Size::B, true) => asm!(self.ops; ldursb X(d), [X(b), o]),
-                (Size::H, true) => asm!(self.ops; ldursh X(d), [X(b), o]),
-                (Size::W, true) => asm!(self.ops; ldursw X(d), [X(b), o]),
-                (Size::DW, _) => asm!(self.ops; ldur X(d), [X(b), o]),
+        self.load_at(size, sign_extend, r(dst), r(base), off as i32);
+    }
+
+    fn load_addr(&mut self, size: Size, sign_extend: bool, dst: Reg, addr: Addr) {
+        let (d, b) = (r(dst), r(addr.base));
+        match addr.index {
+            None => self.load_at(size, sign_extend, d, b, addr.disp),
+            Some(i) if addr.disp == 0 => self.load_indexed(size, sign_extend, d, b, r(i)),
+            Some(i) => {
+                let i = r(i);
+                asm!(self.ops; add X(T1), X(b), X(i));
+                self.load_at(size, sign_extend, d, T1, addr.disp);
             }
-            return;
         }
-        self.mov_imm(T0, o as i64 as u64);
-        match (size, sign_extend) {
-            (Size::B, false) => asm!(self.ops; ldrb W(d), [X(b), X(T0)]),
-            (Size::H, false) => asm!(self.ops; ldrh W(d), [X(b), X(T0)]),
-            (Size::W, false) => asm!(self.ops; ldr W(d), [X(b), X(T0)]),
-            (Size::B, true) => asm!(self.ops; ldrsb X(d), [X(b), X(T0)]),
-            (Size::H, true) => asm!(self.ops; ldrsh X(d), [X(b), X(T0)]),
-            (Size::W, true) => asm!(self.ops; ldrsw X(d), [X(b), X(T0)]),
-            (Size::DW, _) => asm!(self.ops; ldr X(d), [X(b), X(T0)]),
+    }
+
+    fn lea(&mut self, dst: Reg, addr: Addr) {
+        let (d, b) = (r(dst), r(addr.base));
+        match addr.index {
+            Some(i) => {
+                let i = r(i);
+                asm!(self.ops; add X(d), X(b), X(i));
+                self.add_imm(d, d, addr.disp);
+            }
+            None => self.add_imm(d, b, addr.disp),
         }
     }
 
@@ -537,16 +592,45 @@ impl Emit for A64 {
         asm!(self.ops; ldr W(T0), [X(RUN), 8] ; cbnz W(T0), =>stopped);
     }
 
-    fn inline_lookup(&mut self, array: InlineArray) -> usize {
+    fn inline_lookup(&mut self, array: InlineArray, key: Key, checked: bool) -> usize {
         let done = self.ops.new_dynamic_label();
-        asm!(self.ops; ldr W(T0), [x1] ; movz X(R0), 0);
-        self.mov_imm(T1, array.max_entries as u64);
-        asm!(self.ops; cmp X(T0), X(T1) ; b.hs =>done);
-        self.mov_imm(T1, array.value_stride());
-        asm!(self.ops; mul X(T0), X(T0), X(T1));
+        let k = match key {
+            Key::Kept => T3,
+            Key::Frame(o) if (-256..=255).contains(&o) => {
+                asm!(self.ops; ldur W(T0), [x25, o]);
+                T0
+            }
+            _ => {
+                asm!(self.ops; ldr W(T0), [x1]);
+                T0
+            }
+        };
+        if checked {
+            asm!(self.ops; movz X(R0), 0);
+            if array.max_entries <= 4095 {
+                let n = array.max_entries;
+                asm!(self.ops; cmp WSP(k), n);
+            } else {
+                self.mov_imm(T1, array.max_entries as u64);
+                asm!(self.ops; cmp W(k), W(T1));
+            }
+            asm!(self.ops; b.hs =>done);
+        }
+        let stride = array.value_stride();
         let at = self.literal(R0);
-        asm!(self.ops; add X(R0), X(R0), X(T0) ; =>done);
+        if stride.is_power_of_two() {
+            let shift = stride.trailing_zeros();
+            asm!(self.ops; add X(R0), X(R0), X(k), lsl shift);
+        } else {
+            self.mov_imm(T1, stride);
+            asm!(self.ops; mul X(T1), X(k), X(T1) ; add X(R0), X(R0), X(T1));
+        }
+        asm!(self.ops; =>done);
         at
+    }
+
+    fn keep_key(&mut self, src: Reg) {
+        asm!(self.ops; mov W(T3), W(r(src)));
     }
 
     fn finish(self) -> Result<Vec<u8>, String> {

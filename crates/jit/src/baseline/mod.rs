@@ -11,9 +11,15 @@
 //! branch counters) is refused with [`CompileError::NotInBaseline`]; the caller compiles
 //! those with Cranelift.
 //!
-//! Generated code is plain: registers are never spilled or cached, every instruction becomes
-//! a short fixed sequence, and the 512-byte eBPF frame of each function lives on the native
-//! stack. `docs/jit.md` compares its compile time and code speed with the Cranelift tiers.
+//! Generated code is plain: registers are never spilled or cached, and the 512-byte eBPF
+//! frame of each function lives on the native stack. Every instruction becomes a short fixed
+//! sequence, except for a few straight-line patterns that clang emits all the time, which the
+//! same pass recognises by looking ahead within a basic block and emits as one native
+//! instruction each ([`Driver::fused`]): address arithmetic (`rX = rY; rX += k; rX += rZ`)
+//! as one address computation, folded into a load of `rX` through it when one follows;
+//! zero-extension (`rX <<= 32; rX >>= 32`) as a 32-bit move; and the map pointer loaded only
+//! for a lookup that is compiled inline, which is not loaded at all. `docs/jit.md` compares
+//! its compile time and code speed with the Cranelift tiers.
 
 mod a64;
 mod x64;
@@ -36,6 +42,26 @@ use crate::translate::FuncPlan;
 
 /// Helper id of `bpf_map_lookup_elem`.
 const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
+
+/// Where an inlined array lookup finds its 4-byte key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Key {
+    /// In memory at `r2`.
+    AtR2,
+    /// In memory at `r10 + off` (what `r2` holds).
+    Frame(i32),
+    /// In the backend's key register: [`Emit::keep_key`] copied it there when the store
+    /// that writes it to the frame was emitted.
+    Kept,
+}
+
+/// A native address: `base + index + disp` (64-bit wrapping, as eBPF's additions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Addr {
+    base: Reg,
+    index: Option<Reg>,
+    disp: i32,
+}
 
 /// What a native backend emits for the driver. Registers are eBPF registers; each backend
 /// maps them to its fixed native registers. Methods that leave a 64-bit word for the linker
@@ -61,6 +87,10 @@ trait Emit {
     fn alu(&mut self, width: Width, op: AluOp, dst: Reg, src: Operand);
     fn endian(&mut self, order: ByteOrder, bits: u8, dst: Reg);
     fn load(&mut self, size: Size, sign_extend: bool, dst: Reg, base: Reg, off: i16);
+    /// `dst = *(size *)(addr)`.
+    fn load_addr(&mut self, size: Size, sign_extend: bool, dst: Reg, addr: Addr);
+    /// `dst = addr` (the address itself).
+    fn lea(&mut self, dst: Reg, addr: Addr);
     fn store(&mut self, size: Size, base: Reg, off: i16, src: Operand);
     fn atomic(&mut self, size: Size, op: AtomicOp, fetch: bool, base: Reg, off: i16, src: Reg);
     fn load_imm64(&mut self, dst: Reg, value: u64);
@@ -77,9 +107,13 @@ trait Emit {
     fn call_local(&mut self, function: DynamicLabel);
     /// Jumps to `stopped` if `RunState.status` is set.
     fn branch_if_stopped(&mut self, stopped: DynamicLabel);
-    /// `r0 = key < max_entries ? base + key * stride : 0` with the 4-byte key at `r2` and
-    /// `base` a linked word.
-    fn inline_lookup(&mut self, array: InlineArray) -> usize;
+    /// `r0 = key < max_entries ? base + key * stride : 0` with the 4-byte key where `key`
+    /// says and `base` a linked word; without the range check when `checked` is false (the
+    /// key is known to be in range).
+    fn inline_lookup(&mut self, array: InlineArray, key: Key, checked: bool) -> usize;
+    /// Copies the low 32 bits of `src` into the key register of [`Key::Kept`], which the
+    /// instructions [`keeps_key_register`] accepts leave alone.
+    fn keep_key(&mut self, src: Reg);
     fn finish(self) -> Result<Vec<u8>, String>;
 }
 
@@ -130,6 +164,7 @@ fn compile_with<E: Emit>(
         relocations: Vec::new(),
         may_stop,
         live_slots: 0,
+        key_kept: None,
     };
     let mut func_offsets = Vec::with_capacity(plans.len());
     for fi in 0..plans.len() {
@@ -174,6 +209,9 @@ struct Driver<'a> {
     /// Whether a callee can stop the run, so callers check the status after local calls.
     may_stop: bool,
     live_slots: usize,
+    /// The slot of the inlined lookup whose key the last key store also left in the key
+    /// register ([`Key::Kept`]).
+    key_kept: Option<usize>,
 }
 
 /// Per-function labels of the shared stubs.
@@ -287,6 +325,11 @@ impl Driver<'_> {
                 let l = self.label_at(e, pc);
                 e.bind(l);
             }
+            if let Some(slots) = self.fused(e, plan, pc) {
+                open = true;
+                pc += slots;
+                continue;
+            }
             let insn = self.insns[pc];
             open = self.insn(e, pc, plan, insn, &mut stubs, entry)?;
             pc += if matches!(insn, Insn::LoadImm64 { .. }) {
@@ -340,6 +383,264 @@ impl Driver<'_> {
         let meter = e.new_label();
         stubs.meters.push((meter, (pc - target + 1) as u64, dest));
         meter
+    }
+
+    /// The instruction at `pc` if it continues the straight-line run before it: inside the
+    /// function and not a jump target.
+    fn chained(&self, plan: FuncPlan, pc: usize) -> Option<Insn> {
+        (pc < plan.end && !self.block_start[pc]).then(|| self.insns[pc])
+    }
+
+    /// Emits the straight-line pattern starting at `pc` as fewer native instructions, if
+    /// there is one; returns the slots it covered. Every slot after the first continues the
+    /// run (not a jump target), so no other path sees the skipped intermediate values; the
+    /// registers end exactly as the slots one by one would leave them.
+    fn fused<E: Emit>(&mut self, e: &mut E, plan: FuncPlan, pc: usize) -> Option<usize> {
+        use Insn::Alu;
+        let mov64 = |insn: Option<Insn>| match insn {
+            Some(Alu {
+                width: Width::W64,
+                op: AluOp::Mov,
+                dst,
+                src: Operand::Reg(src),
+            }) if src != dst => Some((dst, src)),
+            _ => None,
+        };
+        let shift32 = |insn: Option<Insn>, op: AluOp, x: Reg| matches!(insn, Some(Alu { width: Width::W64, op: o, dst, src: Operand::Imm(32) }) if o == op && dst == x);
+
+        // Zero-extension: [rX = rY;] rX <<= 32; rX >>= 32  ->  rX = (u32) rY.
+        let (x, y, k) = match mov64(Some(self.insns[pc])) {
+            Some((x, y)) => (x, y, pc + 1),
+            None => match self.insns[pc] {
+                Alu { dst, .. } => (dst, dst, pc),
+                _ => return None,
+            },
+        };
+        let first = if k == pc {
+            Some(self.insns[pc])
+        } else {
+            self.chained(plan, k)
+        };
+        if shift32(first, AluOp::Lsh, x) && shift32(self.chained(plan, k + 1), AluOp::Rsh, x) {
+            e.alu(Width::W32, AluOp::Mov, x, Operand::Reg(y));
+            return Some(k + 2 - pc);
+        }
+
+        // Address arithmetic: rX = rY (or rX += rZ), then any of rX += k, rX -= k and one
+        // rX += rZ; folded into a following load rX = *(rX + off) when there is one.
+        let (x, mut addr, mut next) = match (mov64(Some(self.insns[pc])), self.insns[pc]) {
+            (Some((x, y)), _) => (
+                x,
+                Addr {
+                    base: y,
+                    index: None,
+                    disp: 0,
+                },
+                pc + 1,
+            ),
+            (
+                None,
+                Alu {
+                    width: Width::W64,
+                    op: AluOp::Add,
+                    dst,
+                    src: Operand::Reg(z),
+                },
+            ) if z != dst => (
+                dst,
+                Addr {
+                    base: dst,
+                    index: Some(z),
+                    disp: 0,
+                },
+                pc + 1,
+            ),
+            _ => return None,
+        };
+        let mut disp = 0i64;
+        loop {
+            match self.chained(plan, next) {
+                Some(Alu {
+                    width: Width::W64,
+                    op: op @ (AluOp::Add | AluOp::Sub),
+                    dst,
+                    src: Operand::Imm(k),
+                }) if dst == x => {
+                    disp += if op == AluOp::Add {
+                        k as i64
+                    } else {
+                        -(k as i64)
+                    };
+                }
+                Some(Alu {
+                    width: Width::W64,
+                    op: AluOp::Add,
+                    dst,
+                    src: Operand::Reg(z),
+                }) if dst == x && z != x && addr.index.is_none() => addr.index = Some(z),
+                _ => break,
+            }
+            next += 1;
+        }
+        if let Some(Insn::Load {
+            size,
+            sign_extend,
+            dst,
+            base,
+            off,
+        }) = self.chained(plan, next)
+        {
+            // The load replaces rX: the address itself is never observed.
+            if dst == x && base == x {
+                if let Ok(d) = i32::try_from(disp + off as i64) {
+                    addr.disp = d;
+                    e.load_addr(size, sign_extend, x, addr);
+                    return Some(next + 1 - pc);
+                }
+            }
+        }
+        if next - pc < 2 {
+            return None;
+        }
+        addr.disp = i32::try_from(disp).ok()?;
+        e.lea(x, addr);
+        Some(next - pc)
+    }
+
+    /// Whether the `lddw r1, map` at `pc` only feeds a lookup in that map compiled inline
+    /// later in the same straight-line run (which takes the map's address from a relocation,
+    /// not from r1), with nothing in between mentioning r1. Helper calls leave r1
+    /// undefined, so nothing may read the map pointer after the lookup either.
+    fn only_feeds_inline_lookup(&self, plan: FuncPlan, pc: usize) -> bool {
+        let mut j = pc + 2;
+        while let Some(insn) = self.chained(plan, j) {
+            match insn {
+                Insn::Call(CallTarget::Helper(BPF_FUNC_MAP_LOOKUP_ELEM)) => {
+                    return self.inline_array_at(plan, j).is_some()
+                }
+                Insn::Call(_) | Insn::Exit | Insn::Ja { .. } | Insn::Jmp { .. } => return false,
+                Insn::LoadImm64 { .. } | Insn::LoadImm64Hi => return false,
+                insn if mentions(&insn, Reg(1)) => return false,
+                _ => j += 1,
+            }
+        }
+        false
+    }
+
+    /// `Some(off)` if `r2` holds `r10 + off` at the call in slot `pc`: set by `r2 = r10;
+    /// r2 += off` earlier in the same straight-line run, with nothing after mentioning r2.
+    /// The lookup then reads the key through the frame pointer, as it was stored.
+    fn r2_in_frame(&self, plan: FuncPlan, pc: usize) -> Option<i32> {
+        let r2 = Reg(2);
+        let mut j = pc;
+        while j > plan.start && !self.block_start[j] {
+            j -= 1;
+            let insn = self.insns[j];
+            if matches!(insn, Insn::Call(_)) {
+                return None;
+            }
+            if !mentions(&insn, r2) {
+                continue;
+            }
+            let Insn::Alu {
+                width: Width::W64,
+                op: AluOp::Add,
+                dst,
+                src: Operand::Imm(off),
+            } = insn
+            else {
+                return None;
+            };
+            let set = j > plan.start
+                && !self.block_start[j]
+                && self.insns[j - 1]
+                    == Insn::Alu {
+                        width: Width::W64,
+                        op: AluOp::Mov,
+                        dst: r2,
+                        src: Operand::Reg(Reg(10)),
+                    };
+            return (dst == r2 && set).then_some(off);
+        }
+        None
+    }
+
+    /// The key store of the inlined lookup in slot `call` whose `r2` is `r10 + off`: the last
+    /// `*(u32 *)(r10 + off) = rS` before it in the same straight-line run, with no other
+    /// memory write (or call) in between. Returns its slot and `rS`.
+    fn key_store(&self, plan: FuncPlan, call: usize, off: i32) -> Option<(usize, Reg)> {
+        let mut j = call;
+        while j > plan.start && !self.block_start[j] {
+            j -= 1;
+            match self.insns[j] {
+                Insn::Store {
+                    size: Size::W,
+                    base: Reg(10),
+                    off: o,
+                    src: Operand::Reg(s),
+                } if o as i32 == off => return Some((j, s)),
+                Insn::Store { .. } | Insn::Atomic { .. } | Insn::Call(_) => return None,
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// If the store in slot `pc` writes the key of an inlined lookup later in the same run,
+    /// with only instructions between that leave the key register alone, that lookup's slot:
+    /// the store then also keeps the key in the key register, and the lookup takes it from
+    /// there instead of reading it back from memory.
+    fn key_for_lookup(&self, plan: FuncPlan, pc: usize) -> Option<usize> {
+        let Insn::Store {
+            size: Size::W,
+            base: Reg(10),
+            off,
+            src: Operand::Reg(_),
+        } = self.insns[pc]
+        else {
+            return None;
+        };
+        let mut j = pc + 1;
+        while let Some(insn) = self.chained(plan, j) {
+            match insn {
+                Insn::Call(CallTarget::Helper(BPF_FUNC_MAP_LOOKUP_ELEM)) => {
+                    let found = self.inline_array_at(plan, j).is_some()
+                        && self.r2_in_frame(plan, j) == Some(off as i32)
+                        && self.key_store(plan, j, off as i32).map(|(st, _)| st) == Some(pc);
+                    return found.then_some(j);
+                }
+                Insn::LoadImm64 { .. } => j += 2,
+                insn if keeps_key_register(&insn) => j += 1,
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// Whether the key the inlined lookup in slot `call` reads at `r10 + off` is below the
+    /// array's length: its store's register was last set by `& mask` or a constant below it.
+    fn key_in_range(&self, plan: FuncPlan, call: usize, off: i32, array: InlineArray) -> bool {
+        let Some((store, s)) = self.key_store(plan, call, off) else {
+            return false;
+        };
+        let mut j = store;
+        while j > plan.start && !self.block_start[j] {
+            j -= 1;
+            let insn = self.insns[j];
+            if !writes(&insn, s) {
+                continue;
+            }
+            return match insn {
+                Insn::Alu {
+                    op: AluOp::And | AluOp::Mov,
+                    dst,
+                    src: Operand::Imm(k),
+                    ..
+                } => dst == s && k >= 0 && (k as u32) < array.max_entries,
+                _ => false,
+            };
+        }
+        false
     }
 
     /// Emits one instruction; returns whether execution can continue with the next slot.
@@ -400,7 +701,16 @@ impl Driver<'_> {
                 base,
                 off,
                 src,
-            } => e.store(size, base, off, src),
+            } => {
+                e.store(size, base, off, src);
+                if let Some(call) = self.key_for_lookup(plan, pc) {
+                    let Operand::Reg(s) = src else {
+                        unreachable!("key stores are register stores")
+                    };
+                    e.keep_key(s);
+                    self.key_kept = Some(call);
+                }
+            }
             Insn::Atomic {
                 size,
                 op,
@@ -425,8 +735,10 @@ impl Driver<'_> {
             } => match kind {
                 ImmKind::Imm => e.load_imm64(dst, Insn::imm64(imm_lo, imm_hi)),
                 ImmKind::MapIdx => {
-                    let at = e.load_word(dst);
-                    self.reloc(at, Symbol::Map(imm_lo as u32), 0);
+                    if !(dst == Reg(1) && self.only_feeds_inline_lookup(plan, pc)) {
+                        let at = e.load_word(dst);
+                        self.reloc(at, Symbol::Map(imm_lo as u32), 0);
+                    }
                 }
                 ImmKind::MapIdxValue => {
                     let at = e.load_word(dst);
@@ -457,7 +769,14 @@ impl Driver<'_> {
         match target {
             CallTarget::Helper(BPF_FUNC_MAP_LOOKUP_ELEM) => {
                 if let Some((index, array)) = self.inline_array_at(plan, pc) {
-                    let at = e.inline_lookup(array);
+                    let frame = self.r2_in_frame(plan, pc);
+                    let key = match frame {
+                        _ if self.key_kept == Some(pc) => Key::Kept,
+                        Some(off) => Key::Frame(off),
+                        None => Key::AtR2,
+                    };
+                    let checked = !frame.is_some_and(|off| self.key_in_range(plan, pc, off, array));
+                    let at = e.inline_lookup(array, key, checked);
                     self.reloc(at, Symbol::MapValue(index), 0);
                 } else {
                     self.helper(e, pc, BPF_FUNC_MAP_LOOKUP_ELEM)?;
@@ -552,12 +871,60 @@ impl Driver<'_> {
     }
 }
 
+/// Whether `insn` reads or writes `reg` (calls: only `callx`'s register).
+fn mentions(insn: &Insn, reg: Reg) -> bool {
+    let op = |o: &Operand| matches!(o, Operand::Reg(r) if *r == reg);
+    match insn {
+        Insn::Alu { dst, src, .. } => *dst == reg || op(src),
+        Insn::Endian { dst, .. } => *dst == reg,
+        Insn::Jmp { dst, src, .. } => *dst == reg || op(src),
+        Insn::Load { dst, base, .. } => *dst == reg || *base == reg,
+        Insn::Store { base, src, .. } => *base == reg || op(src),
+        Insn::Atomic { base, src, .. } => *base == reg || *src == reg || reg == Reg(0),
+        Insn::LoadImm64 { dst, .. } => *dst == reg,
+        Insn::Call(CallTarget::Reg(r)) => *r == reg,
+        Insn::Call(_) | Insn::Exit | Insn::Ja { .. } | Insn::LoadImm64Hi => false,
+    }
+}
+
 fn writes_r1(insn: &Insn) -> bool {
-    let r1 = Reg(1);
+    !matches!(insn, Insn::Call(_)) && writes(insn, Reg(1))
+}
+
+/// Whether `insn` writes `reg` (calls: r0..r5).
+fn writes(insn: &Insn, reg: Reg) -> bool {
     match *insn {
-        Insn::Alu { dst, .. } | Insn::Endian { dst, .. } | Insn::Load { dst, .. } => dst == r1,
-        Insn::LoadImm64 { dst, .. } => dst == r1,
-        Insn::Atomic { op, fetch, src, .. } => op != AtomicOp::CmpXchg && fetch && src == r1,
+        Insn::Alu { dst, .. } | Insn::Endian { dst, .. } | Insn::Load { dst, .. } => dst == reg,
+        Insn::LoadImm64 { dst, .. } => dst == reg,
+        Insn::Atomic {
+            op: AtomicOp::CmpXchg,
+            ..
+        } => reg == Reg(0),
+        Insn::Atomic { fetch, src, .. } => fetch && src == reg,
+        Insn::Call(_) => reg.index() <= 5,
+        _ => false,
+    }
+}
+
+/// Whether both backends compile `insn` without touching the key register of
+/// [`Key::Kept`] or memory: plain ALU forms (no variable shifts, divisions or
+/// sign-extending moves, which use x86-64's scratch registers), loads and byte swaps
+/// (`lddw` too, which the caller steps over as two slots).
+fn keeps_key_register(insn: &Insn) -> bool {
+    match insn {
+        Insn::Alu { op, src, .. } => match op {
+            AluOp::Mov
+            | AluOp::Add
+            | AluOp::Sub
+            | AluOp::Mul
+            | AluOp::Or
+            | AluOp::And
+            | AluOp::Xor
+            | AluOp::Neg => true,
+            AluOp::Lsh | AluOp::Rsh | AluOp::Arsh => matches!(src, Operand::Imm(_)),
+            _ => false,
+        },
+        Insn::Load { .. } | Insn::Endian { .. } => true,
         _ => false,
     }
 }

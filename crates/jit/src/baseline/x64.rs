@@ -3,7 +3,7 @@
 //! Register mapping (the kernel JIT's): `r0` = rax, `r1`..`r5` = rdi, rsi, rdx, rcx, r8 (the
 //! System V argument registers, so a helper call needs no moves), `r6`..`r9` = rbx, r13, r14,
 //! r15 (callee-saved), `r10` = rbp. r12 holds the run state for the whole run; r10 and r11
-//! are scratch.
+//! are scratch, r11 also the key register of an inlined lookup ([`Key::Kept`]).
 
 // dynasm!'s expansion converts every dynamic register with `.into()`.
 #![allow(clippy::useless_conversion)]
@@ -13,7 +13,7 @@ use dynasmrt::{dynasm, DynamicLabel, DynasmApi, DynasmLabelApi, VecAssembler};
 use rdx_bpf::isa::{AluOp, AtomicOp, ByteOrder, JmpCond, Operand, Reg, Size, Width};
 use rdx_region::abi::RunStatus;
 
-use super::Emit;
+use super::{Addr, Emit, Key};
 use crate::compile::{EntryAbi, InlineArray};
 
 const RAX: u8 = 0;
@@ -188,6 +188,19 @@ impl X64 {
             asm!(self.ops; pop rdx ; pop rax ; mov Rd(d), r11d);
         }
         asm!(self.ops; =>done);
+    }
+
+    /// `d = *(size *)(b + o)` in native registers.
+    fn load_at(&mut self, size: Size, sign_extend: bool, d: u8, b: u8, o: i32) {
+        match (size, sign_extend) {
+            (Size::B, false) => asm!(self.ops; movzx Rd(d), BYTE [Rq(b) + o]),
+            (Size::H, false) => asm!(self.ops; movzx Rd(d), WORD [Rq(b) + o]),
+            (Size::W, false) => asm!(self.ops; mov Rd(d), DWORD [Rq(b) + o]),
+            (Size::B, true) => asm!(self.ops; movsx Rq(d), BYTE [Rq(b) + o]),
+            (Size::H, true) => asm!(self.ops; movsx Rq(d), WORD [Rq(b) + o]),
+            (Size::W, true) => asm!(self.ops; movsxd Rq(d), DWORD [Rq(b) + o]),
+            (Size::DW, _) => asm!(self.ops; mov Rq(d), QWORD [Rq(b) + o]),
+        }
     }
 
     fn word_here(&self) -> usize {
@@ -373,15 +386,30 @@ impl Emit for X64 {
     }
 
     fn load(&mut self, size: Size, sign_extend: bool, dst: Reg, base: Reg, off: i16) {
-        let (d, b, o) = (r(dst), r(base), off as i32);
+        self.load_at(size, sign_extend, r(dst), r(base), off as i32);
+    }
+
+    fn load_addr(&mut self, size: Size, sign_extend: bool, dst: Reg, addr: Addr) {
+        let Some(index) = addr.index else {
+            return self.load_at(size, sign_extend, r(dst), r(addr.base), addr.disp);
+        };
+        let (d, b, i, o) = (r(dst), r(addr.base), r(index), addr.disp);
         match (size, sign_extend) {
-            (Size::B, false) => asm!(self.ops; movzx Rd(d), BYTE [Rq(b) + o]),
-            (Size::H, false) => asm!(self.ops; movzx Rd(d), WORD [Rq(b) + o]),
-            (Size::W, false) => asm!(self.ops; mov Rd(d), DWORD [Rq(b) + o]),
-            (Size::B, true) => asm!(self.ops; movsx Rq(d), BYTE [Rq(b) + o]),
-            (Size::H, true) => asm!(self.ops; movsx Rq(d), WORD [Rq(b) + o]),
-            (Size::W, true) => asm!(self.ops; movsxd Rq(d), DWORD [Rq(b) + o]),
-            (Size::DW, _) => asm!(self.ops; mov Rq(d), QWORD [Rq(b) + o]),
+            (Size::B, false) => asm!(self.ops; movzx Rd(d), BYTE [Rq(b) + Rq(i) + o]),
+            (Size::H, false) => asm!(self.ops; movzx Rd(d), WORD [Rq(b) + Rq(i) + o]),
+            (Size::W, false) => asm!(self.ops; mov Rd(d), DWORD [Rq(b) + Rq(i) + o]),
+            (Size::B, true) => asm!(self.ops; movsx Rq(d), BYTE [Rq(b) + Rq(i) + o]),
+            (Size::H, true) => asm!(self.ops; movsx Rq(d), WORD [Rq(b) + Rq(i) + o]),
+            (Size::W, true) => asm!(self.ops; movsxd Rq(d), DWORD [Rq(b) + Rq(i) + o]),
+            (Size::DW, _) => asm!(self.ops; mov Rq(d), QWORD [Rq(b) + Rq(i) + o]),
+        }
+    }
+
+    fn lea(&mut self, dst: Reg, addr: Addr) {
+        let (d, b, o) = (r(dst), r(addr.base), addr.disp);
+        match addr.index {
+            Some(i) => asm!(self.ops; lea Rq(d), [Rq(b) + Rq(r(i)) + o]),
+            None => asm!(self.ops; lea Rq(d), [Rq(b) + o]),
         }
     }
 
@@ -569,21 +597,51 @@ impl Emit for X64 {
         asm!(self.ops; cmp DWORD [r12 + 8], 0 ; jne =>stopped);
     }
 
-    fn inline_lookup(&mut self, array: InlineArray) -> usize {
+    fn inline_lookup(&mut self, array: InlineArray, key: Key, checked: bool) -> usize {
         let done = self.ops.new_dynamic_label();
-        asm!(self.ops
-            ; mov r11d, DWORD [rsi]
-            ; xor eax, eax
-            ; mov r10d, array.max_entries as i32
-            ; cmp r11, r10
-            ; jae =>done
-            ; mov r10, QWORD array.value_stride() as i64
-            ; imul r11, r10
-            ; mov rax, QWORD 0
-        );
+        match key {
+            Key::Kept => {}
+            Key::Frame(o) => asm!(self.ops; mov r11d, DWORD [rbp + o]),
+            Key::AtR2 => asm!(self.ops; mov r11d, DWORD [rsi]),
+        }
+        if checked {
+            // The key is unsigned: a 32-bit compare against the count, as an unsigned
+            // 32-bit immediate.
+            asm!(self.ops
+                ; xor eax, eax
+                ; cmp r11d, array.max_entries as i32
+                ; jae =>done
+            );
+        }
+        let stride = array.value_stride();
+        let scaled = match stride {
+            8 => true,
+            s if s.is_power_of_two() => {
+                asm!(self.ops; shl r11, s.trailing_zeros() as i8 - 3);
+                true
+            }
+            s if s <= i32::MAX as u64 => {
+                asm!(self.ops; imul r11, r11, s as i32);
+                false
+            }
+            s => {
+                asm!(self.ops; mov r10, QWORD s as i64 ; imul r11, r10);
+                false
+            }
+        };
+        asm!(self.ops; mov rax, QWORD 0);
         let at = self.word_here();
-        asm!(self.ops; add rax, r11 ; =>done);
+        if scaled {
+            asm!(self.ops; lea rax, [rax + r11 * 8]);
+        } else {
+            asm!(self.ops; add rax, r11);
+        }
+        asm!(self.ops; =>done);
         at
+    }
+
+    fn keep_key(&mut self, src: Reg) {
+        asm!(self.ops; mov r11d, Rd(r(src)));
     }
 
     fn finish(self) -> Result<Vec<u8>, String> {
