@@ -3,7 +3,8 @@
 //! run by that harness under `qemu-aarch64`. Results must equal the vectors' expected r0.
 //! Both code generators run: the optimizing tier (also with elite artifacts) and
 //! `Pipeline::Baseline` (also with 400 random programs of the differential generator,
-//! `support/random_programs.rs`, checked against the interpreter's r0).
+//! `support/random_programs.rs`, and 200 of the patterns it fuses, `support/fused_programs.rs`,
+//! checked against the interpreter's r0).
 //!
 //! Skips, printing why, only when the cross compiler or qemu is missing.
 
@@ -18,6 +19,9 @@ use rdx_jit::{Arch, CompileOptions, Compiler, EntryAbi, HelperCalls, Pipeline, S
 
 #[path = "support/random_programs.rs"]
 mod random_programs;
+
+#[path = "support/fused_programs.rs"]
+mod fused_programs;
 
 const CODE_BASE: u64 = 0x5000_0000;
 
@@ -207,6 +211,21 @@ fn run_on_aarch64(pipeline: Pipeline) {
                 want,
                 0,
             );
+        }
+        let strategy = (
+            proptest::collection::vec(any::<fused_programs::Pattern>(), 1..24),
+            any::<u64>(),
+        );
+        for n in 0..200 {
+            let (patterns, seed) = strategy.new_tree(&mut runner).unwrap().current();
+            let insns = fused_programs::build(&patterns);
+            let init: Vec<u8> = (0..MEM as u64)
+                .map(|i| (seed.rotate_left(i as u32 * 5) ^ i) as u8)
+                .collect();
+            let want = interpret(&insns, &mut init.clone());
+            let mut opts = CompileOptions::new(Arch::Aarch64);
+            opts.entry_abi = EntryAbi::WithLength;
+            add(format!("fused-{n}"), &insns, &opts, Some(init), 0, want, 0);
         }
     }
 
