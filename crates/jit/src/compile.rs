@@ -773,6 +773,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn back_branches_are_read_from_the_code() {
+        // x86-64: 8 bytes of body, then `jb` back to 0; then `jcc` to 0 followed by a `jmp`.
+        let mut x = vec![0x90u8; 8];
+        x.extend([0x0f, 0x82]);
+        x.extend((-14i32).to_le_bytes());
+        assert!(branches_back(Arch::X86_64, &x, 14, 0));
+        assert!(!branches_back(Arch::X86_64, &x, 14, 2));
+        x.push(0xe9);
+        x.extend(100i32.to_le_bytes());
+        assert!(branches_back(Arch::X86_64, &x, 19, 0));
+        assert!(branches_back(Arch::X86_64, &x, 19, 119));
+        assert!(!branches_back(Arch::X86_64, &x, 8, 0));
+        // aarch64: `b.lo` back 3 words, `b` back 4, `cbnz x1` back 4, and a plain `add`.
+        let words: [u32; 4] = [0x54ff_ffa3, 0x17ff_fffc, 0xb5ff_ff81, 0x9100_0400];
+        let a: Vec<u8> = [0xd503_201f; 8] // nop
+            .into_iter()
+            .chain(words)
+            .flat_map(u32::to_le_bytes)
+            .collect();
+        assert!(branches_back(Arch::Aarch64, &a, 36, 20));
+        assert!(branches_back(Arch::Aarch64, &a, 40, 20));
+        assert!(branches_back(Arch::Aarch64, &a, 44, 24));
+        assert!(!branches_back(Arch::Aarch64, &a, 48, 24));
+    }
+
+    #[test]
     fn compiler_is_shareable_between_threads() {
         fn shareable<T: Send + Sync>() {}
         shareable::<Compiler>();
