@@ -408,7 +408,23 @@ impl Driver<'_> {
         };
         let shift32 = |insn: Option<Insn>, op: AluOp, x: Reg| matches!(insn, Some(Alu { width: Width::W64, op: o, dst, src: Operand::Imm(32) }) if o == op && dst == x);
 
-        // Zero-extension: [rX = rY;] rX <<= 32; rX >>= 32  ->  rX = (u32) rY.
+        // A copy's extension: rA <<= 32; rB = rA; rB >>= 32  ->  rB = (u32) rA, then
+        // rA <<= 32 unless rA is overwritten before it is read again in this run.
+        if let Alu { dst: a, .. } = self.insns[pc] {
+            if shift32(Some(self.insns[pc]), AluOp::Lsh, a) {
+                if let Some((b, src)) = mov64(self.chained(plan, pc + 1)) {
+                    if src == a && shift32(self.chained(plan, pc + 2), AluOp::Rsh, b) {
+                        e.alu(Width::W32, AluOp::Mov, b, Operand::Reg(a));
+                        if !self.dead_after(plan, pc + 3, a) {
+                            e.alu(Width::W64, AluOp::Lsh, a, Operand::Imm(32));
+                        }
+                        return Some(3);
+                    }
+                }
+            }
+        }
+
+        // Extension: [rX = rY;] rX <<= 32; rX >>= 32 (s>>= 32)  ->  rX = (u32) rY ((s32) rY).
         let (x, y, k) = match mov64(Some(self.insns[pc])) {
             Some((x, y)) => (x, y, pc + 1),
             None => match self.insns[pc] {
@@ -421,9 +437,16 @@ impl Driver<'_> {
         } else {
             self.chained(plan, k)
         };
-        if shift32(first, AluOp::Lsh, x) && shift32(self.chained(plan, k + 1), AluOp::Rsh, x) {
-            e.alu(Width::W32, AluOp::Mov, x, Operand::Reg(y));
-            return Some(k + 2 - pc);
+        if shift32(first, AluOp::Lsh, x) {
+            let second = self.chained(plan, k + 1);
+            if shift32(second, AluOp::Rsh, x) {
+                e.alu(Width::W32, AluOp::Mov, x, Operand::Reg(y));
+                return Some(k + 2 - pc);
+            }
+            if shift32(second, AluOp::Arsh, x) {
+                e.alu(Width::W64, AluOp::MovSx(32), x, Operand::Reg(y));
+                return Some(k + 2 - pc);
+            }
         }
 
         // Address arithmetic: rX = rY (or rX += rZ), then any of rX += k, rX -= k and one
@@ -505,6 +528,30 @@ impl Driver<'_> {
         addr.disp = i32::try_from(disp).ok()?;
         e.lea(x, addr);
         Some(next - pc)
+    }
+
+    /// Whether `reg`'s value on entry to slot `pc` is never read: overwritten first in the
+    /// same straight-line run (a jump, call or the run's end may read it: not dead).
+    fn dead_after(&self, plan: FuncPlan, pc: usize, reg: Reg) -> bool {
+        let mut j = pc;
+        while let Some(insn) = self.chained(plan, j) {
+            if matches!(
+                insn,
+                Insn::Call(_) | Insn::Exit | Insn::Ja { .. } | Insn::Jmp { .. }
+            ) || reads(&insn, reg)
+            {
+                return false;
+            }
+            if writes(&insn, reg) {
+                return true;
+            }
+            j += if matches!(insn, Insn::LoadImm64 { .. }) {
+                2
+            } else {
+                1
+            };
+        }
+        false
     }
 
     /// Whether the `lddw r1, map` at `pc` only feeds a lookup in that map compiled inline
@@ -889,6 +936,23 @@ fn mentions(insn: &Insn, reg: Reg) -> bool {
 
 fn writes_r1(insn: &Insn) -> bool {
     !matches!(insn, Insn::Call(_)) && writes(insn, Reg(1))
+}
+
+/// Whether `insn` reads `reg` (not for calls and exit, which the callers stop at).
+fn reads(insn: &Insn, reg: Reg) -> bool {
+    let op = |o: &Operand| matches!(o, Operand::Reg(r) if *r == reg);
+    match insn {
+        Insn::Alu {
+            op: alu, dst, src, ..
+        } => op(src) || (*dst == reg && !matches!(alu, AluOp::Mov | AluOp::MovSx(_))),
+        Insn::Endian { dst, .. } => *dst == reg,
+        Insn::Jmp { dst, src, .. } => *dst == reg || op(src),
+        Insn::Load { base, .. } => *base == reg,
+        Insn::Store { base, src, .. } => *base == reg || op(src),
+        Insn::Atomic { base, src, .. } => *base == reg || *src == reg || reg == Reg(0),
+        Insn::LoadImm64 { .. } | Insn::LoadImm64Hi | Insn::Ja { .. } => false,
+        Insn::Call(_) | Insn::Exit => true,
+    }
 }
 
 /// Whether `insn` writes `reg` (calls: r0..r5).

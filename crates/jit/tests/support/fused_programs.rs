@@ -80,9 +80,9 @@ pub fn build(patterns: &[Pattern]) -> Vec<Insn> {
             let first = (extra as i32 >> 3) % (total + 1);
             (first, (total - first) as i16)
         };
-        match kind % 9 {
-            // rX = rY; rX <<= 32; rX >>= 32 (and without the move; a 31 or a 32-bit shift
-            // that must not match).
+        match kind % 10 {
+            // rX = rY; rX <<= 32; rX >>= 32 or s>>= 32 (and without the move; a 31 or a
+            // 32-bit shift that must not match).
             0 => {
                 if extra & 8 != 0 {
                     p.push(mov(x, y));
@@ -99,7 +99,33 @@ pub fn build(patterns: &[Pattern]) -> Vec<Insn> {
                     dst: x,
                     src: Operand::Imm(amount),
                 });
-                p.push(alu(AluOp::Rsh, x, Operand::Imm(32)));
+                let right = if extra & 64 != 0 {
+                    AluOp::Arsh
+                } else {
+                    AluOp::Rsh
+                };
+                p.push(alu(right, x, Operand::Imm(32)));
+            }
+            // The extension of a copy: rX <<= 32; rY = rX; rY >>= 32 (or s>>= 32), then rX
+            // overwritten (dead), read, or left to the next pattern.
+            8 => {
+                if y == x {
+                    continue;
+                }
+                p.push(alu(AluOp::Lsh, x, Operand::Imm(32)));
+                p.push(mov(y, x));
+                let right = if extra & 64 != 0 {
+                    AluOp::Arsh
+                } else {
+                    AluOp::Rsh
+                };
+                p.push(alu(right, y, Operand::Imm(32)));
+                match extra & 24 {
+                    0 => p.push(alu(AluOp::Mov, x, Operand::Imm(k))),
+                    8 => p.push(alu(AluOp::Add, z, Operand::Reg(x))),
+                    16 => p.push(mov(x, z)),
+                    _ => {}
+                }
             }
             // Data arithmetic: rX = rY; rX += k; rX -= k2; rX += rZ (rZ may be rX or rY).
             1 => {
