@@ -39,6 +39,9 @@
 #define ACL_MAX_LEAF 4096
 #define ACL_MAX_GROUPS 8
 #define ACL_LEAF_REF 0x80000000u
+// A leaf reference naming the leaf's entries directly (image.rs, INLINE_LEAF): bit 30 set,
+// the length in bits 20..30, the tier's first entry in bits 0..20; no leaf words to read.
+#define ACL_INLINE_LEAF 0x40000000u
 // Hot-flow table entries per thread (a power of two).
 #define ACL_HOT 1024
 // Largest header offset ever dereferenced: Ethernet, two tags, IPv6 with four 2 KiB
@@ -172,7 +175,7 @@ _Static_assert(sizeof(struct acl_ctl) == 176, "control layout");
 // No rule, default allow, until a control plane deploys a policy.
 struct acl_ctl acl_ctl SEC(".data.acl") = {
 	.magic = "RDXACLT",
-	.version = 2,
+	.version = 3,
 };
 
 struct acl_words {
@@ -1059,7 +1062,8 @@ static __always_inline __u32 child_of(const __u32 *n, const struct acl_thread *t
 	return vl & ((1u << bits) - 1);
 }
 
-// Walks tree `g` of tier `t` to its leaf; returns the leaf index or ERR.
+// Walks tree `g` of tier `t` to its leaf; returns the leaf reference without its bit 31 (an
+// index, or ACL_INLINE_LEAF with the first entry and length) or ERR.
 static __noinline __u32 leaf_of(__u32 t, __u32 g, const struct acl_thread *th)
 {
 	const struct acl_tier *tl = &acl_ctl.tier[t & 1];
@@ -1187,11 +1191,18 @@ static __noinline __u64 scan_leaf(__u32 t, __u32 leaf, __u32 from, __u32 best,
 				  const struct acl_thread *th)
 {
 	const struct acl_tier *tl = &acl_ctl.tier[t & 1];
-	__u32 lw = tl->leaves + 2 * leaf;
-	const struct acl_words *rec = word_rec(lw);
-	if (!rec)
-		return SCAN(SCAN_ERR, 0, 0);
-	__u32 start = rec->w[lw & 14], len = rec->w[(lw & 14) + 1];
+	__u32 start, len;
+	if (leaf & ACL_INLINE_LEAF) {
+		start = leaf & 0xfffff;
+		len = (leaf >> 20) & 0x3ff;
+	} else {
+		__u32 lw = tl->leaves + 2 * leaf;
+		const struct acl_words *rec = word_rec(lw);
+		if (!rec)
+			return SCAN(SCAN_ERR, 0, 0);
+		start = rec->w[lw & 14];
+		len = rec->w[(lw & 14) + 1];
+	}
 	__u32 base = tl->entries + start;
 	for (__u32 i = from; i < ACL_MAX_LEAF; i++) {
 		if (i >= len)

@@ -28,7 +28,7 @@ use std::ops::Range;
 
 use thiserror::Error;
 
-use super::tree::{CutTree, EntryView, NodeView, TierView, LEAF_REF};
+use super::tree::{CutTree, EntryView, NodeView, TierView, EMPTY_REF, LEAF_REF};
 use crate::compile::{RuleImage, RuleSet, IMAGE_HEADER_SIZE};
 use crate::policy::Action;
 use crate::rule::{Rule, RULE_SIZE};
@@ -48,7 +48,14 @@ pub const CONTROL_SIZE: usize = 48 + MAX_TIERS * 64;
 /// Magic of the control block.
 pub const CONTROL_MAGIC: [u8; 8] = *b"RDXACLT\0";
 /// Layout version of the control block and the arrays.
-pub const CONTROL_VERSION: u32 = 2;
+pub const CONTROL_VERSION: u32 = 3;
+/// A child reference (bit 31 set) that names a leaf by its entries rather than its index:
+/// bit 30 set, the length in bits 20..30, the tier's first entry in bits 0..20, so the
+/// program reads no leaf words for it. Leaves too long or too far for that keep the index
+/// form (bit 30 clear).
+pub const INLINE_LEAF: u32 = 1 << 30;
+const INLINE_LEN_MAX: u32 = (1 << 10) - 1;
+const INLINE_START_MAX: u32 = (1 << 20) - 1;
 
 /// How much one bank of each array holds (the maps hold two).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,6 +117,11 @@ pub struct TierLayout {
     /// (first child-reference slot in the tree, node), ascending: which node a tree slot
     /// belongs to.
     pub node_of_slot: Vec<(u32, u32)>,
+    /// The tree's reference in each child-reference slot, as the image last wrote it.
+    pub slot_target: Vec<u32>,
+    /// Per leaf, the slots whose reference names it (the shared empty leaf's are not kept:
+    /// it never changes), to rewrite their inline form when the leaf changes.
+    pub referrers: Vec<Vec<u32>>,
     /// Word index of leaf 0 and how many leaves fit.
     pub leaves: u32,
     pub leaf_cap: u32,
@@ -288,7 +300,13 @@ impl TreeImage {
             let leaf_cap = v.leaf_count() + v.leaf_count() / 4 + 256;
             words = round_up(leaves + 2 * leaf_cap, WORDS_PER_RECORD);
             let entry_cap = v.entry_count() + v.entry_count() / 4 + 4096;
-            let roots = roots.iter().map(|&r| node_ref(&node_at, r)).collect();
+            let slot_target = v.refs().to_vec();
+            let mut referrers: Vec<Vec<u32>> = vec![Vec::new(); v.leaf_count()];
+            for (slot, &r) in slot_target.iter().enumerate() {
+                if r & LEAF_REF != 0 && r != EMPTY_REF {
+                    referrers[(r & !LEAF_REF) as usize].push(slot as u32);
+                }
+            }
             tiers.push(TierLayout {
                 lo,
                 hi,
@@ -296,6 +314,8 @@ impl TreeImage {
                 refs: nodes as u32,
                 node_at,
                 node_of_slot,
+                slot_target,
+                referrers,
                 leaves: leaves as u32,
                 leaf_cap: leaf_cap as u32,
                 entries: entries as u32,
@@ -329,6 +349,10 @@ impl TreeImage {
         };
         for t in 0..tree.tier_count() {
             let v = tree.tier_view(t);
+            // Leaves first: a reference to a leaf is written in the form of its entries.
+            for i in 0..v.leaf_count() {
+                img.put_leaf(t, &v, i as u32)?;
+            }
             let l = img.tiers[t].clone();
             let refs = v.refs();
             for i in 0..v.node_count() {
@@ -347,14 +371,42 @@ impl TreeImage {
                 let count = (1usize << n.bits) + 2;
                 let first = n.children as usize;
                 for (k, &r) in refs[first..first + count].iter().enumerate() {
-                    img.words[at + NODE_WORDS + k] = node_ref(&l.node_at, r);
+                    img.words[at + NODE_WORDS + k] = img.encode_ref(t, r);
                 }
             }
-            for i in 0..v.leaf_count() {
-                img.put_leaf(t, &v, i as u32)?;
-            }
+            img.tiers[t].roots = v.groups().map(|(r, _)| img.encode_ref(t, r)).collect();
         }
         Ok(img)
+    }
+
+    /// The image's form of tree reference `r` in tier `t`: a node's block offset / 8; a
+    /// leaf's inline form ([`INLINE_LEAF`], from the leaf's words as written) where it
+    /// fits, else the leaf's index.
+    fn encode_ref(&self, t: usize, r: u32) -> u32 {
+        let l = &self.tiers[t];
+        if r & LEAF_REF == 0 {
+            return node_ref(&l.node_at, r);
+        }
+        let leaf = r & !LEAF_REF;
+        let at = (l.leaves + 2 * leaf) as usize;
+        match self.words.get(at..at + 2) {
+            Some(&[start, len])
+                if leaf < l.leaf_cap && start <= INLINE_START_MAX && len <= INLINE_LEN_MAX =>
+            {
+                LEAF_REF | INLINE_LEAF | len << 20 | start
+            }
+            _ => r,
+        }
+    }
+
+    /// Word index of tier `t`'s child-reference slot `slot` (a tree slot index).
+    fn slot_word(&self, t: usize, slot: u32) -> Result<u32, ImageError> {
+        let l = &self.tiers[t];
+        let k = l.node_of_slot.partition_point(|&(first, _)| first <= slot);
+        let Some(&(first, node)) = k.checked_sub(1).and_then(|k| l.node_of_slot.get(k)) else {
+            return Err(ImageError::OutOfRoom("references"));
+        };
+        Ok(l.refs + l.node_at[node as usize] + NODE_WORDS as u32 + (slot - first))
     }
 
     /// Serialises leaf `leaf` of tier `t` and its entries.
@@ -452,16 +504,6 @@ impl TreeImage {
                 return Err(ImageError::OutOfRoom("nodes"));
             }
         }
-        for &(t, slot) in &refs {
-            let l = &self.tiers[t];
-            let k = l.node_of_slot.partition_point(|&(first, _)| first <= slot);
-            let Some(&(first, node)) = k.checked_sub(1).and_then(|k| l.node_of_slot.get(k)) else {
-                return Err(ImageError::OutOfRoom("references"));
-            };
-            let at = l.refs + l.node_at[node as usize] + NODE_WORDS as u32 + (slot - first);
-            self.words[at as usize] = node_ref(&l.node_at, tree.tier_view(t).refs()[slot as usize]);
-            dirty.words.push(at..at + 1);
-        }
         for group in edits.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
             let (t, leaf) = (group[0].0, group[0].1);
             let v = tree.tier_view(t);
@@ -470,12 +512,53 @@ impl TreeImage {
             self.put_leaf_edited(t, &v, leaf, &ops, &mut dirty.entries)?;
             dirty.words.push(at..at + 2);
         }
-        for (t, l) in self.tiers.iter_mut().enumerate() {
-            l.roots = tree
+        // The slots whose reference changed, and every slot naming a touched leaf (its inline
+        // form holds the leaf's first entry and length), written after the leaves.
+        let mut slots: Vec<(usize, u32)> = Vec::with_capacity(refs.len());
+        for &(t, slot) in &refs {
+            let new = tree.tier_view(t).refs()[slot as usize];
+            let l = &mut self.tiers[t];
+            let Some(old) = l.slot_target.get(slot as usize).copied() else {
+                return Err(ImageError::OutOfRoom("references"));
+            };
+            if old != new {
+                if old & LEAF_REF != 0 && old != EMPTY_REF {
+                    if let Some(list) = l.referrers.get_mut((old & !LEAF_REF) as usize) {
+                        list.retain(|&s| s != slot);
+                    }
+                }
+                if new & LEAF_REF != 0 && new != EMPTY_REF {
+                    let leaf = (new & !LEAF_REF) as usize;
+                    if l.referrers.len() <= leaf {
+                        l.referrers.resize(leaf + 1, Vec::new());
+                    }
+                    l.referrers[leaf].push(slot);
+                }
+                l.slot_target[slot as usize] = new;
+            }
+            slots.push((t, slot));
+        }
+        for group in edits.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+            let (t, leaf) = (group[0].0, group[0].1);
+            if let Some(list) = self.tiers[t].referrers.get(leaf as usize) {
+                slots.extend(list.iter().map(|&s| (t, s)));
+            }
+        }
+        slots.sort_unstable();
+        slots.dedup();
+        for &(t, slot) in &slots {
+            let at = self.slot_word(t, slot)?;
+            self.words[at as usize] = self.encode_ref(t, self.tiers[t].slot_target[slot as usize]);
+            dirty.words.push(at..at + 1);
+        }
+        for t in 0..self.tiers.len() {
+            let roots: Vec<u32> = tree
                 .tier_view(t)
                 .groups()
-                .map(|(root, _)| node_ref(&l.node_at, root))
+                .map(|(root, _)| self.encode_ref(t, root))
                 .collect();
+            let l = &mut self.tiers[t];
+            l.roots = roots;
             if l.roots.len() > MAX_GROUPS {
                 return Err(ImageError::Shape(format!(
                     "{} trees in a tier",
@@ -636,6 +719,23 @@ mod tests {
         }
     }
 
+    /// `got`, the image's reference for the tree's reference `r`, names the same node or
+    /// leaf: a node by its block, a leaf inline by its entries or by its index.
+    fn names(v: &TierView<'_>, l: &TierLayout, r: u32, got: u32) {
+        if r & LEAF_REF == 0 {
+            assert_eq!(got * NODE_WORDS as u32, l.node_at[r as usize]);
+        } else if got & INLINE_LEAF != 0 {
+            assert_eq!(got & LEAF_REF, LEAF_REF);
+            let leaf = (r & !LEAF_REF) as usize;
+            assert_eq!(
+                (got & INLINE_START_MAX, (got >> 20) & INLINE_LEN_MAX),
+                v.leaf(leaf)
+            );
+        } else {
+            assert_eq!(got, r);
+        }
+    }
+
     /// An update re-serialised in place equals a fresh serialisation of the updated tree
     /// wherever the fresh one is defined (the in-place image keeps stale arena room).
     #[test]
@@ -689,15 +789,13 @@ mod tests {
                 let first = n.children as usize;
                 for (k, &r) in v.refs()[first..first + count].iter().enumerate() {
                     let got = img.words[l.refs as usize + img.words[at + 4] as usize + k];
-                    if r & LEAF_REF != 0 {
-                        assert_eq!(got, r);
-                    } else {
-                        assert_eq!(got * NODE_WORDS as u32, l.node_at[r as usize]);
-                    }
+                    names(&v, l, r, got);
                 }
             }
-            let roots: Vec<u32> = v.groups().map(|(r, _)| node_ref(&l.node_at, r)).collect();
-            assert_eq!(l.roots, roots);
+            assert_eq!(l.roots.len(), v.groups().count());
+            for ((r, _), &got) in v.groups().zip(&l.roots) {
+                names(&v, l, r, got);
+            }
         }
         let ctl = img.control(1, CAP, 7, 9);
         assert_eq!(ctl.len(), CONTROL_SIZE);
