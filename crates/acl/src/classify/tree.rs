@@ -255,7 +255,14 @@ fn span(node: &Node, dim: &Dim, r: &Rule) -> Span {
 /// The region of child `idx` of `node`.
 fn child_region(node: &Node, region: &Region, idx: usize) -> Region {
     let mut out = *region;
-    let d = &mut out[node.field as usize];
+    out[node.field as usize] = child_dim(node, &region[node.field as usize], idx);
+    out
+}
+
+/// The one dimension of a child's region that differs from its node's: `dim`, the node's
+/// field, narrowed to child `idx`.
+fn child_dim(node: &Node, dim: &Dim, idx: usize) -> Dim {
+    let mut d = *dim;
     if idx == node.absent() {
         d.present = false;
     } else {
@@ -272,7 +279,7 @@ fn child_region(node: &Node, region: &Region, idx: usize) -> Region {
             d.hi = d.hi.min(hi);
         }
     }
-    out
+    d
 }
 
 /// The compact, cache-line sized copy of a rule checked in leaves.
@@ -1488,7 +1495,7 @@ impl Tier {
         let old_class = self.group_class(old);
         if let Some(g) = self.groups.iter().position(|g| g.class == old_class) {
             let root = self.groups[g].root;
-            self.remove(root, &full_region(), old, p);
+            self.remove(root, &mut full_region(), old, p);
             self.groups[g].fast_root = self.fast_ref(root);
         }
         let class = self.group_class(new);
@@ -1507,7 +1514,7 @@ impl Tier {
         };
         self.groups[g].min_priority = self.groups[g].min_priority.min(p);
         let root = self.groups[g].root;
-        let root = self.insert(root, &full_region(), new, p);
+        let root = self.insert(root, &mut full_region(), new, &Compact::of(new, p));
         self.groups[g].root = root;
         self.groups[g].fast_root = self.fast_ref(root);
         self.groups.sort_by_key(|g| g.min_priority);
@@ -1523,8 +1530,11 @@ impl Tier {
             .chain(s.absent.then_some(node.absent()))
     }
 
-    /// Inserts priority `p` under reference `r`; returns the (possibly new) reference.
-    fn insert(&mut self, r: u32, region: &Region, rule: &Rule, p: u32) -> u32 {
+    /// Inserts `entry` (the compact copy of `rule`) under reference `r`; returns the
+    /// (possibly new) reference. `region` is the region `r` covers; the walk narrows the
+    /// node's field in place for each child and restores it, rather than copying the
+    /// region per child (a broad rule reaches hundreds of children).
+    fn insert(&mut self, r: u32, region: &mut Region, rule: &Rule, entry: &Compact) -> u32 {
         if r & LEAF != 0 {
             let id = if r == EMPTY {
                 self.leaves.push(Leaf {
@@ -1536,21 +1546,26 @@ impl Tier {
             } else {
                 (r & !LEAF) as usize
             };
-            self.leaf_insert(id, Compact::of(rule, p));
+            self.leaf_insert(id, *entry);
             return id as u32 | LEAF;
         }
         let node = self.nodes[r as usize];
+        let f = node.field as usize;
+        let dim = region[f];
         for idx in self.reached(r, region, rule) {
-            let sub = child_region(&node, region, idx);
+            region[f] = child_dim(&node, &dim, idx);
             let at = node.children as usize + idx;
-            let c = self.insert(self.refs[at], &sub, rule, p);
+            let c = self.insert(self.refs[at], region, rule, entry);
             self.refs[at] = c;
             self.fast[at] = self.fast_ref(c);
         }
+        region[f] = dim;
         r
     }
 
-    fn remove(&mut self, r: u32, region: &Region, rule: &Rule, p: u32) {
+    /// Removes priority `p` (whose rule is `rule`) under reference `r`, narrowing `region`
+    /// in place as [`Tier::insert`] does.
+    fn remove(&mut self, r: u32, region: &mut Region, rule: &Rule, p: u32) {
         if r & LEAF != 0 {
             if r != EMPTY {
                 let leaf = &mut self.leaves[(r & !LEAF) as usize];
@@ -1564,12 +1579,15 @@ impl Tier {
             return;
         }
         let node = self.nodes[r as usize];
+        let f = node.field as usize;
+        let dim = region[f];
         for idx in self.reached(r, region, rule) {
-            let sub = child_region(&node, region, idx);
+            region[f] = child_dim(&node, &dim, idx);
             let at = node.children as usize + idx;
-            self.remove(self.refs[at], &sub, rule, p);
+            self.remove(self.refs[at], region, rule, p);
             self.fast[at] = self.fast_ref(self.refs[at]);
         }
+        region[f] = dim;
     }
 
     fn leaf_insert(&mut self, id: usize, entry: Compact) {
@@ -1860,13 +1878,13 @@ impl CutTree {
             tier: t,
             ..Reach::default()
         };
-        tier.reach_from(g.root, &full_region(), rule, &mut out);
+        tier.reach_from(g.root, &mut full_region(), rule, &mut out);
         Some(out)
     }
 }
 
 impl Tier {
-    fn reach_from(&self, r: u32, region: &Region, rule: &Rule, out: &mut Reach) {
+    fn reach_from(&self, r: u32, region: &mut Region, rule: &Rule, out: &mut Reach) {
         if r & LEAF != 0 {
             if r != EMPTY {
                 out.leaves.push(r & !LEAF);
@@ -1874,11 +1892,14 @@ impl Tier {
             return;
         }
         let node = self.nodes[r as usize];
+        let f = node.field as usize;
+        let dim = region[f];
         for idx in self.reached(r, region, rule) {
             let slot = node.children + idx as u32;
             out.refs.push(slot);
-            let sub = child_region(&node, region, idx);
-            self.reach_from(self.refs[slot as usize], &sub, rule, out);
+            region[f] = child_dim(&node, &dim, idx);
+            self.reach_from(self.refs[slot as usize], region, rule, out);
         }
+        region[f] = dim;
     }
 }
