@@ -196,16 +196,6 @@ pub struct TreeImage {
     max_leaf: u32,
 }
 
-/// `n` copies of `zero`, every page written now: `vec![0; n]` would leave the room kept for
-/// updates as untouched zero pages, and an update writing there (a leaf that moved to the end
-/// of the arena) would take their page faults on its critical path.
-fn touched<T: Copy>(n: usize, zero: T) -> Vec<T> {
-    let mut v = Vec::with_capacity(n);
-    v.resize(n, zero);
-    std::hint::black_box(v.as_mut_ptr());
-    v
-}
-
 /// Words of a node's block: the node and its child references, rounded up to 8 words so
 /// that every block starts on a multiple of 8 (node references are word offsets / 8).
 fn node_block(n: &NodeView) -> usize {
@@ -339,8 +329,8 @@ impl TreeImage {
         }
         let mut img = TreeImage {
             tiers,
-            words: touched(words, 0),
-            entries: touched(entries, [0; ENTRY_SIZE]),
+            words: vec![0; words],
+            entries: vec![[0; ENTRY_SIZE]; entries],
             rules: rule_bytes(&set.rules),
             decisions: set.rules.iter().map(decision).collect(),
             rule_values: set.rules.clone(),
