@@ -1491,13 +1491,13 @@ impl Tier {
     }
 
     /// Moves priority `p` from where `old` reached to where `new` reaches.
+    ///
+    /// The new version goes in first: in a leaf both versions reach, that overwrites the
+    /// old entry in place, and the old version's removal then skips those leaves — so a
+    /// change that keeps a rule in the same leaves (a new VA range, another opcode group)
+    /// shifts no leaf's entries at all.
     fn replace(&mut self, old: &Rule, new: &Rule, p: u32) {
         let old_class = self.group_class(old);
-        if let Some(g) = self.groups.iter().position(|g| g.class == old_class) {
-            let root = self.groups[g].root;
-            self.remove(root, &mut full_region(), old, p);
-            self.groups[g].fast_root = self.fast_ref(root);
-        }
         let class = self.group_class(new);
         let g = match self.groups.iter().position(|g| g.class == class) {
             Some(g) => g,
@@ -1517,6 +1517,12 @@ impl Tier {
         let root = self.insert(root, &mut full_region(), new, &Compact::of(new, p));
         self.groups[g].root = root;
         self.groups[g].fast_root = self.fast_ref(root);
+        if let Some(g) = self.groups.iter().position(|g| g.class == old_class) {
+            let root = self.groups[g].root;
+            let kept = (old_class == class).then_some(new);
+            self.remove(root, &mut full_region(), old, kept, p);
+            self.groups[g].fast_root = self.fast_ref(root);
+        }
         self.groups.sort_by_key(|g| g.min_priority);
     }
 
@@ -1564,10 +1570,12 @@ impl Tier {
     }
 
     /// Removes priority `p` (whose rule is `rule`) under reference `r`, narrowing `region`
-    /// in place as [`Tier::insert`] does.
-    fn remove(&mut self, r: u32, region: &mut Region, rule: &Rule, p: u32) {
+    /// in place as [`Tier::insert`] does, except from the leaves `kept` (the rule's new
+    /// version, already inserted into the same tree) also reaches: there the insertion
+    /// replaced the entry.
+    fn remove(&mut self, r: u32, region: &mut Region, rule: &Rule, kept: Option<&Rule>, p: u32) {
         if r & LEAF != 0 {
-            if r != EMPTY {
+            if r != EMPTY && kept.is_none() {
                 let leaf = &mut self.leaves[(r & !LEAF) as usize];
                 let (start, len) = (leaf.start as usize, leaf.len as usize);
                 let list = &mut self.entries[start..start + len];
@@ -1581,10 +1589,18 @@ impl Tier {
         let node = self.nodes[r as usize];
         let f = node.field as usize;
         let dim = region[f];
+        let kept_span = kept.map(|k| span(&node, &dim, k));
         for idx in self.reached(r, region, rule) {
+            let kept_here = kept.filter(|_| {
+                kept_span.as_ref().is_some_and(|s| {
+                    s.inside.is_some_and(|(a, b)| a <= idx && idx <= b)
+                        || (s.outside && idx == node.outside())
+                        || (s.absent && idx == node.absent())
+                })
+            });
             region[f] = child_dim(&node, &dim, idx);
             let at = node.children as usize + idx;
-            self.remove(self.refs[at], region, rule, p);
+            self.remove(self.refs[at], region, rule, kept_here, p);
             self.fast[at] = self.fast_ref(self.refs[at]);
         }
         region[f] = dim;
@@ -1593,25 +1609,25 @@ impl Tier {
     fn leaf_insert(&mut self, id: usize, entry: Compact) {
         let p = entry.priority;
         let mut leaf = self.leaves[id];
+        let (start, len) = (leaf.start as usize, leaf.len as usize);
+        let i = self.entries[start..start + len].partition_point(|c| c.priority < p);
+        if i < len && self.entries[start + i].priority == p {
+            // The rule's previous version: replaced where it stands.
+            self.entries[start + i] = entry;
+            return;
+        }
         if leaf.len == leaf.cap {
             // Move to the end of the arena with room to grow (the old place stays unused
             // until the next full build).
             let cap = (leaf.cap * 2).max(4);
-            let start = self.entries.len();
-            self.entries
-                .extend_from_within(leaf.start as usize..(leaf.start + leaf.len) as usize);
-            self.entries
-                .resize(start + cap as usize, Compact::default());
-            leaf.start = start as u32;
+            let at = self.entries.len();
+            self.entries.extend_from_within(start..start + len);
+            self.entries.resize(at + cap as usize, Compact::default());
+            leaf.start = at as u32;
             leaf.cap = cap;
         }
-        let (start, len) = (leaf.start as usize, leaf.len as usize);
+        let start = leaf.start as usize;
         let list = &mut self.entries[start..start + len + 1];
-        let i = list[..len].partition_point(|c| c.priority < p);
-        if i < len && list[i].priority == p {
-            list[i] = entry;
-            return;
-        }
         list.copy_within(i..len, i + 1);
         list[i] = entry;
         leaf.len += 1;
