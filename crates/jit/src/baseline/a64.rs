@@ -408,6 +408,58 @@ impl Emit for A64 {
         }
     }
 
+    fn alu3(&mut self, width: Width, op: AluOp, dst: Reg, a: Reg, src: Operand) -> bool {
+        let (d, a) = (r(dst), r(a));
+        let w64 = width == Width::W64;
+        match op {
+            AluOp::Lsh | AluOp::Rsh | AluOp::Arsh => match src {
+                Operand::Imm(k) => {
+                    let k = k as u32 & if w64 { 63 } else { 31 };
+                    match (op, w64) {
+                        _ if k == 0 && w64 => asm!(self.ops; mov X(d), X(a)),
+                        _ if k == 0 => asm!(self.ops; mov W(d), W(a)),
+                        (AluOp::Lsh, true) => asm!(self.ops; lsl X(d), X(a), k),
+                        (AluOp::Rsh, true) => asm!(self.ops; lsr X(d), X(a), k),
+                        (_, true) => asm!(self.ops; asr X(d), X(a), k),
+                        (AluOp::Lsh, false) => asm!(self.ops; lsl W(d), W(a), k),
+                        (AluOp::Rsh, false) => asm!(self.ops; lsr W(d), W(a), k),
+                        (_, false) => asm!(self.ops; asr W(d), W(a), k),
+                    }
+                }
+                Operand::Reg(s) => {
+                    let s = r(s);
+                    match (op, w64) {
+                        (AluOp::Lsh, true) => asm!(self.ops; lslv X(d), X(a), X(s)),
+                        (AluOp::Rsh, true) => asm!(self.ops; lsrv X(d), X(a), X(s)),
+                        (_, true) => asm!(self.ops; asrv X(d), X(a), X(s)),
+                        (AluOp::Lsh, false) => asm!(self.ops; lslv W(d), W(a), W(s)),
+                        (AluOp::Rsh, false) => asm!(self.ops; lsrv W(d), W(a), W(s)),
+                        (_, false) => asm!(self.ops; asrv W(d), W(a), W(s)),
+                    }
+                }
+            },
+            AluOp::Add | AluOp::Sub | AluOp::Mul | AluOp::Or | AluOp::And | AluOp::Xor => {
+                let s = self.operand(width, src, T0);
+                match (op, w64) {
+                    (AluOp::Add, true) => asm!(self.ops; add X(d), X(a), X(s)),
+                    (AluOp::Add, false) => asm!(self.ops; add W(d), W(a), W(s)),
+                    (AluOp::Sub, true) => asm!(self.ops; sub X(d), X(a), X(s)),
+                    (AluOp::Sub, false) => asm!(self.ops; sub W(d), W(a), W(s)),
+                    (AluOp::Mul, true) => asm!(self.ops; mul X(d), X(a), X(s)),
+                    (AluOp::Mul, false) => asm!(self.ops; mul W(d), W(a), W(s)),
+                    (AluOp::Or, true) => asm!(self.ops; orr X(d), X(a), X(s)),
+                    (AluOp::Or, false) => asm!(self.ops; orr W(d), W(a), W(s)),
+                    (AluOp::And, true) => asm!(self.ops; and X(d), X(a), X(s)),
+                    (AluOp::And, false) => asm!(self.ops; and W(d), W(a), W(s)),
+                    (AluOp::Xor, true) => asm!(self.ops; eor X(d), X(a), X(s)),
+                    (_, _) => asm!(self.ops; eor W(d), W(a), W(s)),
+                }
+            }
+            _ => return false,
+        }
+        true
+    }
+
     fn lea(&mut self, dst: Reg, addr: Addr) {
         let (d, b) = (r(dst), r(addr.base));
         match addr.index {

@@ -95,6 +95,10 @@ trait Emit {
     fn load_addr(&mut self, size: Size, sign_extend: bool, dst: Reg, addr: Addr);
     /// `dst = addr` (the address itself).
     fn lea(&mut self, dst: Reg, addr: Addr);
+    /// `dst = a; dst op= src` as one three-operand instruction if the architecture has one
+    /// (`op` is add, sub, mul, or, and, xor or a shift; `src` is not `dst`); false, emitting
+    /// nothing, if it does not.
+    fn alu3(&mut self, width: Width, op: AluOp, dst: Reg, a: Reg, src: Operand) -> bool;
     fn store(&mut self, size: Size, base: Reg, off: i16, src: Operand);
     fn atomic(&mut self, size: Size, op: AtomicOp, fetch: bool, base: Reg, off: i16, src: Reg);
     fn load_imm64(&mut self, dst: Reg, value: u64);
@@ -450,6 +454,44 @@ impl Driver<'_> {
             if shift32(second, AluOp::Arsh, x) {
                 e.alu(Width::W64, AluOp::MovSx(32), x, Operand::Reg(y));
                 return Some(k + 2 - pc);
+            }
+        }
+
+        // A copy and an operation on it: rX = rY; rX op= src  ->  rX = rY op src, where the
+        // architecture has three-operand forms (64-bit additions go to the address form
+        // below, which can take more slots).
+        if let Some((x, y)) = mov64(Some(self.insns[pc])) {
+            if let Some(Alu {
+                width,
+                op,
+                dst,
+                src,
+            }) = self.chained(plan, pc + 1)
+            {
+                let address = width == Width::W64
+                    && matches!((op, src), (AluOp::Add, _) | (AluOp::Sub, Operand::Imm(_)));
+                let three = matches!(
+                    op,
+                    AluOp::Add
+                        | AluOp::Sub
+                        | AluOp::Mul
+                        | AluOp::Or
+                        | AluOp::And
+                        | AluOp::Xor
+                        | AluOp::Lsh
+                        | AluOp::Rsh
+                        | AluOp::Arsh
+                );
+                if dst == x && three && !address {
+                    let src = if src == Operand::Reg(x) {
+                        Operand::Reg(y)
+                    } else {
+                        src
+                    };
+                    if e.alu3(width, op, x, y, src) {
+                        return Some(2);
+                    }
+                }
             }
         }
 

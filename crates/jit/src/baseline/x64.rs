@@ -413,6 +413,11 @@ impl Emit for X64 {
         }
     }
 
+    fn alu3(&mut self, _: Width, _: AluOp, _: Reg, _: Reg, _: Operand) -> bool {
+        // Two-operand forms only (64-bit additions are folded into `lea` by the driver).
+        false
+    }
+
     fn store(&mut self, size: Size, base: Reg, off: i16, src: Operand) {
         let (b, o) = (r(base), off as i32);
         match src {

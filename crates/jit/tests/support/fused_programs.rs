@@ -80,7 +80,7 @@ pub fn build(patterns: &[Pattern]) -> Vec<Insn> {
             let first = (extra as i32 >> 3) % (total + 1);
             (first, (total - first) as i16)
         };
-        match kind % 10 {
+        match kind % 11 {
             // rX = rY; rX <<= 32; rX >>= 32 or s>>= 32 (and without the move; a 31 or a
             // 32-bit shift that must not match).
             0 => {
@@ -209,6 +209,39 @@ pub fn build(patterns: &[Pattern]) -> Vec<Insn> {
                     p.push(add(x, index));
                 }
                 p.push(load(sz, sign, x, off as i16));
+            }
+            // A copy and an operation on it: rX = rY; rX op= src (src a register, rX itself,
+            // or an immediate; 32 or 64 bits).
+            9 => {
+                let ops = [
+                    AluOp::Add,
+                    AluOp::Sub,
+                    AluOp::Mul,
+                    AluOp::Or,
+                    AluOp::And,
+                    AluOp::Xor,
+                    AluOp::Lsh,
+                    AluOp::Rsh,
+                    AluOp::Arsh,
+                    AluOp::Div,
+                ];
+                let op = ops[(extra >> 3) as usize % ops.len()];
+                let src = match extra & 3 {
+                    0 => Operand::Reg(z),
+                    1 => Operand::Reg(x),
+                    _ => Operand::Imm(k),
+                };
+                p.push(mov(x, y));
+                p.push(Insn::Alu {
+                    width: if extra & 4 != 0 {
+                        Width::W32
+                    } else {
+                        Width::W64
+                    },
+                    op,
+                    dst: x,
+                    src,
+                });
             }
             // A conditional jump into the middle: rX = r1; if rY > k skip rX += k1; rX += k2;
             // rX = *(rX + off). Both paths stay in bounds; the condition is on data (rY is
