@@ -499,8 +499,16 @@ impl TreeImage {
             let v = tree.tier_view(t);
             let at = self.tiers[t].leaves + 2 * leaf;
             let ops: Vec<(u32, i32)> = group.iter().map(|&(_, _, p, d)| (p, d)).collect();
+            let before = self
+                .words
+                .get(at as usize..at as usize + 2)
+                .map(<[u32]>::to_vec);
             self.put_leaf_edited(t, &v, leaf, &ops, &mut dirty.entries)?;
-            dirty.words.push(at..at + 2);
+            // Only words whose value changed are copied (the bank holds the rest already):
+            // each is a 64-byte record written on its own.
+            if before.as_deref() != self.words.get(at as usize..at as usize + 2) {
+                dirty.words.push(at..at + 2);
+            }
         }
         // The slots whose reference changed, and every slot naming a touched leaf (its inline
         // form holds the leaf's first entry and length), written after the leaves.
@@ -538,8 +546,11 @@ impl TreeImage {
         slots.dedup();
         for &(t, slot) in &slots {
             let at = self.slot_word(t, slot)?;
-            self.words[at as usize] = self.encode_ref(t, self.tiers[t].slot_target[slot as usize]);
-            dirty.words.push(at..at + 1);
+            let word = self.encode_ref(t, self.tiers[t].slot_target[slot as usize]);
+            if self.words[at as usize] != word {
+                self.words[at as usize] = word;
+                dirty.words.push(at..at + 1);
+            }
         }
         for t in 0..self.tiers.len() {
             let roots: Vec<u32> = tree
