@@ -186,6 +186,43 @@ fn synthetic_rules_and_traffic_agree_with_the_engine() {
     }
 }
 
+/// Leaves longer than an inline leaf reference holds (1,023 entries): 1,200 rules that differ
+/// only in their opcode, which no tree node cuts, so each tier is one leaf (the first of
+/// 1,024 entries, named by its index; the second of 176, named inline). Every frame is decided
+/// by the program exactly as by the native engine.
+#[test]
+fn long_leaves_agree_with_the_engine() {
+    let gw = Gateway::new(Some(&region("long"))).unwrap();
+    let mut applier = Applier::attach(gw.region_path());
+    let mut text = String::new();
+    let mut names = Vec::new();
+    for i in 0..1200u32 {
+        text.push_str(&format!(
+            "policy p{i} {{ predicate = match(opcode = {}) action = {} }}\n",
+            i % 0x15,
+            if (i / 0x15) % 2 == 0 { "deny" } else { "allow" }
+        ));
+        names.push(format!("p{i}"));
+    }
+    text.push_str(&format!("apply({})\ndefault deny\n", names.join(", ")));
+    let rules = compile(&parse(&text).unwrap()).unwrap();
+    let tree = rdx_acl::classify::CutTree::new(rules.rules.clone());
+    let longest = (0..tree.tier_count())
+        .flat_map(|t| {
+            let v = tree.tier_view(t);
+            (0..v.leaf_count()).map(move |l| v.leaf(l).1)
+        })
+        .max()
+        .unwrap();
+    assert!(longest > 1023, "longest leaf {longest}");
+    applier.apply(&rules, 15);
+    let frames: Vec<Vec<u8>> = synth::traffic(&rules.rules, 600, synth::Mix::Uniform, 16)
+        .iter()
+        .map(|k| craft::roce_frame(k).unwrap())
+        .collect();
+    check_against_engine(&gw, &applier, &rules, 15, LinkType::Ethernet, &frames);
+}
+
 /// Policies A and B of 100 rules each that disagree on every probe frame: under A, rule `i`
 /// (`dQPN = i`) allows even QPNs; under B the rules come in the opposite order and allow odd
 /// ones. A frame decided by half of each would carry one image's generation with the other's
