@@ -51,11 +51,15 @@ pub const CONTROL_MAGIC: [u8; 8] = *b"RDXACLT\0";
 pub const CONTROL_VERSION: u32 = 3;
 /// A child reference (bit 31 set) that names a leaf by its entries rather than its index:
 /// bit 30 set, the length in bits 20..30, the tier's first entry in bits 0..20, so the
-/// program reads no leaf words for it. Leaves too long or too far for that keep the index
-/// form (bit 30 clear).
+/// program reads no leaf words for it. Leaves too long or too far for that, or named by many
+/// slots ([`INLINE_REFERRERS_MAX`]), keep the index form (bit 30 clear).
 pub const INLINE_LEAF: u32 = 1 << 30;
 const INLINE_LEN_MAX: u32 = (1 << 10) - 1;
 const INLINE_START_MAX: u32 = (1 << 20) - 1;
+/// Leaves named by more slots than this keep the index form: when such a leaf changes, an
+/// update rewrites its words, not every slot naming it (each slot a 64-byte record of its
+/// own in the bank).
+const INLINE_REFERRERS_MAX: usize = 4;
 
 /// How much one bank of each array holds (the maps hold two).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,6 +126,9 @@ pub struct TierLayout {
     /// Per leaf, the slots whose reference names it (the shared empty leaf's are not kept:
     /// it never changes), to rewrite their inline form when the leaf changes.
     pub referrers: Vec<Vec<u32>>,
+    /// Per leaf, whether references to it take the inline form (decided when the leaf is
+    /// first written: at most [`INLINE_REFERRERS_MAX`] referring slots).
+    pub inline: Vec<bool>,
     /// Word index of leaf 0 and how many leaves fit.
     pub leaves: u32,
     pub leaf_cap: u32,
@@ -297,6 +304,10 @@ impl TreeImage {
                     referrers[(r & !LEAF_REF) as usize].push(slot as u32);
                 }
             }
+            let inline = referrers
+                .iter()
+                .map(|r| r.len() <= INLINE_REFERRERS_MAX)
+                .collect();
             tiers.push(TierLayout {
                 lo,
                 hi,
@@ -306,6 +317,7 @@ impl TreeImage {
                 node_of_slot,
                 slot_target,
                 referrers,
+                inline,
                 leaves: leaves as u32,
                 leaf_cap: leaf_cap as u32,
                 entries: entries as u32,
@@ -379,9 +391,13 @@ impl TreeImage {
         }
         let leaf = r & !LEAF_REF;
         let at = (l.leaves + 2 * leaf) as usize;
+        let inline = l.inline.get(leaf as usize).copied().unwrap_or(false);
         match self.words.get(at..at + 2) {
             Some(&[start, len])
-                if leaf < l.leaf_cap && start <= INLINE_START_MAX && len <= INLINE_LEN_MAX =>
+                if inline
+                    && leaf < l.leaf_cap
+                    && start <= INLINE_START_MAX
+                    && len <= INLINE_LEN_MAX =>
             {
                 LEAF_REF | INLINE_LEAF | len << 20 | start
             }
@@ -531,6 +547,10 @@ impl TreeImage {
                         l.referrers.resize(leaf + 1, Vec::new());
                     }
                     l.referrers[leaf].push(slot);
+                    if l.inline.len() <= leaf {
+                        // A leaf the update created: inline, as long as few slots name it.
+                        l.inline.resize(leaf + 1, true);
+                    }
                 }
                 l.slot_target[slot as usize] = new;
             }
@@ -538,8 +558,11 @@ impl TreeImage {
         }
         for group in edits.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
             let (t, leaf) = (group[0].0, group[0].1);
-            if let Some(list) = self.tiers[t].referrers.get(leaf as usize) {
-                slots.extend(list.iter().map(|&s| (t, s)));
+            let l = &self.tiers[t];
+            if l.inline.get(leaf as usize).copied().unwrap_or(false) {
+                if let Some(list) = l.referrers.get(leaf as usize) {
+                    slots.extend(list.iter().map(|&s| (t, s)));
+                }
             }
         }
         slots.sort_unstable();
