@@ -54,6 +54,16 @@ impl LocalRegion {
         Ok(unsafe { &*(self.base.add(offset as usize) as *const AtomicU64) })
     }
 
+    /// An aligned word the caller already bounds-checked (as part of a larger range).
+    #[inline]
+    fn word_in_bounds(&self, offset: u64) -> &AtomicU64 {
+        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= self.len);
+        // SAFETY: callers checked `offset..offset + 8` is in bounds and `offset` is 8-aligned
+        // (base is 8-aligned); the memory stays mapped as promised by `from_raw` and is only
+        // accessed atomically.
+        unsafe { &*(self.base.add(offset as usize) as *const AtomicU64) }
+    }
+
     #[inline]
     fn byte(&self, offset: u64) -> &AtomicU8 {
         // SAFETY: callers checked `offset` is in bounds.
@@ -69,17 +79,24 @@ impl Transport for LocalRegion {
     #[inline]
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), TransportError> {
         self.check(offset, buf.len() as u64)?;
-        let mut i = 0usize;
-        while i < buf.len() {
-            let at = offset + i as u64;
-            if at.is_multiple_of(8) && buf.len() - i >= 8 {
-                let v = self.word(at)?.load(Ordering::Relaxed);
-                buf[i..i + 8].copy_from_slice(&v.to_le_bytes());
-                i += 8;
-            } else {
-                buf[i] = self.byte(at).load(Ordering::Relaxed);
-                i += 1;
-            }
+        let (head, words, tail) = split_aligned(offset, buf.len());
+        let mut at = offset;
+        for b in &mut buf[..head] {
+            *b = self.byte(at).load(Ordering::Relaxed);
+            at += 1;
+        }
+        for chunk in buf[head..head + words * 8].chunks_exact_mut(8) {
+            chunk.copy_from_slice(
+                &self
+                    .word_in_bounds(at)
+                    .load(Ordering::Relaxed)
+                    .to_le_bytes(),
+            );
+            at += 8;
+        }
+        for b in &mut buf[head + words * 8..][..tail] {
+            *b = self.byte(at).load(Ordering::Relaxed);
+            at += 1;
         }
         fence(Ordering::Acquire);
         Ok(())
@@ -89,17 +106,20 @@ impl Transport for LocalRegion {
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), TransportError> {
         self.check(offset, data.len() as u64)?;
         fence(Ordering::Release);
-        let mut i = 0usize;
-        while i < data.len() {
-            let at = offset + i as u64;
-            if at.is_multiple_of(8) && data.len() - i >= 8 {
-                let v = u64::from_le_bytes(data[i..i + 8].try_into().expect("8 bytes"));
-                self.word(at)?.store(v, Ordering::Relaxed);
-                i += 8;
-            } else {
-                self.byte(at).store(data[i], Ordering::Relaxed);
-                i += 1;
-            }
+        let (head, words, tail) = split_aligned(offset, data.len());
+        let mut at = offset;
+        for &b in &data[..head] {
+            self.byte(at).store(b, Ordering::Relaxed);
+            at += 1;
+        }
+        for chunk in data[head..head + words * 8].chunks_exact(8) {
+            let v = u64::from_le_bytes(chunk.try_into().expect("8-byte chunk"));
+            self.word_in_bounds(at).store(v, Ordering::Relaxed);
+            at += 8;
+        }
+        for &b in &data[head + words * 8..][..tail] {
+            self.byte(at).store(b, Ordering::Relaxed);
+            at += 1;
         }
         Ok(())
     }
@@ -156,24 +176,42 @@ impl Transport for LocalRegion {
     #[inline]
     fn equals(&self, offset: u64, bytes: &[u8]) -> Result<bool, TransportError> {
         self.check(offset, bytes.len() as u64)?;
-        let mut i = 0usize;
-        while i < bytes.len() {
-            let at = offset + i as u64;
-            if at.is_multiple_of(8) && bytes.len() - i >= 8 {
-                let v = self.word(at)?.load(Ordering::Relaxed);
-                if v.to_le_bytes() != bytes[i..i + 8] {
-                    return Ok(false);
-                }
-                i += 8;
-            } else {
-                if self.byte(at).load(Ordering::Relaxed) != bytes[i] {
-                    return Ok(false);
-                }
-                i += 1;
+        let (head, words, tail) = split_aligned(offset, bytes.len());
+        let mut at = offset;
+        for &b in &bytes[..head] {
+            if self.byte(at).load(Ordering::Relaxed) != b {
+                return Ok(false);
             }
+            at += 1;
+        }
+        for chunk in bytes[head..head + words * 8].chunks_exact(8) {
+            if self
+                .word_in_bounds(at)
+                .load(Ordering::Relaxed)
+                .to_le_bytes()
+                != chunk
+            {
+                return Ok(false);
+            }
+            at += 8;
+        }
+        for &b in &bytes[head + words * 8..][..tail] {
+            if self.byte(at).load(Ordering::Relaxed) != b {
+                return Ok(false);
+            }
+            at += 1;
         }
         Ok(true)
     }
+}
+
+/// Splits `len` bytes at `offset` into leading bytes up to the first 8-byte boundary, whole
+/// aligned words, and trailing bytes, so bulk copies check bounds once and move words.
+#[inline]
+fn split_aligned(offset: u64, len: usize) -> (usize, usize, usize) {
+    let head = ((8 - (offset % 8)) % 8).min(len as u64) as usize;
+    let words = (len - head) / 8;
+    (head, words, len - head - words * 8)
 }
 
 #[cfg(test)]
@@ -203,5 +241,41 @@ mod tests {
         assert_eq!(r.compare_and_swap(32, 0, 6).unwrap(), 5);
         assert_eq!(r.fetch_and_add(32, 2).unwrap(), 5);
         assert_eq!(r.read_u64(32).unwrap(), 7);
+    }
+
+    proptest::proptest! {
+        /// Byte-exact against a plain model at every alignment, length and bound: the bulk
+        /// paths split ranges into bytes and words, so the split's edges must be right.
+        #[test]
+        fn bulk_access_matches_a_plain_model(
+            offset in 0u64..80,
+            data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            flip in 0usize..64,
+        ) {
+            const LEN: usize = 128;
+            let mut mem = vec![0u64; LEN / 8];
+            // SAFETY: `mem` outlives `r` and is 8-aligned.
+            let r = unsafe { LocalRegion::from_raw(mem.as_mut_ptr() as *mut u8, LEN as u64) };
+            let mut model = [0u8; LEN];
+            let fits = offset as usize + data.len() <= LEN;
+            proptest::prop_assert_eq!(r.write(offset, &data).is_ok(), fits);
+            if fits {
+                model[offset as usize..][..data.len()].copy_from_slice(&data);
+            }
+            let mut back = vec![0u8; LEN];
+            r.read(0, &mut back).unwrap();
+            proptest::prop_assert_eq!(&back[..], &model[..]);
+            let mut part = vec![0u8; data.len()];
+            proptest::prop_assert_eq!(r.read(offset, &mut part).is_ok(), fits);
+            if fits {
+                proptest::prop_assert_eq!(&part, &data);
+                proptest::prop_assert!(r.equals(offset, &data).unwrap());
+                if !data.is_empty() {
+                    let mut other = data.clone();
+                    other[flip % data.len()] ^= 1;
+                    proptest::prop_assert!(!r.equals(offset, &other).unwrap());
+                }
+            }
+        }
     }
 }
