@@ -528,6 +528,44 @@ proptest! {
     }
 
     #[test]
+    fn five_tuple_tiers_agree_and_updates_leave_them(
+        rules in proptest::collection::vec(small_rule(), 1..120),
+        updates in proptest::collection::vec((0usize..120, small_rule()), 1..20),
+        packets in proptest::collection::vec(small_packet(), 1..80),
+    ) {
+        // Rules over addresses and ports only: lookups skip the opcode, dQPN and VA tests.
+        let five = |mut r: Rule| {
+            let open = Rule::any(r.action(), 0, 0);
+            (r.opcode_mask, r.dqpn_lo, r.dqpn_hi, r.va_lo, r.va_hi) =
+                (open.opcode_mask, open.dqpn_lo, open.dqpn_hi, open.va_lo, open.va_hi);
+            let keep = (1 << Field::Opcode.index()) | (1 << Field::DQpn.index()) | (1 << Field::Va.index());
+            r.absent_ok |= open.absent_ok & keep;
+            r
+        };
+        let mut rules = numbered(rules.into_iter().map(five).collect());
+        let mut tree = CutTree::with_first_tier(rules.clone(), 9);
+        prop_assert_eq!(tree.five_tuple_tiers(), tree.stats().tiers);
+        let oracle = LinearScan::new(&rules);
+        for k in &packets {
+            prop_assert_eq!(tree.classify(k), oracle.classify(k), "packet {:?}", k);
+        }
+        // Updates that may bring the other fields back: the tiers they reach stop skipping.
+        let mut batch = Vec::new();
+        for (at, mut r) in updates {
+            let p = at % rules.len();
+            (r.priority, r.policy) = (p as u32, p as u32);
+            rules[p] = r;
+            batch.push(r);
+        }
+        tree.replace_rules(&batch);
+        let oracle = LinearScan::new(&rules);
+        for k in &packets {
+            prop_assert_eq!(tree.classify(k), oracle.classify(k), "after updates, packet {:?}", k);
+        }
+        check_batches(&[&tree], &oracle, &packets)?;
+    }
+
+    #[test]
     fn compact_verdicts_through_the_probe_agree_with_the_key(
         rules in proptest::collection::vec(any_field_rule(), 1..40),
         packets in proptest::collection::vec(any_field_packet(), 1..40),

@@ -380,14 +380,35 @@ impl Compact {
     /// 0: the rule does not match; 1: it matches; 2: the full rule must decide.
     #[inline(always)]
     fn verdict(&self, k: &Probe) -> u8 {
+        self.verdict_in::<false>(k)
+    }
+
+    /// The opcode, dQPN and VA tests pass whatever the packet (the rule leaves them open;
+    /// a packet lacking one is still decided by the absent-ok test).
+    fn others_open(&self) -> bool {
+        self.opcodes == u64::MAX
+            && self.dqpn_lo == 0
+            && self.dqpn_hi as u128 >= Field::DQpn.max()
+            && self.va_lo == 0
+            && self.va_hi == u64::MAX
+    }
+
+    /// [`Compact::verdict`]; with `FIVE`, for a copy whose [`Compact::others_open`] holds,
+    /// without the tests that then always pass.
+    #[inline(always)]
+    fn verdict_in<const FIVE: bool>(&self, k: &Probe) -> u8 {
+        let others = FIVE
+            || (k.op_pass | (self.opcodes & k.op_bit != 0))
+                & (self.dqpn_lo <= k.dqpn.0)
+                & (k.dqpn.1 <= self.dqpn_hi)
+                & (self.va_lo <= k.va.0)
+                & (k.va.1 <= self.va_hi);
         // Every test is evaluated and combined without branches: leaf entries fail on
         // arbitrary fields, and a branch per field would mispredict more than it saves. The
         // probe has already folded the packet's absent fields and non-IPv4 addresses into
         // its values (see [`Probe`]), so each field is two compares and the rest is two
         // mask tests.
-        let ok = (k.op_pass | (self.opcodes & k.op_bit != 0))
-            & (self.dqpn_lo <= k.dqpn.0)
-            & (k.dqpn.1 <= self.dqpn_hi)
+        let ok = others
             & (self.sip_lo <= k.sip.0)
             & (k.sip.1 <= self.sip_hi)
             & (self.dip_lo <= k.dip.0)
@@ -396,8 +417,6 @@ impl Compact {
             & (k.sport.1 <= self.sport_hi)
             & (self.dport_lo <= k.dport.0)
             & (k.dport.1 <= self.dport_hi)
-            & (self.va_lo <= k.va.0)
-            & (k.va.1 <= self.va_hi)
             & (self.flags & k.v4_fail == 0)
             & (k.absent_need & !self.absent_ok == 0);
         let full = (self.flags & INEXACT != 0) | k.force_full;
@@ -668,6 +687,10 @@ struct Tier {
     /// Leaf contents: compact rule copies, by ascending priority within a leaf (a rule
     /// reaching several leaves is copied into each, so a leaf is one contiguous run).
     entries: Vec<Compact>,
+    /// Every copy ever put in a leaf leaves opcode, dQPN and VA open
+    /// ([`Compact::others_open`]), so lookups check addresses and ports only (the rules of
+    /// a five-tuple ACL). Cleared by the first update that brings another rule.
+    five: bool,
 }
 
 /// Decision-tree classifier; see the module documentation.
@@ -762,12 +785,20 @@ impl CutTree {
             .count()
     }
 
+    /// Tiers whose lookups check addresses and ports only ([`Tier::five`]).
+    #[cfg(test)]
+    pub(crate) fn five_tuple_tiers(&self) -> usize {
+        self.tiers.iter().filter(|t| t.five).count()
+    }
+
     /// Whether a compact copy of `rule` reaches the same verdict on `key` through the
     /// per-lookup probe as field by field from the key.
     #[cfg(test)]
     pub(crate) fn probe_verdict_agrees(rule: &Rule, key: &PacketKey) -> bool {
         let c = Compact::of(rule, 0);
-        c.verdict(&Probe::of(key)) == c.verdict_of_key(key)
+        let probe = Probe::of(key);
+        c.verdict(&probe) == c.verdict_of_key(key)
+            && (!c.others_open() || c.verdict_in::<true>(&probe) == c.verdict(&probe))
     }
 
     /// Whether [`Cut::child_of`] picks the same child as [`Node::child_of`] for the node
@@ -858,7 +889,7 @@ impl CutTree {
                 if g.min_priority >= best {
                     break;
                 }
-                best = self.scan(tier.leaf_in(g, key), key, probe, best);
+                best = self.scan(tier, tier.leaf_in(g, key), key, probe, best);
             }
             return best;
         }
@@ -870,20 +901,43 @@ impl CutTree {
             }
         }
         for leaf in &leaves[..tier.groups.len()] {
-            best = self.scan(leaf, key, probe, best);
+            best = self.scan(tier, leaf, key, probe, best);
         }
         best
     }
 
-    /// The first entry of `leaf` matching `key` if its priority is below `best`, else `best`.
+    /// The first entry of `leaf` (in `tier`) matching `key` if its priority is below
+    /// `best`, else `best`.
     #[inline(always)]
-    fn scan(&self, leaf: &[Compact], key: &PacketKey, probe: &Probe, best: u32) -> u32 {
+    fn scan(
+        &self,
+        tier: &Tier,
+        leaf: &[Compact],
+        key: &PacketKey,
+        probe: &Probe,
+        best: u32,
+    ) -> u32 {
+        if tier.five {
+            self.scan_in::<true>(leaf, key, probe, best)
+        } else {
+            self.scan_in::<false>(leaf, key, probe, best)
+        }
+    }
+
+    #[inline(always)]
+    fn scan_in<const FIVE: bool>(
+        &self,
+        leaf: &[Compact],
+        key: &PacketKey,
+        probe: &Probe,
+        best: u32,
+    ) -> u32 {
         for c in leaf {
             let p = c.priority;
             if p >= best {
                 break;
             }
-            let hit = match c.verdict(probe) {
+            let hit = match c.verdict_in::<FIVE>(probe) {
                 0 => false,
                 1 => true,
                 _ => self.rules[p as usize].matches(key),
@@ -942,7 +996,7 @@ impl CutTree {
                 let leaves = tier.leaves_of(g, keys, want);
                 for_lanes(want, |i| {
                     let run = tier.run(leaves[i]);
-                    best[i] = self.scan(run, &keys[i], &probes[i], best[i]);
+                    best[i] = self.scan(tier, run, &keys[i], &probes[i], best[i]);
                 });
             }
             for_lanes(open, |i| {
@@ -1042,6 +1096,7 @@ impl Clone for Tier {
             leaves: clone_with_room(&self.leaves),
             entries: clone_with_room(&self.entries),
             class_map: self.class_map,
+            five: self.five,
         }
     }
 }
@@ -1136,6 +1191,7 @@ impl Tier {
             }],
             entries: Vec::new(),
             class_map: [0; 1 << GROUP_FIELDS.len()],
+            five: true,
         };
         const ALL_WIDE: u8 = (1 << GROUP_FIELDS.len()) - 1;
         let mut counts = [0usize; 1 << GROUP_FIELDS.len()];
@@ -1274,6 +1330,9 @@ impl Tier {
         let start = self.entries.len() as u32;
         self.entries
             .extend(set.iter().map(|&p| Compact::of(&rules[p as usize], p)));
+        self.five &= self.entries[start as usize..]
+            .iter()
+            .all(Compact::others_open);
         self.leaves.push(Leaf {
             start,
             len: set.len() as u32,
@@ -1607,6 +1666,7 @@ impl Tier {
     }
 
     fn leaf_insert(&mut self, id: usize, entry: Compact) {
+        self.five &= entry.others_open();
         let p = entry.priority;
         let mut leaf = self.leaves[id];
         let (start, len) = (leaf.start as usize, leaf.len as usize);
