@@ -8,6 +8,14 @@
 //! a window whose failure ratio or sampled average run time crosses its threshold rolls the
 //! hook back. Nothing runs in the node: counters are read, the rollback is one CAS.
 //!
+//! The watcher acts only on the version it judged: it takes the node's lease, checks under
+//! it that the hook still publishes that version, and only then rolls back (or re-profiles).
+//! While another control plane holds the lease (a deploy between its publish and its
+//! release, a broadcast, a session) the watcher waits for it: the window stays open and is
+//! judged again at every sample, so the rollback happens at the first sample after the lease
+//! is given back, unless that control plane published another version meanwhile (which is
+//! then judged afresh). A wait longer than the lease's TTL is reported once as `Unhealthy`.
+//!
 //! Re-profiling ([`watch_reprofiling`]): the same samples carry the hook's `deopts` counter
 //! (runs of an elite version that left their fast path at a failed guard). When a version
 //! deoptimises more than a share of its runs over a window of at least `min_runs` runs
@@ -16,7 +24,7 @@
 //! version, or revert to the generic one), each change one `tx`.
 
 use crate::error::{node_err, transport_err, Result};
-use rdx_control::{create_codeflow, CodeFlow, ExtSpec};
+use rdx_control::{create_codeflow, lease, CodeFlow, ControlError, ExtSpec};
 use rdx_deopt::profile::{reprofile_decision, Reprofile};
 use rdx_region::layout::{active_version, offsets, HookCounters, ACTIVE_HOLD};
 use serde::Serialize;
@@ -88,7 +96,9 @@ pub enum Event {
     /// version published, or the generic version published instead.
     Reoptimized(Reoptimization),
     /// A version crossed a threshold but nothing could be rolled back to (no good version
-    /// held), or the rollback (or re-optimisation) failed; the watcher keeps watching.
+    /// held), or the rollback (or re-optimisation) failed, or it has waited longer than the
+    /// lease's TTL for another control plane's lease (reported once per wait; the rollback
+    /// still happens when the lease is given back); the watcher keeps watching.
     Unhealthy {
         node: String,
         hook: String,
@@ -103,6 +113,8 @@ pub struct Rollback {
     pub hook: String,
     pub from_version: u32,
     pub to_version: u32,
+    /// The threshold crossed (and, when the rollback had to wait for another control
+    /// plane's lease, how long it waited).
     pub reason: String,
     pub window_runs: u64,
     pub window_failures: u64,
@@ -293,6 +305,70 @@ struct Watched {
     failed_version: Option<u32>,
     last: Sample,
     last_clean: Instant,
+    /// Since when a rollback or re-profile of the current word waits for another control
+    /// plane's lease, and whether that wait was reported.
+    lease_wait: Option<(Instant, bool)>,
+}
+
+/// Takes `cf`'s lease on the node and checks under it that `hook` still publishes `judged`,
+/// the word the watcher judged: nobody else publishes while the lease is ours, so what the
+/// watcher then does applies to that version. `Ok(false)`, lease given back, when another
+/// control plane published meanwhile. `LeaseHeld` while another control plane holds it.
+fn lease_judged(cf: &mut CodeFlow, hook: &str, judged: u64) -> rdx_control::Result<bool> {
+    cf.mutual_excl()?;
+    let slot = cf.view().hook(hook)?.slot_offset;
+    if cf.transport().read_u64(slot + offsets::HOOK_ACTIVE)? == judged {
+        return Ok(true);
+    }
+    cf.release()?;
+    Ok(false)
+}
+
+/// What an attempt to act on a judged version (roll back, re-profile) came to.
+enum Attempt<T> {
+    Done(T),
+    /// Another control plane published another version: it is judged from the next sample.
+    Superseded,
+    /// Another control plane holds the lease: try again at the next sample.
+    Wait(ControlError),
+    Failed(ControlError),
+}
+
+impl<T> From<rdx_control::Result<Option<T>>> for Attempt<T> {
+    fn from(r: rdx_control::Result<Option<T>>) -> Self {
+        match r {
+            Ok(Some(t)) => Attempt::Done(t),
+            Ok(None) => Attempt::Superseded,
+            Err(e @ ControlError::LeaseHeld { .. }) => Attempt::Wait(e),
+            Err(e) => Attempt::Failed(e),
+        }
+    }
+}
+
+impl Watched {
+    /// Notes that acting on `version` waits for another control plane's lease (`e`);
+    /// reports it once, when the wait outlives the lease's TTL (its holder renews it).
+    fn wait_for_lease(
+        &mut self,
+        version: u32,
+        what: &str,
+        e: &ControlError,
+        on_event: &mut impl FnMut(&Event),
+    ) {
+        let (since, reported) = self.lease_wait.get_or_insert((Instant::now(), false));
+        if !*reported && since.elapsed() >= lease::DEFAULT_TTL {
+            *reported = true;
+            on_event(&Event::Unhealthy {
+                node: self.target.node.clone(),
+                hook: self.target.hook.clone(),
+                version,
+                reason: format!(
+                    "{what} waits for the lease since {:.1} s: {e}",
+                    since.elapsed().as_secs_f64()
+                ),
+            });
+        }
+    }
 }
 
 /// Judges the deoptimisation window that began at `start` at `now`: `Some((runs, deopts))` when it
@@ -350,6 +426,7 @@ pub fn watch_reprofiling(
             failed_version: None,
             last: s,
             last_clean: Instant::now(),
+            lease_wait: None,
         });
     }
     let started = Instant::now();
@@ -370,6 +447,7 @@ pub fn watch_reprofiling(
             if now.word != w.window_start.word {
                 // A new version (or a hold): judge it from here on.
                 w.window_start = now;
+                w.lease_wait = None;
                 continue;
             }
             let version = active_version(now.word);
@@ -382,7 +460,7 @@ pub fn watch_reprofiling(
             {
                 if let Some((runs, deopts)) = judge_deopts(&mut w.deopt_start, &now, &rp.thresholds)
                 {
-                    reoptimize(w, rp, version, seen_at, runs, deopts, &mut on_event)?;
+                    reoptimize(w, rp, now.word, seen_at, runs, deopts, &mut on_event)?;
                     continue;
                 }
             }
@@ -404,9 +482,16 @@ pub fn watch_reprofiling(
                 Verdict::Bad(reason) => {
                     w.good.retain(|&v| v != version);
                     let to = w.good.last().copied();
-                    match roll_back(&mut w.cf, &w.target.hook, to) {
-                        Ok(to_version) => {
+                    match roll_back(&mut w.cf, &w.target.hook, now.word, to).into() {
+                        Attempt::Done(to_version) => {
                             let done = Instant::now();
+                            let reason = match w.lease_wait.take() {
+                                Some((since, _)) => format!(
+                                    "{reason}; waited {:.1} ms for another control plane's lease",
+                                    (done - since).as_secs_f64() * 1e3
+                                ),
+                                None => reason,
+                            };
                             let r = Rollback {
                                 node: w.target.node.clone(),
                                 hook: w.target.hook.clone(),
@@ -426,7 +511,14 @@ pub fn watch_reprofiling(
                             w.last = s;
                             w.last_clean = Instant::now();
                         }
-                        Err(e) => {
+                        Attempt::Superseded => w.lease_wait = None,
+                        // The window stays open: judged again (and rolled back) at the next
+                        // sample, unless another version is published meanwhile.
+                        Attempt::Wait(e) => {
+                            w.wait_for_lease(version, "the rollback", &e, &mut on_event)
+                        }
+                        Attempt::Failed(e) => {
+                            w.lease_wait = None;
                             on_event(&Event::Unhealthy {
                                 node: w.target.node.clone(),
                                 hook: w.target.hook.clone(),
@@ -444,12 +536,14 @@ pub fn watch_reprofiling(
     }
 }
 
-/// Hands `w`'s hook to the reoptimizer and reports what it did; the windows start again
-/// from a fresh sample either way.
+/// Hands `w`'s hook, publishing `word`, to the reoptimizer under the watcher's lease and
+/// reports what it did; the windows start again from a fresh sample either way. While
+/// another control plane holds the lease nothing is done: the window is judged again at the
+/// next sample.
 fn reoptimize(
     w: &mut Watched,
     rp: &mut Reprofiling<'_>,
-    version: u32,
+    word: u64,
     seen_at: Instant,
     runs: u64,
     deopts: u64,
@@ -461,10 +555,26 @@ fn reoptimize(
         deopts as f64 * 100.0 / runs as f64,
         th.max_ratio * 100.0
     );
+    let version = active_version(word);
     let revert = w.reoptimizations >= th.max_reoptimizations;
-    let r = rp
-        .reoptimizer
-        .reoptimize(&mut w.cf, &w.target, version, revert);
+    let r = match lease_judged(&mut w.cf, &w.target.hook, word)
+        .map(|judged| judged.then_some(()))
+        .into()
+    {
+        Attempt::Done(()) => rp
+            .reoptimizer
+            .reoptimize(&mut w.cf, &w.target, version, revert),
+        Attempt::Superseded => {
+            w.lease_wait = None;
+            return Ok(());
+        }
+        Attempt::Wait(e) => {
+            w.wait_for_lease(version, "re-profiling", &e, on_event);
+            return Ok(());
+        }
+        Attempt::Failed(e) => Err(e.into()),
+    };
+    w.lease_wait = None;
     // Give the lease back whatever happened, so other control planes are not blocked.
     let _ = w.cf.release();
     match r {
@@ -514,14 +624,23 @@ fn reoptimize(
     Ok(())
 }
 
-/// Rolls back to `to` (or the newest held version older than the active one) and gives the
-/// lease back, so that deploys by other control planes are not blocked by the watcher.
-fn roll_back(cf: &mut CodeFlow, hook: &str, to: Option<u32>) -> rdx_control::Result<u32> {
-    let r = cf.rollback(hook, to);
+/// Rolls the hook publishing `judged` back to `to` (or the newest held version older than
+/// the active one) and gives the lease back, so that deploys by other control planes are
+/// not blocked by the watcher. `Ok(None)` when another version was published meanwhile.
+fn roll_back(
+    cf: &mut CodeFlow,
+    hook: &str,
+    judged: u64,
+    to: Option<u32>,
+) -> rdx_control::Result<Option<u32>> {
+    let r = match lease_judged(cf, hook, judged) {
+        Ok(true) => cf.rollback(hook, to).map(|p| Some(p.version)),
+        other => other.map(|_| None),
+    };
     let released = cf.release();
-    let p = r?;
+    let v = r?;
     released?;
-    Ok(p.version)
+    Ok(v)
 }
 
 #[cfg(test)]

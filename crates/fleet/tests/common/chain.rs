@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use rdx_test_support::ShmPath;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,6 +21,9 @@ pub struct Chain {
     paths: Vec<ShmPath>,
     entry: Option<ChildStdin>,
     exit: Option<BufReader<ChildStdout>>,
+    /// What each hop wrote to stderr after `ready` (a failing host says why there), read
+    /// to the end on a thread of its own so the host never writes into a closed pipe.
+    stderr: Vec<Arc<Mutex<String>>>,
 }
 
 impl Chain {
@@ -29,6 +32,7 @@ impl Chain {
         let mut hosts: Vec<Child> = Vec::new();
         let mut paths = Vec::new();
         let mut upstream: Option<ChildStdout> = None;
+        let mut stderr = Vec::new();
         for i in 0..hops {
             let path = ShmPath::new(&format!("fleet-chain-{tag}-{i}"));
             let stdin = match upstream.take() {
@@ -44,11 +48,21 @@ impl Chain {
                 .stderr(Stdio::piped())
                 .spawn()
                 .expect("start fleet-host");
+            let mut err = BufReader::new(child.stderr.take().unwrap());
             let mut l = String::new();
-            BufReader::new(child.stderr.take().unwrap())
-                .read_line(&mut l)
-                .unwrap();
+            err.read_line(&mut l).unwrap();
             assert!(l.starts_with("ready "), "hop {i} said {l:?}");
+            let said = Arc::new(Mutex::new(String::new()));
+            let to = said.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = err.read(&mut buf) {
+                    to.lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            });
+            stderr.push(said);
             upstream = child.stdout.take();
             hosts.push(child);
             paths.push(path);
@@ -59,7 +73,19 @@ impl Chain {
             paths,
             entry,
             exit: upstream.map(BufReader::new),
+            stderr,
         }
+    }
+
+    /// What the hops said on stderr, for a failure message.
+    fn stderr(&self) -> String {
+        let said: Vec<String> = self
+            .stderr
+            .iter()
+            .enumerate()
+            .map(|(i, s)| format!("hop {i}: {:?}", s.lock().unwrap()))
+            .collect();
+        said.join("; ")
     }
 
     pub fn address(&self, hop: usize) -> String {
@@ -72,26 +98,34 @@ impl Chain {
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
             stop: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             results: Mutex::new(Vec::new()),
         });
         let mut entry = self.entry.take().expect("one traffic run at a time");
         let mut exit = self.exit.take().expect("one traffic run at a time");
         let s = shared.clone();
+        // A chain that closed its input or output (a hop exited) is reported by `wait_for`
+        // and `stop` on the test's thread, with what the hops said; these threads just end.
         let writer = std::thread::spawn(move || {
             let mut out = std::io::BufWriter::new(&mut entry);
-            while !s.stop.load(Ordering::Relaxed) {
-                let sent = s.sent.load(Ordering::Relaxed);
-                if sent - s.received.load(Ordering::Acquire) >= window {
-                    out.flush().unwrap();
-                    std::thread::yield_now();
-                    continue;
+            let sent_all = (|| {
+                while !s.stop.load(Ordering::Relaxed) && !s.closed.load(Ordering::Relaxed) {
+                    let sent = s.sent.load(Ordering::Relaxed);
+                    if sent - s.received.load(Ordering::Acquire) >= window {
+                        out.flush()?;
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    writeln!(out, "req {sent} 0 0")?;
+                    s.sent.store(sent + 1, Ordering::Release);
                 }
-                writeln!(out, "req {sent} 0 0").unwrap();
-                s.sent.store(sent + 1, Ordering::Release);
+                // A marker after the last request: the reader stops when it comes out.
+                writeln!(out, "req {END} 0 0")?;
+                out.flush()
+            })();
+            if sent_all.is_err() {
+                s.closed.store(true, Ordering::Release);
             }
-            // A marker after the last request: the reader stops when it comes out.
-            writeln!(out, "req {END} 0 0").unwrap();
-            out.flush().unwrap();
             drop(out);
             entry
         });
@@ -101,7 +135,8 @@ impl Chain {
             loop {
                 line.clear();
                 if exit.read_line(&mut line).unwrap() == 0 {
-                    panic!("the chain closed its output");
+                    s.closed.store(true, Ordering::Release);
+                    break;
                 }
                 let w: Vec<&str> = line.split_whitespace().collect();
                 assert_eq!(w.len(), 4, "chain said {line:?}");
@@ -144,6 +179,8 @@ struct Shared {
     sent: AtomicU64,
     received: AtomicU64,
     stop: AtomicBool,
+    /// The chain closed its input or output before the end marker came out.
+    closed: AtomicBool,
     results: Mutex<Vec<Response>>,
 }
 
@@ -188,15 +225,31 @@ impl Traffic<'_> {
         self.shared.received.load(Ordering::Acquire)
     }
 
+    /// Panics if a hop exited (the chain closed its input or output), with what the hops
+    /// said.
+    fn check_open(&self) {
+        if self.shared.closed.load(Ordering::Acquire) {
+            // The hops' last words reach their stderr threads right after they exit.
+            std::thread::sleep(Duration::from_millis(100));
+            panic!(
+                "the chain closed after {} responses; {}",
+                self.received(),
+                self.chain.stderr()
+            );
+        }
+    }
+
     /// Waits until `n` more responses arrived (panics after 20 s: the chain is stuck).
     pub fn wait_for(&self, n: u64) {
         let target = self.received() + n;
         let start = Instant::now();
         while self.received() < target {
+            self.check_open();
             assert!(
                 start.elapsed() < Duration::from_secs(20),
-                "chain stuck at {} responses",
-                self.received()
+                "chain stuck at {} responses; {}",
+                self.received(),
+                self.chain.stderr()
             );
             std::thread::sleep(Duration::from_micros(200));
         }
@@ -208,11 +261,20 @@ impl Traffic<'_> {
         self.shared.stop.store(true, Ordering::Release);
         let entry = self.writer.take().unwrap().join().unwrap();
         let exit = self.reader.take().unwrap().join().unwrap();
+        self.check_open();
         self.chain.entry = Some(entry);
         self.chain.exit = Some(exit);
         let mut r = std::mem::take(&mut *self.shared.results.lock().unwrap());
         r.sort_by_key(|x| x.at);
         r
+    }
+}
+
+impl Drop for Traffic<'_> {
+    /// A test that panicked with traffic running: stop sending (the chain is torn down
+    /// next, which ends the reader).
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
     }
 }
 
