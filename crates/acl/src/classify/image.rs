@@ -19,10 +19,12 @@
 //! Indices inside an array are tier-local (as in the tree); the per-tier bases, the trees'
 //! roots and the bank live in the program's small per-version section ([`Control`]), so
 //! publishing a version switches the bank and the layout together. The image only ever grows
-//! in place: [`TreeImage::apply`] re-serialises what an in-place tree update touched (the
-//! leaves, entries and reference slots the old and new versions of each rule reach, and the
-//! rule) and says which records changed ([`Dirty`]), so a control plane copies only those
-//! into a bank.
+//! in place: [`TreeImage::apply`] re-serialises what an in-place tree update wrote (the
+//! entries, leaves and reference slots the tree reports in [`super::Touched`], and the
+//! rules) and says which records changed ([`Dirty`]), so a control plane copies only those
+//! into a bank. A removal leaves a tombstone in its leaf and an insertion takes one (see
+//! `classify::tree`), so an update of a long leaf writes the entries it changed, not the
+//! rest of the leaf.
 
 use std::ops::Range;
 
@@ -195,8 +197,6 @@ pub struct TreeImage {
     pub rules: Vec<[u8; RULE_SIZE]>,
     /// The decisions array (`policy << 8 | action`, little-endian).
     pub decisions: Vec<u64>,
-    /// The rules themselves (to find what an update's old version reached).
-    rule_values: Vec<Rule>,
     /// Default action.
     pub default: Action,
     /// Longest leaf allowed ([`Capacity::leaf`]).
@@ -345,7 +345,6 @@ impl TreeImage {
             entries: vec![[0; ENTRY_SIZE]; entries],
             rules: rule_bytes(&set.rules),
             decisions: set.rules.iter().map(decision).collect(),
-            rule_values: set.rules.clone(),
             default: set.default,
             max_leaf: cap.leaf,
         };
@@ -460,214 +459,142 @@ impl TreeImage {
     }
 
     /// Brings the image in step with `tree` after `tree.replace_rules(updates)` (the image
-    /// still holds the rules before it), returning the records that changed. On
-    /// [`ImageError::OutOfRoom`] the image is unusable: build it again.
+    /// still holds the rules before it; no other update of the tree in between), returning
+    /// the records that changed. On [`ImageError::OutOfRoom`] the image is unusable: build
+    /// it again.
     ///
-    /// Every reference slot and leaf the updates touch is re-serialised once, however many
-    /// updates reach it, and in a leaf only the entries that changed or moved (see
-    /// [`TreeImage::put_leaf_edited`]).
+    /// The tree says what it wrote ([`super::TierView::touched`]): those entries, leaves
+    /// and reference slots are re-serialised (each once), nothing else is read, and no tree
+    /// is walked again.
     pub fn apply(&mut self, tree: &CutTree, updates: &[Rule]) -> Result<Dirty, ImageError> {
         let mut dirty = Dirty::default();
-        let mut refs: Vec<(usize, u32)> = Vec::new();
-        // What happened to each touched leaf: (tier, leaf, priority, +1 the rule's new
-        // version was inserted, -1 its old one removed, 0 replaced where it stood).
-        let mut edits: Vec<(usize, u32, u32, i32)> = Vec::new();
         for new in updates {
             let p = new.priority as usize;
-            let Some(old) = self.rule_values.get(p).copied() else {
+            if p >= self.rules.len() {
                 continue;
-            };
-            let mut old = old;
-            old.priority = new.priority;
-            let mut reached: Vec<(usize, u32, i32)> = Vec::new();
-            for (r, side) in [(&old, -1), (new, 1)] {
-                let Some(reach) = tree.reach(r) else {
-                    continue;
-                };
-                refs.extend(reach.refs.iter().map(|&slot| (reach.tier, slot)));
-                reached.extend(reach.leaves.iter().map(|&leaf| (reach.tier, leaf, side)));
             }
-            reached.sort_unstable();
-            let mut i = 0;
-            while i < reached.len() {
-                let (t, leaf, side) = reached[i];
-                let both = reached
-                    .get(i + 1)
-                    .is_some_and(|&(t2, l2, _)| (t2, l2) == (t, leaf));
-                edits.push((t, leaf, new.priority, if both { 0 } else { side }));
-                i += if both { 2 } else { 1 };
-            }
-            self.rule_values[p] = *new;
             self.rules[p] = rule_bytes(std::slice::from_ref(new))[0];
             self.decisions[p] = decision(new);
             dirty.rules.push(p as u32);
         }
-        refs.sort_unstable();
-        refs.dedup();
-        edits.sort_unstable();
+        if tree.tier_count() != self.tiers.len() {
+            return Err(ImageError::OutOfRoom("tiers"));
+        }
         for t in 0..self.tiers.len() {
-            if tree.tier_view(t).node_count() != self.tiers[t].node_at.len() {
+            let v = tree.tier_view(t);
+            if v.node_count() != self.tiers[t].node_at.len() {
                 return Err(ImageError::OutOfRoom("nodes"));
             }
-        }
-        for group in edits.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
-            let (t, leaf) = (group[0].0, group[0].1);
-            let v = tree.tier_view(t);
-            let at = self.tiers[t].leaves + 2 * leaf;
-            let ops: Vec<(u32, i32)> = group.iter().map(|&(_, _, p, d)| (p, d)).collect();
-            let before = self
-                .words
-                .get(at as usize..at as usize + 2)
-                .map(<[u32]>::to_vec);
-            self.put_leaf_edited(t, &v, leaf, &ops, &mut dirty.entries)?;
-            // Only words whose value changed are copied (the bank holds the rest already):
-            // each is a 64-byte record written on its own.
-            if before.as_deref() != self.words.get(at as usize..at as usize + 2) {
-                dirty.words.push(at..at + 2);
-            }
-        }
-        // The slots whose reference changed, and every slot naming a touched leaf (its inline
-        // form holds the leaf's first entry and length), written after the leaves.
-        let mut slots: Vec<(usize, u32)> = Vec::with_capacity(refs.len());
-        for &(t, slot) in &refs {
-            let new = tree.tier_view(t).refs()[slot as usize];
-            let l = &mut self.tiers[t];
-            let Some(old) = l.slot_target.get(slot as usize).copied() else {
-                return Err(ImageError::OutOfRoom("references"));
-            };
-            if old != new {
-                if old & LEAF_REF != 0 && old != EMPTY_REF {
-                    if let Some(list) = l.referrers.get_mut((old & !LEAF_REF) as usize) {
-                        list.retain(|&s| s != slot);
-                    }
+            let touched = v.touched();
+            // Entries: the ranges the tree wrote, merged.
+            let mut runs = touched.entries.clone();
+            runs.sort_unstable_by_key(|r| (r.start, r.end));
+            let mut merged: Vec<Range<u32>> = Vec::with_capacity(runs.len());
+            for r in runs {
+                match merged.last_mut() {
+                    Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                    _ => merged.push(r),
                 }
-                if new & LEAF_REF != 0 && new != EMPTY_REF {
-                    let leaf = (new & !LEAF_REF) as usize;
-                    if l.referrers.len() <= leaf {
-                        l.referrers.resize(leaf + 1, Vec::new());
-                    }
-                    l.referrers[leaf].push(slot);
-                    if l.inline.len() <= leaf {
-                        // A leaf the update created: inline, as long as few slots name it.
-                        l.inline.resize(leaf + 1, true);
-                    }
-                }
-                l.slot_target[slot as usize] = new;
             }
-            slots.push((t, slot));
-        }
-        for group in edits.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
-            let (t, leaf) = (group[0].0, group[0].1);
+            let (base, cap) = (self.tiers[t].entries, self.tiers[t].entry_cap);
+            for r in merged {
+                if r.end > cap {
+                    return Err(ImageError::OutOfRoom("entries"));
+                }
+                for i in r.clone() {
+                    self.entries[(base + i) as usize] = entry_bytes(&v.entry(i as usize));
+                }
+                dirty.entries.push(base + r.start..base + r.end);
+            }
+            // Leaves whose first entry or length changed: their words, and (below) the
+            // inline references naming them.
+            let mut leaves = touched.leaves.clone();
+            leaves.sort_unstable();
+            leaves.dedup();
+            let mut moved = Vec::new();
+            for leaf in leaves {
+                let l = &self.tiers[t];
+                if leaf >= l.leaf_cap {
+                    return Err(ImageError::OutOfRoom("leaves"));
+                }
+                let (start, len) = v.leaf(leaf as usize);
+                if len > self.max_leaf {
+                    return Err(ImageError::LeafTooLong {
+                        len,
+                        max: self.max_leaf,
+                    });
+                }
+                if start + len > l.entry_cap {
+                    return Err(ImageError::OutOfRoom("entries"));
+                }
+                let at = (l.leaves + 2 * leaf) as usize;
+                if self.words[at..at + 2] != [start, len] {
+                    self.words[at] = start;
+                    self.words[at + 1] = len;
+                    dirty.words.push(at as u32..at as u32 + 2);
+                    moved.push(leaf);
+                }
+            }
+            // The slots whose reference changed, and every slot naming a moved leaf inline.
+            let mut slots: Vec<u32> = Vec::with_capacity(touched.refs.len());
+            for &slot in &touched.refs {
+                let new = v.refs()[slot as usize];
+                let l = &mut self.tiers[t];
+                let Some(old) = l.slot_target.get(slot as usize).copied() else {
+                    return Err(ImageError::OutOfRoom("references"));
+                };
+                if old != new {
+                    if old & LEAF_REF != 0 && old != EMPTY_REF {
+                        if let Some(list) = l.referrers.get_mut((old & !LEAF_REF) as usize) {
+                            list.retain(|&s| s != slot);
+                        }
+                    }
+                    if new & LEAF_REF != 0 && new != EMPTY_REF {
+                        let leaf = (new & !LEAF_REF) as usize;
+                        if l.referrers.len() <= leaf {
+                            l.referrers.resize(leaf + 1, Vec::new());
+                        }
+                        l.referrers[leaf].push(slot);
+                        if l.inline.len() <= leaf {
+                            // A leaf the update created: inline, as long as few slots name it.
+                            l.inline.resize(leaf + 1, true);
+                        }
+                    }
+                    l.slot_target[slot as usize] = new;
+                }
+                slots.push(slot);
+            }
             let l = &self.tiers[t];
-            if l.inline.get(leaf as usize).copied().unwrap_or(false) {
-                if let Some(list) = l.referrers.get(leaf as usize) {
-                    slots.extend(list.iter().map(|&s| (t, s)));
+            for leaf in moved {
+                if l.inline.get(leaf as usize).copied().unwrap_or(false) {
+                    if let Some(list) = l.referrers.get(leaf as usize) {
+                        slots.extend(list.iter().copied());
+                    }
                 }
             }
-        }
-        slots.sort_unstable();
-        slots.dedup();
-        for &(t, slot) in &slots {
-            let at = self.slot_word(t, slot)?;
-            let word = self.encode_ref(t, self.tiers[t].slot_target[slot as usize]);
-            if self.words[at as usize] != word {
-                self.words[at as usize] = word;
-                dirty.words.push(at..at + 1);
+            slots.sort_unstable();
+            slots.dedup();
+            for slot in slots {
+                let at = self.slot_word(t, slot)?;
+                let word = self.encode_ref(t, self.tiers[t].slot_target[slot as usize]);
+                if self.words[at as usize] != word {
+                    self.words[at as usize] = word;
+                    dirty.words.push(at..at + 1);
+                }
             }
-        }
-        for t in 0..self.tiers.len() {
-            let roots: Vec<u32> = tree
-                .tier_view(t)
+            let roots: Vec<u32> = v
                 .groups()
                 .map(|(root, _)| self.encode_ref(t, root))
                 .collect();
-            let l = &mut self.tiers[t];
-            l.roots = roots;
-            if l.roots.len() > MAX_GROUPS {
+            if roots.len() > MAX_GROUPS {
                 return Err(ImageError::Shape(format!(
                     "{} trees in a tier",
-                    l.roots.len()
+                    roots.len()
                 )));
             }
+            self.tiers[t].roots = roots;
         }
         Ok(dirty)
-    }
-
-    /// [`TreeImage::put_leaf`] for an update whose effect on the leaf is `ops` (priority,
-    /// +1 inserted / -1 removed / 0 replaced; ascending): only the entries that changed or
-    /// moved are serialised, written and marked in `dirty` — the replaced and inserted ones,
-    /// and the runs between edits that an insertion or removal shifted. The rest are not
-    /// even read: at 300K rules the touched leaves are long and spread over the arena. A
-    /// leaf that moved, is new, or does not agree with `ops` is rewritten whole.
-    fn put_leaf_edited(
-        &mut self,
-        t: usize,
-        v: &TierView<'_>,
-        leaf: u32,
-        ops: &[(u32, i32)],
-        dirty: &mut Vec<Range<u32>>,
-    ) -> Result<(), ImageError> {
-        let l = &self.tiers[t];
-        let at = (l.leaves + 2 * leaf) as usize;
-        let (start, len) = v.leaf(leaf as usize);
-        let known = leaf < l.leaf_cap && len <= self.max_leaf && start + len <= l.entry_cap && {
-            let (start0, len0) = (self.words[at], self.words[at + 1]);
-            let net: i64 = ops.iter().map(|&(_, d)| d as i64).sum();
-            start0 == start
-                && len0 as i64 + net == len as i64
-                && ops.windows(2).all(|w| w[0].0 < w[1].0)
-        };
-        if known {
-            let base = l.entries + start;
-            let prio = |i: u32| v.entry((start + i) as usize).priority;
-            // First position in the new leaf whose priority is at least `p`.
-            let position = |p: u32| {
-                let (mut lo, mut hi) = (0u32, len);
-                while lo < hi {
-                    let mid = lo + (hi - lo) / 2;
-                    if prio(mid) < p {
-                        lo = mid + 1;
-                    } else {
-                        hi = mid;
-                    }
-                }
-                lo
-            };
-            let mut runs: Vec<Range<u32>> = Vec::new();
-            let (mut shift, mut from, mut agrees) = (0i32, 0u32, true);
-            for &(p, d) in ops {
-                let pos = position(p);
-                if shift != 0 && pos > from {
-                    runs.push(from..pos);
-                }
-                let here = pos < len && prio(pos) == p;
-                if d >= 0 {
-                    agrees &= here;
-                    runs.push(pos..pos + 1);
-                    from = pos + 1;
-                } else {
-                    agrees &= !here;
-                    from = pos;
-                }
-                shift += d;
-            }
-            if shift != 0 && from < len {
-                runs.push(from..len);
-            }
-            if agrees {
-                for r in runs.into_iter().filter(|r| r.start < r.end) {
-                    for i in r.clone() {
-                        self.entries[(base + i) as usize] =
-                            entry_bytes(&v.entry((start + i) as usize));
-                    }
-                    dirty.push(base + r.start..base + r.end);
-                }
-                self.words[at + 1] = len;
-                return Ok(());
-            }
-        }
-        dirty.push(self.put_leaf(t, v, leaf)?);
-        Ok(())
     }
 
     /// Rules in the set.

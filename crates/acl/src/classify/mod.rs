@@ -27,8 +27,8 @@ pub use hot::{HotAdapter, HotStats, HotTier};
 pub use layered::Layered;
 pub use linear::LinearScan;
 pub use tree::{
-    CutTree, EntryView, NodeView, Reach, TierView, TreeStats, TreeWork, EMPTY_REF, ENTRY_DIP_ANY,
-    ENTRY_DIP_V4, ENTRY_INEXACT, ENTRY_SIP_ANY, ENTRY_SIP_V4, LEAF_REF,
+    CutTree, EntryView, NodeView, Reach, TierView, Touched, TreeStats, TreeWork, EMPTY_REF,
+    ENTRY_DIP_ANY, ENTRY_DIP_V4, ENTRY_INEXACT, ENTRY_SIP_ANY, ENTRY_SIP_V4, LEAF_REF,
 };
 pub use tss::{ProbeWork, TupleSpace};
 

@@ -18,6 +18,12 @@
 //! smallest over groups is the answer. No rule is ever dropped as "covered", which is what
 //! makes updates local: replacing a rule removes it from the leaves its old version reached
 //! and inserts it into those its new version reaches; the node structure never changes.
+//! A removal leaves a never-matching *tombstone* holding the rule's priority where the
+//! entry stood, and an insertion takes the tombstone next to its place (or moves the entries
+//! up to the nearest one), so an update rewrites the few entries it changes, not the rest of
+//! a long leaf — which a mirror of the arrays (`classify::image`) would copy too.
+
+use std::ops::Range;
 
 use super::table::prefetch_line;
 use super::Classifier;
@@ -316,6 +322,8 @@ const DIP_V4: u16 = 4;
 const DIP_ANY: u16 = 8;
 /// A field the compact copy does not hold may reject a packet: check the full rule.
 const INEXACT: u16 = 16;
+/// A tombstone ([`Compact::dead`]): matches nothing, and an insertion may take its place.
+const DEAD: u16 = 1 << 15;
 
 const MAPPED_HI: u128 = 0xffff;
 
@@ -375,6 +383,34 @@ impl Compact {
             flags,
             priority,
         }
+    }
+
+    /// What a removal leaves in a leaf: priority `p`'s place, matching no packet — every
+    /// test fails (an IPv4 range that is empty, ports, dQPN and VA empty, no opcode, no
+    /// field may be absent), in this check and in the program's (`bpf/acl/enforce.c`).
+    fn dead(p: u32) -> Compact {
+        Compact {
+            va_lo: u64::MAX,
+            va_hi: 0,
+            opcodes: 0,
+            sip_lo: 1,
+            sip_hi: 0,
+            dip_lo: 1,
+            dip_hi: 0,
+            dqpn_lo: u32::MAX,
+            dqpn_hi: 0,
+            sport_lo: u16::MAX,
+            sport_hi: 0,
+            dport_lo: u16::MAX,
+            dport_hi: 0,
+            absent_ok: 0,
+            flags: SIP_V4 | DIP_V4 | DEAD,
+            priority: p,
+        }
+    }
+
+    fn is_dead(&self) -> bool {
+        self.flags & DEAD != 0
     }
 
     /// 0: the rule does not match; 1: it matches; 2: the full rule must decide.
@@ -691,6 +727,21 @@ struct Tier {
     /// ([`Compact::others_open`]), so lookups check addresses and ports only (the rules of
     /// a five-tuple ACL). Cleared by the first update that brings another rule.
     five: bool,
+    /// What the last [`CutTree::replace_rules`] wrote here.
+    touched: Touched,
+}
+
+/// What an in-place update ([`CutTree::replace_rules`]) wrote in one tier, so that a copy
+/// of the tier's arrays (`classify::image`) rewrites only that, without walking the trees
+/// again.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Touched {
+    /// Entry ranges written (indexes into the tier's entries; they may overlap).
+    pub entries: Vec<Range<u32>>,
+    /// Leaves whose first entry or length changed, or that were created (may repeat).
+    pub leaves: Vec<u32>,
+    /// Child-reference slots whose reference changed (may repeat).
+    pub refs: Vec<u32>,
 }
 
 /// Decision-tree classifier; see the module documentation.
@@ -775,6 +826,19 @@ impl CutTree {
         }
     }
 
+    /// A tombstone's verdicts for `key`: through the probe, plain and five-tuple, and from
+    /// the key (all three must be 0).
+    #[cfg(test)]
+    pub(crate) fn dead_verdicts(key: &PacketKey) -> [u8; 3] {
+        let d = Compact::dead(7);
+        let probe = Probe::of(key);
+        [
+            d.verdict(&probe),
+            d.verdict_in::<true>(&probe),
+            d.verdict_of_key(key),
+        ]
+    }
+
     /// Trees whose first two levels are read through a [`Flat`] table.
     #[cfg(test)]
     pub(crate) fn flat_tables(&self) -> usize {
@@ -855,8 +919,14 @@ impl CutTree {
     /// Replaces rules in place, keeping their priorities (`rule.priority` names the slot):
     /// each old version leaves the leaves it reached and the new one enters those it reaches.
     /// Out-of-range priorities are ignored.
+    /// What each tier's arrays took is in [`TierView::touched`] until the next call.
     pub fn replace_rules(&mut self, updates: &[Rule]) {
         self.generation = super::tss::next_generation();
+        for tier in &mut self.tiers {
+            tier.touched.entries.clear();
+            tier.touched.leaves.clear();
+            tier.touched.refs.clear();
+        }
         for new in updates {
             let p = new.priority;
             let Some(old) = self.rules.get(p as usize).copied() else {
@@ -1097,6 +1167,7 @@ impl Clone for Tier {
             entries: clone_with_room(&self.entries),
             class_map: self.class_map,
             five: self.five,
+            touched: self.touched.clone(),
         }
     }
 }
@@ -1192,6 +1263,7 @@ impl Tier {
             entries: Vec::new(),
             class_map: [0; 1 << GROUP_FIELDS.len()],
             five: true,
+            touched: Touched::default(),
         };
         const ALL_WIDE: u8 = (1 << GROUP_FIELDS.len()) - 1;
         let mut counts = [0usize; 1 << GROUP_FIELDS.len()];
@@ -1621,6 +1693,9 @@ impl Tier {
             region[f] = child_dim(&node, &dim, idx);
             let at = node.children as usize + idx;
             let c = self.insert(self.refs[at], region, rule, entry);
+            if self.refs[at] != c {
+                self.touched.refs.push(at as u32);
+            }
             self.refs[at] = c;
             self.fast[at] = self.fast_ref(c);
         }
@@ -1635,12 +1710,16 @@ impl Tier {
     fn remove(&mut self, r: u32, region: &mut Region, rule: &Rule, kept: Option<&Rule>, p: u32) {
         if r & LEAF != 0 {
             if r != EMPTY && kept.is_none() {
-                let leaf = &mut self.leaves[(r & !LEAF) as usize];
+                // A tombstone where the entry stood: the rest of the leaf stays put.
+                let leaf = self.leaves[(r & !LEAF) as usize];
                 let (start, len) = (leaf.start as usize, leaf.len as usize);
                 let list = &mut self.entries[start..start + len];
                 if let Ok(i) = list.binary_search_by_key(&p, |c| c.priority) {
-                    list.copy_within(i + 1.., i);
-                    leaf.len -= 1;
+                    if !list[i].is_dead() {
+                        list[i] = Compact::dead(p);
+                        let at = (start + i) as u32;
+                        self.touched.entries.push(at..at + 1);
+                    }
                 }
             }
             return;
@@ -1665,33 +1744,83 @@ impl Tier {
         region[f] = dim;
     }
 
+    /// Puts `entry` into leaf `id` at its priority's place: over the rule's previous version
+    /// or its tombstone, or a tombstone next to the place; else the entries up to the
+    /// nearest tombstone move by one (when that moves fewer than growing the leaf would);
+    /// else the leaf grows (moving to the end of the arena, without its tombstones, when it
+    /// is full).
     fn leaf_insert(&mut self, id: usize, entry: Compact) {
         self.five &= entry.others_open();
         let p = entry.priority;
         let mut leaf = self.leaves[id];
         let (start, len) = (leaf.start as usize, leaf.len as usize);
-        let i = self.entries[start..start + len].partition_point(|c| c.priority < p);
-        if i < len && self.entries[start + i].priority == p {
-            // The rule's previous version: replaced where it stands.
-            self.entries[start + i] = entry;
+        let list = &mut self.entries[start..start + len];
+        let i = list.partition_point(|c| c.priority < p);
+        let here = if i < len && (list[i].priority == p || list[i].is_dead()) {
+            Some(i)
+        } else if i > 0 && list[i - 1].is_dead() {
+            Some(i - 1)
+        } else {
+            None
+        };
+        if let Some(k) = here {
+            list[k] = entry;
+            let at = (start + k) as u32;
+            self.touched.entries.push(at..at + 1);
             return;
         }
-        if leaf.len == leaf.cap {
-            // Move to the end of the arena with room to grow (the old place stays unused
-            // until the next full build).
-            let cap = (leaf.cap * 2).max(4);
-            let at = self.entries.len();
-            self.entries.extend_from_within(start..start + len);
-            self.entries.resize(at + cap as usize, Compact::default());
-            leaf.start = at as u32;
-            leaf.cap = cap;
+        // The entries up to the nearest tombstone (after or before the place) move by one,
+        // unless the tail after the place is shorter.
+        let right = list[i..].iter().position(Compact::is_dead).map(|d| i + d);
+        let left = list[..i].iter().rposition(Compact::is_dead);
+        let tail = len - i;
+        let cost_right = right.map_or(usize::MAX, |j| j - i);
+        let cost_left = left.map_or(usize::MAX, |j| i - 1 - j);
+        if let Some(j) = right.filter(|_| cost_right <= tail && cost_right <= cost_left) {
+            list.copy_within(i..j, i + 1);
+            list[i] = entry;
+            let at = (start + i) as u32;
+            self.touched.entries.push(at..at + (j - i) as u32 + 1);
+            return;
         }
-        let start = leaf.start as usize;
+        if let Some(j) = left.filter(|_| cost_left <= tail) {
+            list.copy_within(j + 1..i, j);
+            list[i - 1] = entry;
+            let at = (start + j) as u32;
+            self.touched.entries.push(at..at + (i - j) as u32);
+            return;
+        }
+        let mut i = i;
+        let mut from = start + i;
+        if leaf.len == leaf.cap {
+            // Move to the end of the arena with room to grow, dropping the tombstones (the
+            // old place stays unused until the next full build).
+            let at = self.entries.len();
+            for k in start..start + len {
+                let c = self.entries[k];
+                if !c.is_dead() {
+                    self.entries.push(c);
+                }
+            }
+            let kept = self.entries.len() - at;
+            let cap = ((kept as u32 + 1) * 2).max(4);
+            self.entries.resize(at + cap as usize, Compact::default());
+            i = self.entries[at..at + kept].partition_point(|c| c.priority < p);
+            leaf.start = at as u32;
+            leaf.len = kept as u32;
+            leaf.cap = cap;
+            from = at;
+        }
+        let (start, len) = (leaf.start as usize, leaf.len as usize);
         let list = &mut self.entries[start..start + len + 1];
         list.copy_within(i..len, i + 1);
         list[i] = entry;
         leaf.len += 1;
         self.leaves[id] = leaf;
+        self.touched
+            .entries
+            .push(from as u32..(start + len + 1) as u32);
+        self.touched.leaves.push(id as u32);
     }
 }
 
@@ -1892,6 +2021,11 @@ impl<'a> TierView<'a> {
     /// Entries in the arena (leaves name runs of them).
     pub fn entry_count(&self) -> usize {
         self.tier.entries.len()
+    }
+
+    /// What the last [`CutTree::replace_rules`] wrote in this tier.
+    pub fn touched(&self) -> &'a Touched {
+        &self.tier.touched
     }
 
     /// Entry `i`.
