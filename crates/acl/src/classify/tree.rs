@@ -729,6 +729,10 @@ struct Tier {
     five: bool,
     /// What the last [`CutTree::replace_rules`] wrote here.
     touched: Touched,
+    /// Per priority `lo + i`, the leaves holding its rule's live entry (unordered; an
+    /// update may leave duplicates until the rule's next update): a rule's old version is
+    /// taken out of these leaves without walking its tree.
+    holds: Vec<Vec<u32>>,
 }
 
 /// What an in-place update ([`CutTree::replace_rules`]) wrote in one tier, so that a copy
@@ -929,13 +933,13 @@ impl CutTree {
         }
         for new in updates {
             let p = new.priority;
-            let Some(old) = self.rules.get(p as usize).copied() else {
+            if p as usize >= self.rules.len() {
                 continue;
-            };
+            }
             let Some(tier) = self.tiers.iter_mut().find(|t| t.lo <= p && p < t.hi) else {
                 continue;
             };
-            tier.replace(&old, new, p);
+            tier.replace(new, p);
             self.rules[p as usize] = *new;
         }
         for tier in &mut self.tiers {
@@ -1168,6 +1172,7 @@ impl Clone for Tier {
             class_map: self.class_map,
             five: self.five,
             touched: self.touched.clone(),
+            holds: self.holds.clone(),
         }
     }
 }
@@ -1264,6 +1269,7 @@ impl Tier {
             class_map: [0; 1 << GROUP_FIELDS.len()],
             five: true,
             touched: Touched::default(),
+            holds: vec![Vec::new(); (hi - lo) as usize],
         };
         const ALL_WIDE: u8 = (1 << GROUP_FIELDS.len()) - 1;
         let mut counts = [0usize; 1 << GROUP_FIELDS.len()];
@@ -1405,6 +1411,10 @@ impl Tier {
         self.five &= self.entries[start as usize..]
             .iter()
             .all(Compact::others_open);
+        let id = self.leaves.len() as u32;
+        for &p in set {
+            self.holds[(p - self.lo) as usize].push(id);
+        }
         self.leaves.push(Leaf {
             start,
             len: set.len() as u32,
@@ -1621,14 +1631,14 @@ impl Tier {
         self.class_map[class_of(r, self.coarse()) as usize]
     }
 
-    /// Moves priority `p` from where `old` reached to where `new` reaches.
+    /// Moves priority `p` from the leaves holding it ([`Tier::holds`]) to those `new`
+    /// reaches.
     ///
     /// The new version goes in first: in a leaf both versions reach, that overwrites the
     /// old entry in place, and the old version's removal then skips those leaves — so a
     /// change that keeps a rule in the same leaves (a new VA range, another opcode group)
-    /// shifts no leaf's entries at all.
-    fn replace(&mut self, old: &Rule, new: &Rule, p: u32) {
-        let old_class = self.group_class(old);
+    /// writes one entry per leaf. The removal walks no tree: the leaves are known.
+    fn replace(&mut self, new: &Rule, p: u32) {
         let class = self.group_class(new);
         let g = match self.groups.iter().position(|g| g.class == class) {
             Some(g) => g,
@@ -1645,15 +1655,22 @@ impl Tier {
         };
         self.groups[g].min_priority = self.groups[g].min_priority.min(p);
         let root = self.groups[g].root;
+        let at = (p - self.lo) as usize;
+        let old_leaves = std::mem::take(&mut self.holds[at]);
         let root = self.insert(root, &mut full_region(), new, &Compact::of(new, p));
         self.groups[g].root = root;
         self.groups[g].fast_root = self.fast_ref(root);
-        if let Some(g) = self.groups.iter().position(|g| g.class == old_class) {
-            let root = self.groups[g].root;
-            let kept = (old_class == class).then_some(new);
-            self.remove(root, &mut full_region(), old, kept, p);
-            self.groups[g].fast_root = self.fast_ref(root);
+        // The old version leaves the leaves the new one did not enter: a tombstone each
+        // (lengths and starts unchanged, so no reference or flat cell changes).
+        let mut held = std::mem::take(&mut self.holds[at]);
+        held.sort_unstable();
+        held.dedup();
+        for leaf in old_leaves {
+            if held.binary_search(&leaf).is_err() {
+                self.leaf_remove(leaf as usize, p);
+            }
         }
+        self.holds[at] = held;
         self.groups.sort_by_key(|g| g.min_priority);
     }
 
@@ -1703,45 +1720,19 @@ impl Tier {
         r
     }
 
-    /// Removes priority `p` (whose rule is `rule`) under reference `r`, narrowing `region`
-    /// in place as [`Tier::insert`] does, except from the leaves `kept` (the rule's new
-    /// version, already inserted into the same tree) also reaches: there the insertion
-    /// replaced the entry.
-    fn remove(&mut self, r: u32, region: &mut Region, rule: &Rule, kept: Option<&Rule>, p: u32) {
-        if r & LEAF != 0 {
-            if r != EMPTY && kept.is_none() {
-                // A tombstone where the entry stood: the rest of the leaf stays put.
-                let leaf = self.leaves[(r & !LEAF) as usize];
-                let (start, len) = (leaf.start as usize, leaf.len as usize);
-                let list = &mut self.entries[start..start + len];
-                if let Ok(i) = list.binary_search_by_key(&p, |c| c.priority) {
-                    if !list[i].is_dead() {
-                        list[i] = Compact::dead(p);
-                        let at = (start + i) as u32;
-                        self.touched.entries.push(at..at + 1);
-                    }
-                }
+    /// Takes priority `p`'s entry out of leaf `id`: a tombstone where it stood, so the rest
+    /// of the leaf stays put.
+    fn leaf_remove(&mut self, id: usize, p: u32) {
+        let leaf = self.leaves[id];
+        let (start, len) = (leaf.start as usize, leaf.len as usize);
+        let list = &mut self.entries[start..start + len];
+        if let Ok(i) = list.binary_search_by_key(&p, |c| c.priority) {
+            if !list[i].is_dead() {
+                list[i] = Compact::dead(p);
+                let at = (start + i) as u32;
+                self.touched.entries.push(at..at + 1);
             }
-            return;
         }
-        let node = self.nodes[r as usize];
-        let f = node.field as usize;
-        let dim = region[f];
-        let kept_span = kept.map(|k| span(&node, &dim, k));
-        for idx in self.reached(r, region, rule) {
-            let kept_here = kept.filter(|_| {
-                kept_span.as_ref().is_some_and(|s| {
-                    s.inside.is_some_and(|(a, b)| a <= idx && idx <= b)
-                        || (s.outside && idx == node.outside())
-                        || (s.absent && idx == node.absent())
-                })
-            });
-            region[f] = child_dim(&node, &dim, idx);
-            let at = node.children as usize + idx;
-            self.remove(self.refs[at], region, rule, kept_here, p);
-            self.fast[at] = self.fast_ref(self.refs[at]);
-        }
-        region[f] = dim;
     }
 
     /// Puts `entry` into leaf `id` at its priority's place: over the rule's previous version
@@ -1752,6 +1743,7 @@ impl Tier {
     fn leaf_insert(&mut self, id: usize, entry: Compact) {
         self.five &= entry.others_open();
         let p = entry.priority;
+        self.holds[(p - self.lo) as usize].push(id as u32);
         let mut leaf = self.leaves[id];
         let (start, len) = (leaf.start as usize, leaf.len as usize);
         let list = &mut self.entries[start..start + len];
