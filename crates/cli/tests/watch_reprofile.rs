@@ -9,7 +9,7 @@
 //! build. Every request got the right answer and was counted once in the program's map.
 
 use std::io::{BufRead, BufReader};
-use std::process::Stdio;
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -25,6 +25,45 @@ fn expected(value: u64) -> (usize, (u64, u64)) {
         0 => (0, (0, 0)),
         1..1000 => (1, (1, value * 2)),
         _ => (2, (2, 1000)),
+    }
+}
+
+/// Waits until the traffic ran `n` more requests through the hook and returns the runs and
+/// deoptimisations meanwhile; `stats` reads the hook's `(runs, deopts)`. The checks count
+/// runs, not time: on a loaded machine the traffic thread runs a few thousand requests a
+/// second, not the tens of thousands it runs on an idle one.
+fn over_runs(n: u64, stats: impl Fn() -> (u64, u64)) -> (u64, u64) {
+    let (runs, deopts) = stats();
+    let start = Instant::now();
+    loop {
+        let (r, d) = stats();
+        if r - runs >= n {
+            return (r - runs, d - deopts);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{} runs in 60 s",
+            r - runs
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Ends what the test started when it leaves the scope, also by a panic: the traffic
+/// thread stops (else the scope would wait for it forever) and the watcher is killed (else
+/// its reader thread would wait for its `--duration`).
+struct EndOnDrop<'a> {
+    stop: &'a AtomicBool,
+    watcher: Option<Child>,
+}
+
+impl Drop for EndOnDrop<'_> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(w) = &mut self.watcher {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
     }
 }
 
@@ -72,6 +111,10 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
                 }
             }
         });
+        let mut end = EndOnDrop {
+            stop: &stop,
+            watcher: None,
+        };
 
         rdx.ok(&[
             "profile",
@@ -100,17 +143,18 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
         ]);
         let elite = report["version"].as_u64().unwrap();
         assert!(report["guards"].as_u64().unwrap() >= 2, "{report}");
-        let st = hook.stats();
-        std::thread::sleep(Duration::from_millis(100));
-        let st2 = hook.stats();
-        assert!(st2.runs > st.runs, "traffic runs");
+        let stats = || {
+            let s = hook.stats();
+            (s.runs, s.deopts)
+        };
         assert_eq!(
-            st2.deopts, st.deopts,
+            over_runs(5000, stats).1,
+            0,
             "the profiled traffic follows the fast path"
         );
 
-        let mut watcher = rdx
-            .command(&[
+        let watcher = end.watcher.insert(
+            rdx.command(&[
                 "watch",
                 "n1/on_request",
                 "--json",
@@ -124,12 +168,15 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
                 "0.5",
                 "--max-reoptimizations",
                 "1",
+                // Only a bound for a watcher nothing ends: `EndOnDrop` kills it when the
+                // test ends, passed or failed.
                 "--duration",
-                "20",
+                "120",
             ])
             .stdout(Stdio::piped())
             .spawn()
-            .unwrap();
+            .unwrap(),
+        );
         let (tx, rx) = mpsc::channel::<serde_json::Value>();
         let stdout = watcher.stdout.take().unwrap();
         s.spawn(move || {
@@ -139,9 +186,11 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
             }
         });
         let mut events = Vec::new();
+        // An event takes a window of 2,000 runs, a scouting window and a compile: well under
+        // a second on an idle machine, several on a loaded one (2 cores, load ~8).
         let next = |what: &str, events: &mut Vec<serde_json::Value>| loop {
             let e = rx
-                .recv_timeout(Duration::from_secs(10))
+                .recv_timeout(Duration::from_secs(30))
                 .unwrap_or_else(|_| panic!("no {what} event; saw {events:?}"));
             events.push(e.clone());
             if e["event"] == what {
@@ -171,11 +220,7 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
         );
 
         // The shifted traffic now follows the new elite build's fast path.
-        let a = hook.stats();
-        std::thread::sleep(Duration::from_millis(300));
-        let b = hook.stats();
-        let (runs, deopts) = (b.runs - a.runs, b.deopts - a.deopts);
-        assert!(runs > 1000, "{runs} runs");
+        let (runs, deopts) = over_runs(2000, stats);
         assert!(
             deopts * 100 <= runs,
             "{deopts} deoptimisations in {runs} runs after re-profiling"
@@ -200,16 +245,10 @@ fn watch_reprofiles_an_elite_version_whose_guards_start_failing() {
         assert!(r["detail"].as_str().unwrap().contains("limit"), "{r}");
         let plain = r["to_version"].as_u64().unwrap();
         assert_eq!(active_version(&rdx), plain);
-        let a = hook.stats();
-        std::thread::sleep(Duration::from_millis(100));
-        let b = hook.stats();
-        assert!(b.runs > a.runs);
-        assert_eq!(b.deopts, a.deopts, "the plain build has no guards");
+        assert_eq!(over_runs(5000, stats).1, 0, "the plain build has no guards");
 
-        stop.store(true, Ordering::Relaxed);
-        // The watcher was started by this test; it ends here.
-        watcher.kill().unwrap();
-        watcher.wait().unwrap();
+        // The traffic stops and the watcher, started by this test, ends here.
+        drop(end);
         eprintln!("traffic shift to re-optimised elite build: {reacted:?}");
         events
     });
