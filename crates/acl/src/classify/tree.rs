@@ -931,6 +931,7 @@ impl CutTree {
             tier.touched.leaves.clear();
             tier.touched.refs.clear();
         }
+        self.prefetch_updates(updates);
         for new in updates {
             let p = new.priority;
             if p as usize >= self.rules.len() {
@@ -944,6 +945,45 @@ impl CutTree {
         }
         for tier in &mut self.tiers {
             tier.refresh_flat();
+        }
+    }
+
+    /// Brings what the updates will read and write at known places into the cache before
+    /// the first one starts, in stages so that each stage's misses overlap across all the
+    /// updates instead of waiting one by one: the rule slots and the lists of leaves holding
+    /// each priority, then those lists, then the leaves' records. (The walks' own nodes
+    /// depend on the rule and are not prefetched.)
+    fn prefetch_updates(&self, updates: &[Rule]) {
+        let lines = |at: *const u8, bytes: usize| {
+            for off in (0..bytes).step_by(64) {
+                prefetch_line(at.wrapping_add(off));
+            }
+        };
+        let holds = |p: u32| {
+            let tier = self.tiers.iter().find(|t| t.lo <= p && p < t.hi)?;
+            Some((tier, tier.holds.get((p - tier.lo) as usize)?))
+        };
+        for u in updates {
+            if let Some(r) = self.rules.get(u.priority as usize) {
+                lines((r as *const Rule).cast(), std::mem::size_of::<Rule>());
+            }
+            if let Some((_, h)) = holds(u.priority) {
+                prefetch_line((h as *const Vec<u32>).cast());
+            }
+        }
+        for u in updates {
+            if let Some((_, h)) = holds(u.priority) {
+                lines(h.as_ptr().cast(), h.len() * 4);
+            }
+        }
+        for u in updates {
+            if let Some((tier, h)) = holds(u.priority) {
+                for &leaf in h {
+                    if let Some(l) = tier.leaves.get(leaf as usize) {
+                        prefetch_line((l as *const Leaf).cast());
+                    }
+                }
+            }
         }
     }
 
