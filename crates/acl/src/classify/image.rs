@@ -414,13 +414,14 @@ impl TreeImage {
         Ok(l.refs + l.node_at[node as usize] + NODE_WORDS as u32 + (slot - first))
     }
 
-    /// Serialises leaf `leaf` of tier `t` and its entries.
-    fn put_leaf(
-        &mut self,
+    /// Leaf `leaf` of tier `t` as the tree has it (start, length) and the index of its record
+    /// in the words, once it is checked to fit the image's room.
+    fn leaf_record(
+        &self,
         t: usize,
         v: &TierView<'_>,
         leaf: u32,
-    ) -> Result<Range<u32>, ImageError> {
+    ) -> Result<(u32, u32, usize), ImageError> {
         let l = &self.tiers[t];
         if leaf >= l.leaf_cap {
             return Err(ImageError::OutOfRoom("leaves"));
@@ -435,10 +436,20 @@ impl TreeImage {
         if start + len > l.entry_cap {
             return Err(ImageError::OutOfRoom("entries"));
         }
-        let at = (l.leaves + 2 * leaf) as usize;
+        Ok((start, len, (l.leaves + 2 * leaf) as usize))
+    }
+
+    /// Serialises leaf `leaf` of tier `t` and its entries.
+    fn put_leaf(
+        &mut self,
+        t: usize,
+        v: &TierView<'_>,
+        leaf: u32,
+    ) -> Result<Range<u32>, ImageError> {
+        let (start, len, at) = self.leaf_record(t, v, leaf)?;
         self.words[at] = start;
         self.words[at + 1] = len;
-        let base = l.entries + start;
+        let base = self.tiers[t].entries + start;
         // Only the entries whose bytes change need copying into a bank (an insertion or a
         // removal shifts the rest of the leaf; a replacement in place changes one).
         let (mut first, mut last) = (u32::MAX, 0);
@@ -513,21 +524,7 @@ impl TreeImage {
             leaves.dedup();
             let mut moved = Vec::new();
             for leaf in leaves {
-                let l = &self.tiers[t];
-                if leaf >= l.leaf_cap {
-                    return Err(ImageError::OutOfRoom("leaves"));
-                }
-                let (start, len) = v.leaf(leaf as usize);
-                if len > self.max_leaf {
-                    return Err(ImageError::LeafTooLong {
-                        len,
-                        max: self.max_leaf,
-                    });
-                }
-                if start + len > l.entry_cap {
-                    return Err(ImageError::OutOfRoom("entries"));
-                }
-                let at = (l.leaves + 2 * leaf) as usize;
+                let (start, len, at) = self.leaf_record(t, &v, leaf)?;
                 if self.words[at..at + 2] != [start, len] {
                     self.words[at] = start;
                     self.words[at + 1] = len;

@@ -588,7 +588,7 @@ proptest! {
 
     #[test]
     fn flat_table_cuts_agree_with_node_cuts(
-        f in 0usize..CUT_TEST_FIELDS.len(),
+        f in 0usize..tree::CUT_FIELDS.len(),
         bits in 0u8..=8,
         top in 0u32..=128,
         anchor in any::<u128>(),
@@ -597,7 +597,7 @@ proptest! {
         mapped in any::<bool>(),
         packet in any_field_packet(),
     ) {
-        let field = CUT_TEST_FIELDS[f];
+        let field = tree::CUT_FIELDS[f];
         // Values inside the anchor's block, just above or below it, or anywhere; the
         // anchor IPv4-mapped or not.
         let anchor = if mapped { 0xffff_0000_0000 | (anchor & 0xffff_ffff) } else { anchor };
@@ -677,21 +677,6 @@ proptest! {
         }
     }
 }
-
-/// Fields a tree node may cut.
-const CUT_TEST_FIELDS: [Field; 11] = [
-    Field::Sip,
-    Field::Dip,
-    Field::SGid,
-    Field::DGid,
-    Field::Sport,
-    Field::Dport,
-    Field::SLid,
-    Field::DLid,
-    Field::LQpn,
-    Field::DQpn,
-    Field::Va,
-];
 
 #[test]
 fn cut_tree_agrees_on_synthetic_rules_and_updates() {

@@ -32,7 +32,7 @@ use crate::rule::{PacketKey, Rule};
 
 /// Fields a node may cut, by [`Field`] index. Masks (opcode, CM type, forged) are left to
 /// the leaf check.
-const CUT_FIELDS: [Field; 11] = [
+pub(crate) const CUT_FIELDS: [Field; 11] = [
     Field::Sip,
     Field::Dip,
     Field::SGid,
