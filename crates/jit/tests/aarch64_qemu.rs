@@ -18,6 +18,7 @@ use rdx_jit::link::{link_bytes, LinkTarget};
 use rdx_jit::{Arch, CompileOptions, Compiler, EntryAbi, HelperCalls, Pipeline, Symbol};
 
 #[path = "support/random_programs.rs"]
+#[allow(dead_code)]
 mod random_programs;
 
 #[path = "support/fused_programs.rs"]

@@ -2,38 +2,12 @@
 //! r0, the same memory and the same stack in the JIT as in the interpreter, in both code
 //! generators; the baseline tier also leaves the same budget as the optimizing one.
 
-use std::collections::HashMap;
-
 use proptest::prelude::*;
-use rdx_bpf::isa::Insn;
-use rdx_jit::{Arch, CompileOptions, Compiler, EntryAbi, ExecutableCode, Pipeline};
-use rdx_region::abi::RunState;
+use rdx_jit::{Arch, Compiler, Pipeline};
 
 #[path = "support/random_programs.rs"]
 mod random_programs;
-use random_programs::{build, interpret, Raw, MEM};
-
-/// Runs `insns` through `pipeline`; returns r0 and the budget left.
-fn jit(
-    compiler: &Compiler,
-    pipeline: Pipeline,
-    insns: &[Insn],
-    mem: &mut [u8],
-    needs_budget: bool,
-) -> (u64, u64) {
-    let mut opts = CompileOptions::new(compiler.arch());
-    opts.entry_abi = EntryAbi::WithLength;
-    opts.needs_budget = needs_budget;
-    opts.pipeline = pipeline;
-    let (artifact, _) = compiler.compile(insns, &opts).expect("compile");
-    let code =
-        ExecutableCode::load(&artifact, &HashMap::<rdx_jit::Symbol, u64>::new()).expect("load");
-    let mut run = RunState::new(1 << 20);
-    // SAFETY: generated programs only touch `mem` (via r1) and their stack, in bounds.
-    let r0 = unsafe { code.call_with_len(mem.as_mut_ptr(), &mut run, mem.len() as u64) };
-    assert_eq!(run.status, 0);
-    (r0, run.budget)
-}
+use random_programs::{build, interpret, jit, Raw, MEM};
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]

@@ -5,15 +5,14 @@
 //! the counter. The JIT compiles some of these latches as ordered compares and hoists some
 //! bounds checks (`src/loops.rs`); every program must still give the interpreter's result.
 
-use std::collections::HashMap;
-
 use proptest::prelude::*;
-use rdx_bpf::helpers::Helpers;
-use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::isa::{AluOp, Insn, JmpCond, Operand, Reg, Size, Width};
-use rdx_bpf::maps::MapSet;
-use rdx_jit::{Arch, CompileOptions, Compiler, EntryAbi, ExecutableCode, Pipeline};
-use rdx_region::abi::RunState;
+use rdx_jit::{Arch, Compiler, Pipeline};
+
+#[path = "support/random_programs.rs"]
+#[allow(dead_code)]
+mod random_programs;
+use random_programs::{interpret, jit};
 
 const MEM: usize = 64;
 
@@ -152,32 +151,6 @@ fn build(s: &Shape) -> Vec<Insn> {
     p
 }
 
-fn interpret(insns: &[Insn], mem: &mut [u8]) -> u64 {
-    let vm = Vm::new(
-        insns,
-        &MapSet::default(),
-        &Helpers::empty(),
-        Config::default(),
-    )
-    .expect("prepare");
-    vm.run_checked(Input::Bytes(mem)).expect("runs cleanly")
-}
-
-fn jit(compiler: &Compiler, insns: &[Insn], mem: &mut [u8], needs_budget: bool) -> u64 {
-    let mut opts = CompileOptions::new(compiler.arch());
-    opts.entry_abi = EntryAbi::WithLength;
-    opts.needs_budget = needs_budget;
-    opts.pipeline = Pipeline::Optimizing;
-    let (artifact, _) = compiler.compile(insns, &opts).expect("compile");
-    let code =
-        ExecutableCode::load(&artifact, &HashMap::<rdx_jit::Symbol, u64>::new()).expect("load");
-    let mut run = RunState::new(1 << 20);
-    // SAFETY: the programs only read `mem` (through r1, within r2 bytes) and nothing else.
-    let r0 = unsafe { code.call_with_len(mem.as_mut_ptr(), &mut run, mem.len() as u64) };
-    assert_eq!(run.status, 0);
-    r0
-}
-
 fn value() -> impl Strategy<Value = i32> {
     prop_oneof![
         -4..70i32,
@@ -282,7 +255,7 @@ proptest! {
         let mut a = init.clone();
         let mut b = init;
         let want = interpret(&insns, &mut a);
-        let got = jit(&compiler, &insns, &mut b, budget);
+        let (got, _) = jit(&compiler, Pipeline::Optimizing, &insns, &mut b, budget);
         prop_assert_eq!(got, want, "{:?}: {:?}", s, insns);
     }
 }

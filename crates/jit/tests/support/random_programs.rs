@@ -7,6 +7,9 @@ use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::isa::{AluOp, AtomicOp, ByteOrder, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width};
 use rdx_bpf::maps::MapSet;
+use rdx_jit::{CompileOptions, Compiler, EntryAbi, ExecutableCode, Pipeline};
+use rdx_region::abi::RunState;
+use std::collections::HashMap;
 
 pub const MEM: usize = 64;
 /// Stack slots used: fp-8 .. fp-64.
@@ -297,4 +300,26 @@ pub fn interpret(insns: &[Insn], mem: &mut [u8]) -> u64 {
     .expect("prepare");
     vm.run_checked(Input::Bytes(mem))
         .expect("generated programs run cleanly")
+}
+
+/// Runs `insns` through `pipeline`; returns r0 and the budget left.
+pub fn jit(
+    compiler: &Compiler,
+    pipeline: Pipeline,
+    insns: &[Insn],
+    mem: &mut [u8],
+    needs_budget: bool,
+) -> (u64, u64) {
+    let mut opts = CompileOptions::new(compiler.arch());
+    opts.entry_abi = EntryAbi::WithLength;
+    opts.needs_budget = needs_budget;
+    opts.pipeline = pipeline;
+    let (artifact, _) = compiler.compile(insns, &opts).expect("compile");
+    let code =
+        ExecutableCode::load(&artifact, &HashMap::<rdx_jit::Symbol, u64>::new()).expect("load");
+    let mut run = RunState::new(1 << 20);
+    // SAFETY: generated programs only touch `mem` (via r1) and their stack, in bounds.
+    let r0 = unsafe { code.call_with_len(mem.as_mut_ptr(), &mut run, mem.len() as u64) };
+    assert_eq!(run.status, 0);
+    (r0, run.budget)
 }
