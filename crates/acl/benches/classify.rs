@@ -1016,13 +1016,7 @@ fn rte_compare(
     let (rte_single, rte_burst) = (value("single_mpps"), value("burst_mpps"));
     row("cut tree, five-tuple rules", &ours_tree);
     burst_row("cut tree, five-tuple rules, batched", &ours_tree_batched);
-    if !tree_only {
-        let ours_layered = measure(packets, |k| layered.classify(k), timer_ns);
-        let ours = measure(packets, |k| table.classify(k), timer_ns);
-        let ours_batched = measure_batch(packets, |b, o| table.classify_batch(b, o), timer_ns);
-        row("layered, five-tuple rules", &ours_layered);
-        row("tuple space, five-tuple rules", &ours);
-        burst_row("tuple space, five-tuple rules, batched", &ours_batched);
+    let rte_rows = || {
         println!(
             "  {:<38} {:>7.3} Mpps/core  p50 {:>6.0} ns  p99 {:>6.0} ns",
             "DPDK rte_acl, 1 packet per call",
@@ -1034,6 +1028,15 @@ fn rte_compare(
             "  {:<38} {:>7.3} Mpps/core",
             "DPDK rte_acl, bursts of 64", rte_burst
         );
+    };
+    if !tree_only {
+        let ours_layered = measure(packets, |k| layered.classify(k), timer_ns);
+        let ours = measure(packets, |k| table.classify(k), timer_ns);
+        let ours_batched = measure_batch(packets, |b, o| table.classify_batch(b, o), timer_ns);
+        row("layered, five-tuple rules", &ours_layered);
+        row("tuple space, five-tuple rules", &ours);
+        burst_row("tuple space, five-tuple rules, batched", &ours_batched);
+        rte_rows();
         println!(
             "  against rte_acl, 1 packet per call: cut tree x{:.2}, layered x{:.2}, tuple space x{:.2}",
             ours_tree.mpps / rte_single,
@@ -1046,17 +1049,7 @@ fn rte_compare(
             ours_batched.mpps / rte_burst
         );
     } else {
-        println!(
-            "  {:<38} {:>7.3} Mpps/core  p50 {:>6.0} ns  p99 {:>6.0} ns",
-            "DPDK rte_acl, 1 packet per call",
-            rte_single,
-            value("p50_ns"),
-            value("p99_ns"),
-        );
-        println!(
-            "  {:<38} {:>7.3} Mpps/core",
-            "DPDK rte_acl, bursts of 64", rte_burst
-        );
+        rte_rows();
         println!(
             "  against rte_acl: 1 packet per call, cut tree x{:.2}; bursts of 64, cut tree x{:.2}",
             ours_tree.mpps / rte_single,

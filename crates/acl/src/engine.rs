@@ -129,21 +129,26 @@ impl Engine {
     pub fn process(&mut self, link: LinkType, bytes: &[u8]) -> Verdict {
         self.counters.packets += 1;
         match self.parse_counted(link, bytes) {
-            Ok(info) => {
-                let mut key = PacketKey::from_packet(&info);
-                let resolution = self.cm.resolve(&info, &mut key);
-                let hit = match &mut self.hot {
-                    Some(hot) => hot.classify(&self.table, &key),
-                    None => self.table.classify(&key),
-                };
-                let verdict = self.verdict_of(hit);
-                if verdict.action == Action::Allow {
-                    self.cm.commit(&info, resolution);
-                }
-                verdict
-            }
+            Ok(info) => self.decide(&info),
             Err(verdict) => verdict,
         }
+    }
+
+    /// Classifies a parsed packet one at a time (CM messages resolve their queue pairs
+    /// against the connection table first, and an allowed one commits its state change).
+    #[inline]
+    fn decide(&mut self, info: &packet::PacketInfo) -> Verdict {
+        let mut key = PacketKey::from_packet(info);
+        let resolution = self.cm.resolve(info, &mut key);
+        let hit = match &mut self.hot {
+            Some(hot) => hot.classify(&self.table, &key),
+            None => self.table.classify(&key),
+        };
+        let verdict = self.verdict_of(hit);
+        if verdict.action == Action::Allow {
+            self.cm.commit(info, resolution);
+        }
+        verdict
     }
 
     /// [`Engine::process`] for each of `frames`, in order, into `out` (cleared first): the
@@ -173,16 +178,7 @@ impl Engine {
                         out.push(pending);
                     }
                     Ok(info) => {
-                        let mut key = PacketKey::from_packet(&info);
-                        let resolution = self.cm.resolve(&info, &mut key);
-                        let hit = match &mut self.hot {
-                            Some(hot) => hot.classify(&self.table, &key),
-                            None => self.table.classify(&key),
-                        };
-                        let verdict = self.verdict_of(hit);
-                        if verdict.action == Action::Allow {
-                            self.cm.commit(&info, resolution);
-                        }
+                        let verdict = self.decide(&info);
                         out.push(verdict);
                     }
                     Err(verdict) => out.push(verdict),
