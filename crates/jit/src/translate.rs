@@ -745,8 +745,14 @@ impl Translator<'_, '_> {
                     }
                     _ => {}
                 }
-                if let Some(&taken) = self.unchecked.get(&pc) {
-                    // A check the versioned loop's entry decided for every iteration.
+                // A check the versioned loop's entry decided for every iteration, or a null
+                // test whose outcome is known.
+                let decided = self.unchecked.get(&pc).copied().or_else(|| {
+                    (guard.is_none() && self.opts.branch_counters.is_none())
+                        .then(|| self.null_test_outcome(width, cond, dst, src))
+                        .flatten()
+                });
+                if let Some(taken) = decided {
                     let dest = if taken {
                         self.edge(pc, target)
                     } else {
@@ -754,17 +760,6 @@ impl Translator<'_, '_> {
                     };
                     self.b.ins().jump(dest, &[]);
                     return Ok(false);
-                }
-                if guard.is_none() && self.opts.branch_counters.is_none() {
-                    if let Some(taken) = self.null_test_outcome(width, cond, dst, src) {
-                        let dest = if taken {
-                            self.edge(pc, target)
-                        } else {
-                            self.block_at(pc + 1)
-                        };
-                        self.b.ins().jump(dest, &[]);
-                        return Ok(false);
-                    }
                 }
                 let cond = self.ordered_latches.get(&pc).copied().unwrap_or(cond);
                 let c = self.condition(width, cond, dst, src);
