@@ -410,27 +410,14 @@ pub unsafe extern "C" fn xcall_call(
     // service state, a hook slot and a thread slot of mappings that are never unmapped.
     let (sc, ts, hook) = unsafe { ((*e).sc, &*(*e).ts, &*(*e).hook) };
     enter(ts);
-    // The version this call runs, start to finish.
-    let word = hook.active.load(Ordering::Acquire);
     // SAFETY: as above.
-    let (seen, cached) = unsafe { ((*e).word, (*e).entry) };
-    // `cached` is 0 until a word was checked: an entry never run here, whatever the word.
-    let entry = if word == seen && cached != 0 {
-        cached
-    } else {
-        // SAFETY: as above.
-        match refresh(sc, hook, ts, unsafe { &mut *e }, word) {
-            Ok(entry) => entry,
-            Err(r) => {
-                leave(ts);
-                return r;
-            }
+    let entry = match unsafe { running_entry(e, sc, hook, ts) } {
+        Ok(entry) => entry,
+        Err(r) => {
+            leave(ts);
+            return r;
         }
     };
-    // SAFETY: `entry` is the entry point of the version published in `word`, checked by
-    // `refresh` to lie in the callee's code arena, where a control plane placed verified
-    // code linked for this address; the epoch we hold keeps it from being reclaimed.
-    let entry = unsafe { std::mem::transmute::<usize, EntryFn>(entry) };
     let r = run_entry(sc, hook, entry, args as *mut u8, out, out_len);
     leave(ts);
     r
@@ -455,30 +442,17 @@ unsafe fn run_general(e: *mut EntryCache, args: u64, args_len: u64, out: u64, ou
         }
     }
     enter(ts);
-    // The version this call runs, start to finish.
-    let word = hook.active.load(Ordering::Acquire);
     // SAFETY: as above.
-    let (seen, cached) = unsafe { ((*e).word, (*e).entry) };
-    // `cached` is 0 until a word was checked: an entry never run here, whatever the word.
-    let entry = if word == seen && cached != 0 {
-        cached
-    } else {
-        // SAFETY: as above.
-        match refresh(sc, hook, ts, unsafe { &mut *e }, word) {
-            Ok(entry) => entry,
-            Err(r) => {
-                leave(ts);
-                if let Some(lock) = lock {
-                    lock.store(0, Ordering::Release);
-                }
-                return r;
+    let entry = match unsafe { running_entry(e, sc, hook, ts) } {
+        Ok(entry) => entry,
+        Err(r) => {
+            leave(ts);
+            if let Some(lock) = lock {
+                lock.store(0, Ordering::Release);
             }
+            return r;
         }
     };
-    // SAFETY: `entry` is the entry point of the version published in `word`, checked by
-    // `refresh` to lie in the callee's code arena, where a control plane placed verified
-    // code linked for this address; the epoch we hold keeps it from being reclaimed.
-    let entry = unsafe { std::mem::transmute::<usize, EntryFn>(entry) };
     // SAFETY: `max_args` of this thread's resolved entry.
     let max_args = unsafe { (*e).max_args };
     let r = if args_len == max_args {
@@ -539,6 +513,35 @@ unsafe fn find_entry(
     };
     LAST.with(|c| c.set((target, e)));
     Ok(e)
+}
+
+/// The entry point of the version the hook publishes now, which this call runs start to
+/// finish: the thread's cached one while the word is unchanged, else [`refresh`]ed.
+///
+/// # Safety
+/// `e` is a resolved entry of this thread's state with `sc`, `hook` and `ts` its pointers,
+/// and the caller has entered the epoch (`enter(ts)`).
+#[inline(always)]
+unsafe fn running_entry(
+    e: *mut EntryCache,
+    sc: *mut ServiceCalls,
+    hook: &HookSlot,
+    ts: &ThreadSlot,
+) -> Result<EntryFn, u64> {
+    let word = hook.active.load(Ordering::Acquire);
+    // SAFETY: the caller's contract.
+    let (seen, cached) = unsafe { ((*e).word, (*e).entry) };
+    // `cached` is 0 until a word was checked: an entry never run here, whatever the word.
+    let entry = if word == seen && cached != 0 {
+        cached
+    } else {
+        // SAFETY: the caller's contract.
+        refresh(sc, hook, ts, unsafe { &mut *e }, word)?
+    };
+    // SAFETY: `entry` is the entry point of the version published in `word`, checked by
+    // `refresh` to lie in the callee's code arena, where a control plane placed verified
+    // code linked for this address; the epoch the caller holds keeps it from being reclaimed.
+    Ok(unsafe { std::mem::transmute::<usize, EntryFn>(entry) })
 }
 
 /// The published word differs from the one this thread last ran: wait out a hold, check it,
