@@ -43,7 +43,7 @@ pub fn alu(op: AluOp, a: u64, b: u64, wide: bool, w: u32) -> u64 {
     match op {
         AluOp::Add => wrap(x as i128 + y as i128, n),
         AluOp::Sub => wrap(x as i128 - y as i128, n),
-        AluOp::Mul => wrap(x as i128 * y as i128, n),
+        AluOp::Mul => (x as u128 * y as u128) as u64 & mask(n),
         AluOp::Div => x.checked_div(y).unwrap_or(0),
         AluOp::Mod => {
             if y == 0 {
