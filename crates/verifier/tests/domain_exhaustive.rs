@@ -232,6 +232,7 @@ struct Abstract {
 }
 
 fn prepare(family: &[S8], g: &Gammas) -> Vec<Abstract> {
+    eprintln!("{} abstract values", family.len());
     family
         .iter()
         .filter(|value| !g.of(value).is_empty())
@@ -438,10 +439,50 @@ fn tnum_unary_operations_on_every_value() {
 /// The views and unary operations on every abstract value of the canonical family.
 #[test]
 fn scalar_views_on_every_canonical_value() {
+    report(views(&canonical_family()), "scalar views");
+}
+
+/// Every result of every ALU operation and refinement on the pair family (the shapes the
+/// verifier's own values have, with tnums, signed and unsigned bounds all in play).
+fn derived_family(family: &[S8]) -> Vec<S8> {
+    let mut derived = Vec::new();
+    for a in family {
+        for b in family {
+            for wide in [true, false] {
+                for op in reference::ALU_OPS {
+                    derived.push(a.alu(op, b, wide));
+                }
+                for cond in [JmpCond::Gt, JmpCond::Sle, JmpCond::Set, JmpCond::Ne] {
+                    for taken in [true, false] {
+                        let refined = if wide {
+                            S8::refine64(cond, taken, a, b)
+                        } else {
+                            S8::refine32(cond, taken, a, b)
+                        };
+                        if let Some((ra, rb)) = refined {
+                            derived.push(ra);
+                            derived.push(rb);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    dedup(derived)
+}
+
+/// The views and unary operations on the derived family.
+#[test]
+fn scalar_views_on_derived_values() {
+    let family = derived_family(&pair_family(4));
+    report(views(&family), "scalar views of derived values");
+}
+
+fn views(family: &[S8]) -> Vec<String> {
+    eprintln!("{} abstract values", family.len());
     let g = Gammas::new();
-    let family = canonical_family();
     let mut failures = Vec::new();
-    for a in &family {
+    for a in family {
         let ga = g.of(a);
         let mut check = |name: String, r: S8, concrete: &dyn Fn(u8) -> u64| {
             if !well_formed(&r) {
@@ -490,7 +531,7 @@ fn scalar_views_on_every_canonical_value() {
             }
         }
     }
-    report(failures, "scalar views");
+    failures
 }
 
 fn alu_pairs(family: &[S8], ops: &[AluOp]) -> Vec<String> {
@@ -643,11 +684,14 @@ fn scalar_lattice_on_every_pair() {
     report(lattice_pairs(&pair_family(1)), "lattice");
 }
 
-/// The larger sweep: the full pair family (every edge value, every tnum meet).
+/// The larger sweep: the full pair family (every edge value, every tnum meet) and a
+/// fortieth of the derived family.
 #[test]
 #[ignore = "about ten minutes; run with --ignored"]
 fn scalar_pairs_full_family() {
-    let family = pair_family(1);
+    let mut family = pair_family(1);
+    family.extend(derived_family(&pair_family(4)).into_iter().step_by(40));
+    let family = dedup(family);
     let mut failures = alu_pairs(&family, &reference::ALU_OPS);
     failures.extend(refine_pairs(&family, &reference::CONDS));
     report(failures, "full pair family");
