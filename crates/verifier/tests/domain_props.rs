@@ -93,7 +93,7 @@ fn unknown_bits() -> BoxedStrategy<u64> {
     prop_oneof![
         Just(0u64),
         Just(u64::MAX),
-        (0u32..=64).prop_map(|k| reference::mask(k)),
+        (0u32..=64).prop_map(reference::mask),
         (0u32..=64).prop_map(|k| !reference::mask(k)),
         (0u32..64).prop_map(|k| 1u64 << k),
         Just(0xffff_ffff_0000_0000u64),
