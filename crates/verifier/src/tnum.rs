@@ -191,7 +191,6 @@ fn swap_units_by_loop<W: Word>(v: W, units: u32) -> W {
 }
 
 word!(u8, i8);
-word!(u16, i16);
 signed_word!(i64);
 
 impl Word for u64 {
@@ -262,8 +261,6 @@ impl Word for u64 {
     fn swap_units(self, units: u32) -> Self {
         // At 64 bits an eBPF byte is a real byte.
         match units {
-            0 => 0,
-            1 => self & 0xff,
             2 => (self as u16).swap_bytes() as u64,
             4 => (self as u32).swap_bytes() as u64,
             8 => self.swap_bytes(),
