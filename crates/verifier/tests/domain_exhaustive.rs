@@ -303,6 +303,29 @@ fn report(failures: Vec<String>, what: &str) {
     );
 }
 
+/// A non-empty set of values summarised by the bits set in all of them and in any of them.
+#[derive(Clone, Copy)]
+struct Image {
+    all: u8,
+    any: u8,
+}
+
+impl Image {
+    const EMPTY: Image = Image { all: 0xff, any: 0 };
+    fn add(&mut self, v: u8) {
+        self.all &= v;
+        self.any |= v;
+    }
+    fn merge(&mut self, o: &Image) {
+        self.all &= o.all;
+        self.any |= o.any;
+    }
+    /// Every member is in γ(t): its known-1 bits are in all members, its known-0 bits in none.
+    fn within(&self, t: T8) -> bool {
+        t.value & !self.all == 0 && self.any & !t.mask & !t.value == 0
+    }
+}
+
 /// Every tnum operation on every pair of tnums: γ(op#(A, B)) ⊇ {op(x, y)}.
 #[test]
 fn tnum_binary_operations_on_every_pair() {
@@ -320,16 +343,19 @@ fn tnum_binary_operations_on_every_pair() {
     let index = |t: T8| ((t.value as usize) << 8) | t.mask as usize;
     let mut failures = Vec::new();
     for (name, op, abstract_op) in ops {
-        // The images of every tnum `A` under `op` with `B`, built up from `A`'s two halves
-        // on its lowest unknown bit (masks in increasing order, so the halves come first).
-        let mut image = vec![Set::default(); 1 << 16];
+        // A set lies in a tnum's γ exactly when every known-1 bit is set in all of its
+        // members and every known-0 bit in none, so an image is summarised by the AND and
+        // the OR of its members. The images of every tnum `A` under `op` with `B` are built
+        // up from `A`'s two halves on its lowest unknown bit (masks in increasing order, so
+        // the halves come first).
+        let mut image = vec![Image::EMPTY; 1 << 16];
         for b in &tnums {
             let ys = g.of_tnum(*b).members();
             for a in &tnums {
                 let s = if a.mask == 0 {
-                    let mut s = Set::default();
+                    let mut s = Image::EMPTY;
                     for &y in &ys {
-                        s.insert(reference::alu(op, a.value as u64, y as u64, true, W) as u8);
+                        s.add(reference::alu(op, a.value as u64, y as u64, true, W) as u8);
                     }
                     s
                 } else {
@@ -339,7 +365,7 @@ fn tnum_binary_operations_on_every_pair() {
                         value: a.value,
                         mask: rest,
                     })];
-                    s.union(
+                    s.merge(
                         &image[index(T8 {
                             value: a.value | low,
                             mask: rest,
@@ -351,8 +377,8 @@ fn tnum_binary_operations_on_every_pair() {
                 let r = abstract_op(*a, *b);
                 if r.value & r.mask != 0 {
                     failures.push(format!("{name}: {a} {b} -> malformed {r}"));
-                } else if let Some(z) = s.outside(&g.of_tnum(r)) {
-                    failures.push(format!("{name}: {a} {b} -> {r} misses {z:#x}"));
+                } else if !s.within(r) {
+                    failures.push(format!("{name}: {a} {b} -> {r} misses a result"));
                 }
             }
         }
@@ -587,18 +613,28 @@ fn refine_pairs(family: &[S8], conds: &[JmpCond]) -> Vec<String> {
             // For each value and outcome, the values on the other side that reach it:
             // `left[i][taken]` = {x : some y of values[i] has (x cond y) == taken}, and
             // `right[i][taken]` = {y : some x of values[i] has (x cond y) == taken}.
-            let mut left = vec![[Set::default(); 2]; values.len()];
-            let mut right = vec![[Set::default(); 2]; values.len()];
-            for (i, v) in values.iter().enumerate() {
-                for m in v.gamma.members() {
-                    for other in 0..=255u8 {
-                        let t = reference::holds(cond, other as u64, m as u64, wide, W);
-                        left[i][t as usize].insert(other);
-                        let t = reference::holds(cond, m as u64, other as u64, wide, W);
-                        right[i][t as usize].insert(other);
-                    }
+            // Built from the per-value rows: `rows_left[taken][y]` = {x : (x cond y) == taken}
+            // and `rows_right[taken][x]` = {y : (x cond y) == taken}.
+            let mut rows_left = [[Set::default(); 256]; 2];
+            let mut rows_right = [[Set::default(); 256]; 2];
+            for m in 0..=255u8 {
+                for other in 0..=255u8 {
+                    let t = reference::holds(cond, other as u64, m as u64, wide, W);
+                    rows_left[t as usize][m as usize].insert(other);
+                    let t = reference::holds(cond, m as u64, other as u64, wide, W);
+                    rows_right[t as usize][m as usize].insert(other);
                 }
             }
+            let unions_left = rows_left.map(|rows| RangeUnion::new(&rows));
+            let unions_right = rows_right.map(|rows| RangeUnion::new(&rows));
+            let left: Vec<[Set; 2]> = values
+                .iter()
+                .map(|v| [unions_left[0].over(v), unions_left[1].over(v)])
+                .collect();
+            let right: Vec<[Set; 2]> = values
+                .iter()
+                .map(|v| [unions_right[0].over(v), unions_right[1].over(v)])
+                .collect();
             for (j, b) in values.iter().enumerate() {
                 for (i, a) in values.iter().enumerate() {
                     for taken in [false, true] {
@@ -609,24 +645,27 @@ fn refine_pairs(family: &[S8], conds: &[JmpCond]) -> Vec<String> {
                         } else {
                             S8::refine32(cond, taken, &a.value, &b.value)
                         };
-                        let name = format!(
-                            "{cond:?} taken={taken} wide={wide}: {:?} {:?}",
-                            a.value, b.value
-                        );
+                        let name = || {
+                            format!(
+                                "{cond:?} taken={taken} wide={wide}: {:?} {:?}",
+                                a.value, b.value
+                            )
+                        };
                         match refined {
                             None if !xs.is_empty() => failures.push(format!(
-                                "{name} -> impossible, but {:?} x {:?} reach it",
+                                "{} -> impossible, but {:?} x {:?} reach it",
+                                name(),
                                 xs.members(),
                                 ys.members()
                             )),
                             None => {}
                             Some((ra, rb)) => {
                                 if !well_formed(&ra) || !well_formed(&rb) {
-                                    failures.push(format!("{name} -> malformed {ra:?} {rb:?}"));
+                                    failures.push(format!("{} -> malformed {ra:?} {rb:?}", name()));
                                 } else if let Some(x) = xs.outside(&g.of(&ra)) {
-                                    failures.push(format!("{name} -> {ra:?} loses {x:#x}"));
+                                    failures.push(format!("{} -> {ra:?} loses {x:#x}", name()));
                                 } else if let Some(y) = ys.outside(&g.of(&rb)) {
-                                    failures.push(format!("{name} -> {rb:?} loses {y:#x}"));
+                                    failures.push(format!("{} -> {rb:?} loses {y:#x}", name()));
                                 }
                             }
                         }
