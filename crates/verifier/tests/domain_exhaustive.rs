@@ -14,7 +14,7 @@
 //!
 //! Every result must also be well formed (`value & mask == 0`, ordered bounds), and no
 //! operation may panic (tests build with overflow checks). A larger sweep is
-//! `cargo test -p rdx-verifier --test domain_exhaustive -- --ignored` (about ten minutes).
+//! `cargo test -p rdx-verifier --test domain_exhaustive -- --ignored` (a few minutes).
 
 mod domain_reference;
 
@@ -726,7 +726,7 @@ fn scalar_lattice_on_every_pair() {
 /// The larger sweep: the full pair family (every edge value, every tnum meet) and a
 /// fortieth of the derived family.
 #[test]
-#[ignore = "about ten minutes; run with --ignored"]
+#[ignore = "a few minutes; run with --ignored"]
 fn scalar_pairs_full_family() {
     let mut family = pair_family(1);
     family.extend(derived_family(&pair_family(4)).into_iter().step_by(40));
