@@ -424,6 +424,11 @@ impl<W: Word> TnumOf<W> {
         }
     }
 
+    /// Keeps the low `bytes` 8-bit bytes (all of them when the word is no wider).
+    pub fn cast(self, bytes: u32) -> Self {
+        self.truncate(bytes.saturating_mul(8))
+    }
+
     /// Keeps the low `bits` bits (all of them when `bits >= BITS`).
     pub fn truncate(self, bits: u32) -> Self {
         let m = W::low_mask(bits);

@@ -6,8 +6,9 @@
 //! the low 1/2/4 bits and byte swaps reverse 1-bit "bytes".
 //!
 //! - tnum operations: every pair of the 6,561 well-formed tnums;
-//! - scalar views (subregister, sign extension, byte swaps, negation): every abstract value
-//!   of the canonical family (every constant, unsigned range, signed range and tnum);
+//! - scalar views (subregister, sign extension, byte swaps, negation, `mov`/`movsx`): every
+//!   abstract value of the canonical family (every constant, unsigned range, signed range and
+//!   tnum) and every distinct result of ALU operations and refinements on a pair family;
 //! - scalar ALU operations, branch refinements and the lattice operations (join, meet,
 //!   widen, subsumption): every pair of the pair family (extremes, ranges between edge values,
 //!   tnums and their meets with ranges), 64- and 32-bit forms, taken and not taken.
@@ -27,7 +28,7 @@ use std::collections::HashSet;
 type S8 = ScalarOf<u8>;
 type T8 = TnumOf<u8>;
 const W: u32 = 8;
-/// Failures reported per check before giving up.
+/// Failures printed per check (all of them are counted).
 const REPORT: usize = 12;
 
 /// A set of 8-bit values.
