@@ -11,7 +11,9 @@
 //!   tnum) and every distinct result of ALU operations and refinements on a pair family;
 //! - scalar ALU operations, branch refinements and the lattice operations (join, meet,
 //!   widen, subsumption): every pair of the pair family (extremes, ranges between edge values,
-//!   tnums and their meets with ranges), 64- and 32-bit forms, taken and not taken.
+//!   tnums and their meets with ranges), 64- and 32-bit forms, taken and not taken;
+//! - the same on values that are well formed but not reduced;
+//! - exactness on constants (a domain answering "unknown" everywhere would be sound).
 //!
 //! Every result must also be well formed (`value & mask == 0`, ordered bounds), and no
 //! operation may panic (tests build with overflow checks). A larger sweep is
@@ -724,8 +726,64 @@ fn scalar_lattice_on_every_pair() {
     report(lattice_pairs(&pair_family(1)), "lattice");
 }
 
-/// The larger sweep: the full pair family (every edge value, every tnum meet) and a
-/// fortieth of the derived family.
+/// Values that are well formed but not reduced: a tnum, an unsigned and a signed range that
+/// share members but do not agree on their bounds (the verifier's own values are reduced,
+/// but the domain must not rely on it).
+fn unreduced_family(step: usize) -> Vec<S8> {
+    let g = Gammas::new();
+    let tnums: Vec<T8> = MASKS
+        .iter()
+        .flat_map(|&mask| {
+            BASES.iter().map(move |&base| T8 {
+                value: base & !mask,
+                mask,
+            })
+        })
+        .collect();
+    let uranges: Vec<(u8, u8)> = UNSIGNED_EDGES
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &lo)| UNSIGNED_EDGES[i..].iter().map(move |&hi| (lo, hi)))
+        .step_by(step)
+        .collect();
+    let sranges: Vec<(i8, i8)> = SIGNED_EDGES
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &lo)| SIGNED_EDGES[i..].iter().map(move |&hi| (lo, hi)))
+        .step_by(step)
+        .collect();
+    let mut v = Vec::new();
+    for &bits in &tnums {
+        for &(umin, umax) in &uranges {
+            for &(smin, smax) in &sranges {
+                let raw = S8 {
+                    bits,
+                    umin,
+                    umax,
+                    smin,
+                    smax,
+                };
+                if !g.of(&raw).is_empty() && raw.normalize() != Some(raw) {
+                    v.push(raw);
+                }
+            }
+        }
+    }
+    dedup(v)
+}
+
+/// Views, ALU operations and refinements on unreduced values.
+#[test]
+fn unreduced_inputs() {
+    let mut failures = views(&unreduced_family(4));
+    let family = unreduced_family(35);
+    failures.extend(alu_pairs(&family, &reference::ALU_OPS));
+    failures.extend(refine_pairs(&family, &reference::CONDS));
+    report(failures, "unreduced inputs");
+}
+
+/// The larger sweep: the full pair family (every edge value, every tnum meet) with a
+/// fortieth of the derived family, and the larger unreduced families.
 #[test]
 #[ignore = "a few minutes; run with --ignored"]
 fn scalar_pairs_full_family() {
@@ -734,6 +792,10 @@ fn scalar_pairs_full_family() {
     let family = dedup(family);
     let mut failures = alu_pairs(&family, &reference::ALU_OPS);
     failures.extend(refine_pairs(&family, &reference::CONDS));
+    failures.extend(views(&unreduced_family(1)));
+    let unreduced = unreduced_family(23);
+    failures.extend(alu_pairs(&unreduced, &reference::ALU_OPS));
+    failures.extend(refine_pairs(&unreduced, &reference::CONDS));
     report(failures, "full pair family");
 }
 
