@@ -13,7 +13,7 @@ mod domain_reference;
 use domain_reference as reference;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
-use rdx_bpf::isa::{AluOp, ByteOrder, JmpCond};
+use rdx_bpf::isa::{AluOp, JmpCond};
 use rdx_verifier::scalar::Scalar;
 use rdx_verifier::tnum::Tnum;
 
@@ -334,7 +334,6 @@ fn extreme_inputs_never_panic() {
         }
         let _ = (a.sext(8), a.sext(16), a.sext(32), a.subreg());
     }
-    let _ = ByteOrder::ToLe;
 }
 
 proptest! {
