@@ -322,6 +322,25 @@ impl Explorer<'_> {
         what: &str,
     ) -> Result<Region, Violation> {
         let write = access != Access::Read;
+        // The fixed part of the address, relative to the region start. Pointer arithmetic
+        // keeps `p.off` within 2^29 and an instruction's offset is 16 bits, but this is where
+        // a wrong offset would become an access: compute it so that it cannot wrap, and keep
+        // every later `start + size` (size <= 2^29) far from overflow.
+        let start = match p.off.checked_add(off) {
+            Some(s) if s.unsigned_abs() < (MAX_PTR_OFF as u64) << 1 => s,
+            _ => {
+                return Err(v(
+                    Rule::OutOfBounds,
+                    format!("{what} = {p}: offset {off} takes the access out of any region"),
+                ))
+            }
+        };
+        if size > crate::helpers::MAX_MEM_ARG {
+            return Err(v(
+                Rule::OutOfBounds,
+                format!("{what}: access of {size} bytes is larger than any region"),
+            ));
+        }
         // Range of offsets touched, relative to the region start, in wide arithmetic.
         let lo = p.off as i128 + p.var.smin as i128 + off as i128;
         let hi = p.off as i128 + p.var.smax as i128 + off as i128 + size as i128;
@@ -345,7 +364,7 @@ impl Explorer<'_> {
                 let align = sz.bytes() as u64;
                 let known =
                     p.var.bits.mask & (align - 1) == 0 && p.var.bits.value & (align - 1) == 0;
-                if !known || (p.off + off).rem_euclid(align as i64) != 0 {
+                if !known || start.rem_euclid(align as i64) != 0 {
                     return Err(v(
                         Rule::Misaligned,
                         format!("atomic access of {align} bytes at {what}{off:+} is not aligned"),
@@ -423,7 +442,6 @@ impl Explorer<'_> {
                         format!("{what} = {p}: variable offset may be negative"),
                     ));
                 }
-                let start = p.off + off;
                 if start < 0 || start + size as i64 > p.range {
                     return Err(v(
                         Rule::OutOfBounds,
@@ -442,7 +460,6 @@ impl Explorer<'_> {
                         format!("{what} = {p}: stack access with a variable offset"),
                     ));
                 }
-                let start = p.off + off;
                 if start < -(rdx_bpf::isa::STACK_SIZE as i64) {
                     return Err(v(
                         Rule::StackLimit,
@@ -494,7 +511,6 @@ impl Explorer<'_> {
                         "atomic operations on the context are not allowed",
                     ));
                 }
-                let start = p.off + off;
                 let layout = &self.env.ctx;
                 let Some(f) = layout.field_at(start, size as u32) else {
                     if self.env.eim {
@@ -697,6 +713,24 @@ impl Explorer<'_> {
                     }
                     other => return Err(bad(format!("expected a map, found {other}"))),
                 },
+                Arg::DataMap => match arg(i) {
+                    Value::Ptr(Ptr {
+                        kind: PtrKind::MapObj { map },
+                        ..
+                    }) => {
+                        let m = &self.maps[map as usize];
+                        if !crate::helpers::is_data_map(m.map_type) {
+                            return Err(bad(format!(
+                                "cannot pass map `{}` of type {:?} (kernel type {}) to {}: only hash, array and LPM maps hold values a program may read or write",
+                                m.name,
+                                m.map_type,
+                                m.map_type.to_kernel(),
+                                proto.name
+                            )));
+                        }
+                    }
+                    other => return Err(bad(format!("expected a map, found {other}"))),
+                },
                 Arg::MapKey | Arg::MapValue => {
                     let Some(map) = map_of_arg0() else {
                         return Err(bad("no map in r1".into()));
@@ -806,7 +840,32 @@ fn same_region(a: PtrKind, b: PtrKind) -> bool {
         || (a == b && !a.is_nullable() && !matches!(a, PtrKind::MapObj { .. } | PtrKind::Ctx))
 }
 
+/// Largest magnitude of a pointer's fixed offset, and of a constant added to a pointer (the
+/// kernel's `BPF_MAX_VAR_OFF`). Anything larger is refused: with it, no offset computation
+/// the checks do can overflow.
+pub(crate) const MAX_PTR_OFF: i64 = 1 << 29;
+
+/// Largest packet offset a bounds check can teach (the kernel's `MAX_PACKET_OFF`).
+pub(crate) const MAX_PACKET_OFF: u128 = 0xffff;
+
 fn ptr_offset_ok(p: &Ptr, val: &Scalar, op: AluOp) -> Result<(), Violation> {
+    if let Some(c) = val.const_value() {
+        let c = c as i64 as i128;
+        let off = if op == AluOp::Sub {
+            p.off as i128 - c
+        } else {
+            p.off as i128 + c
+        };
+        if c.unsigned_abs() >= MAX_PTR_OFF as u128 || off.unsigned_abs() >= MAX_PTR_OFF as u128 {
+            return Err(v(
+                Rule::PointerArith,
+                format!(
+                    "{op:?} of {c} makes {} pointer offset {off}, outside (-2^29, 2^29)",
+                    p.kind.name()
+                ),
+            ));
+        }
+    }
     match p.kind {
         PtrKind::MapObj { .. } | PtrKind::PacketEnd => Err(v(
             Rule::PointerArith,

@@ -597,6 +597,17 @@ impl<'a> Explorer<'a> {
                         if kind == ImmKind::MapIdx {
                             Value::ptr(PtrKind::MapObj { map })
                         } else {
+                            // Direct value access exists for one-element arrays (global
+                            // data) only: a program array's element is a jump word.
+                            if m.map_type != rdx_bpf::MapType::Array {
+                                return Err(Violation::new(
+                                    Rule::InvalidMemBase,
+                                    format!(
+                                        "direct value access into map `{}` of type {:?}: only array maps (global data) allow it",
+                                        m.name, m.map_type
+                                    ),
+                                ));
+                            }
                             if imm_hi < 0
                                 || imm_hi as u32 >= m.value_size.max(1)
                                 || m.max_entries != 1
@@ -859,25 +870,30 @@ impl<'a> Explorer<'a> {
     }
 
     fn ptr_add(&mut self, mut p: Ptr, val: &Scalar, sub: bool) -> Ptr {
-        if let Some(c) = val.const_value() {
-            let c = c as i64;
-            let new = if sub {
-                p.off.checked_sub(c)
+        // `check::ptr_offset_ok` refused every constant that would leave the pointer's fixed
+        // offset unrepresentable; the fallback below only keeps this function total.
+        let konst = val.const_value().and_then(|c| {
+            let c = c as i64 as i128;
+            let o = if sub {
+                p.off as i128 - c
             } else {
-                p.off.checked_add(c)
+                p.off as i128 + c
             };
-            match new {
-                Some(o) if o.abs() < (1 << 29) => p.off = o,
-                _ => {
-                    // Unrepresentable: keep it as a variable offset no access can satisfy.
-                    p.var = Scalar::UNKNOWN;
+            (o.unsigned_abs() < crate::check::MAX_PTR_OFF as u128).then_some(o as i64)
+        });
+        match konst {
+            Some(o) => p.off = o,
+            None => {
+                p.var = match val.const_value() {
+                    Some(_) => Scalar::UNKNOWN,
+                    None if sub => p.var.sub(val),
+                    None => p.var.add(val),
+                };
+                // A new variable part is a new pointer: it shares no range with the old id.
+                if matches!(p.kind, PtrKind::Packet | PtrKind::PacketMeta) {
+                    p.id = self.fresh_id();
+                    p.range = 0;
                 }
-            }
-        } else {
-            p.var = if sub { p.var.sub(val) } else { p.var.add(val) };
-            if matches!(p.kind, PtrKind::Packet | PtrKind::PacketMeta) {
-                p.id = self.fresh_id();
-                p.range = 0;
             }
         }
         p
@@ -917,6 +933,15 @@ impl<'a> Explorer<'a> {
                     .iter()
                     .find(|f| f.offset == offset)
                     .expect("checked field");
+                if sext && f.kind != FieldKind::Scalar {
+                    return Err(Violation::new(
+                        Rule::CtxAccess,
+                        format!(
+                            "sign-extending load of the pointer field `{}` of {}: a sign-extended address is not the packet",
+                            f.name, self.env.name
+                        ),
+                    ));
+                }
                 Ok(match f.kind {
                     FieldKind::Scalar => Value::scalar(bounded()),
                     FieldKind::PacketStart => Value::ptr(PtrKind::Packet),
@@ -997,9 +1022,15 @@ impl<'a> Explorer<'a> {
                                 let (k, bi) = Frame::locate(p.off + b);
                                 let fr = &mut st.frames[frame as usize];
                                 let slot = fr.slot_mut(k);
+                                // The rest of a spilled pointer the helper overwrites in part
+                                // becomes unreadable, as with a plain store (`write_stack`):
+                                // its other bytes are still the address.
+                                let spilled_ptr = slot.holds_pointer();
                                 let mut bytes = [ByteState::Invalid; 8];
                                 for (j, x) in bytes.iter_mut().enumerate() {
-                                    *x = slot.byte(j);
+                                    if !spilled_ptr {
+                                        *x = slot.byte(j);
+                                    }
                                 }
                                 bytes[bi] = ByteState::Misc;
                                 *slot = Slot::Bytes(bytes);
@@ -1131,7 +1162,12 @@ impl<'a> Explorer<'a> {
                     (PtrKind::PacketMeta, PtrKind::Packet) => hi.off == 0 && !hi.has_var_off(),
                     _ => false,
                 };
-                if bound && lo.off >= 0 {
+                // As in the kernel: only a pointer whose variable part is known non-negative
+                // and whose whole offset stays within the largest packet teaches a range.
+                let sane = lo.off >= 0
+                    && lo.var.smin >= 0
+                    && (lo.var.umax as u128 + lo.off as u128) <= crate::check::MAX_PACKET_OFF;
+                if bound && sane {
                     let (kind, id, range) = (lo.kind, lo.id, lo.off);
                     out.for_each_value(|v| {
                         if let Value::Ptr(r) = v {
