@@ -109,6 +109,9 @@ pub(crate) struct Explorer<'a> {
     /// In the exact phase of a budgeted class: give up (and let the caller widen) once a path
     /// runs longer than the budget, since the program needs metering anyway.
     pub(crate) abort_past: Option<u64>,
+    /// Record every state reached, per instruction (`VerifyOptions::record_states`).
+    pub(crate) record_states: bool,
+    pub(crate) recorded: Vec<Vec<State>>,
 }
 
 impl<'a> Explorer<'a> {
@@ -144,6 +147,8 @@ impl<'a> Explorer<'a> {
             unbounded: false,
             tail_calls: false,
             abort_past: None,
+            record_states: false,
+            recorded: Vec::new(),
         }
     }
 
@@ -403,6 +408,12 @@ impl<'a> Explorer<'a> {
         loop {
             if self.cfg.prune[p.pc] && self.visit(&mut p)? {
                 return Ok(());
+            }
+            if self.record_states {
+                if self.recorded.len() < self.insns.len() {
+                    self.recorded.resize(self.insns.len(), Vec::new());
+                }
+                self.recorded[p.pc].push(p.state.clone());
             }
             self.processed += 1;
             if self.processed > self.limits.max_processed {
