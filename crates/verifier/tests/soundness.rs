@@ -13,11 +13,13 @@
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 use rdx_bpf::helpers::Helpers;
-use rdx_bpf::interp::{self, Input, Vm, XdpMd};
+use rdx_bpf::interp::{self, Vm, XdpMd};
 use rdx_bpf::isa::{AluOp, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width};
 use rdx_bpf::maps::MapSet;
 use rdx_bpf::{MapDef, MapOrigin, MapType};
-use rdx_verifier::{embed, verify_insns, KernelProgType, Rule, VerifyOptions};
+use rdx_verifier::{verify_insns, KernelProgType, Rule, VerifyOptions};
+
+mod embedding;
 use std::cell::Cell;
 
 fn table() -> MapDef {
@@ -377,45 +379,6 @@ fn lower(blocks: &[Block]) -> Vec<Insn> {
     insns
 }
 
-/// Runs `vm` on `ctx`, checking every instruction's machine state against the states the
-/// verifier recorded; the first divergence goes to `divergence`.
-fn embedded_run(
-    vm: &Vm,
-    maps: &MapSet,
-    ctx: &mut XdpMd,
-    states: &[Vec<rdx_verifier::state::State>],
-    divergence: &std::cell::RefCell<Option<String>>,
-) -> Result<u64, interp::RunError> {
-    use rdx_bpf::interp::ContextModel;
-    let data = ctx.packet_data().as_ptr() as u64;
-    let world_ctx = ctx.anchor() as u64;
-    let len = ctx.packet_data().len() as u64;
-    let map_value = |m: u32, addr: u64| {
-        maps.get(m as usize).is_some_and(|map| {
-            map.value_access(addr, map.def().value_size as u64)
-                .is_some()
-        })
-    };
-    let world = embed::World {
-        ctx: world_ctx,
-        packet: Some(embed::PacketAddrs {
-            data,
-            data_end: data + len,
-            data_meta: data,
-        }),
-        map_value: &map_value,
-    };
-    vm.run_observed(Input::Context(ctx), &mut |obs| {
-        if divergence.borrow().is_some() {
-            return;
-        }
-        let at = states.get(obs.pc).map(Vec::as_slice).unwrap_or(&[]);
-        if let Err(e) = embed::check_observation(at, obs, &world) {
-            *divergence.borrow_mut() = Some(e);
-        }
-    })
-}
-
 #[test]
 fn accepted_programs_run_safely() {
     let cases: u32 = std::env::var("PROPTEST_CASES")
@@ -487,7 +450,7 @@ fn accepted_programs_run_safely() {
         for p in packets {
             let mut ctx = XdpMd::new(p.clone());
             let divergence = std::cell::RefCell::new(None);
-            let out = embedded_run(&vm, &set, &mut ctx, &recorded.states, &divergence);
+            let out = embedding::embedded_run(&vm, &set, &mut ctx, &recorded.states, &divergence);
             prop_assert!(
                 out.is_ok(),
                 "accepted program failed at run time on a {}-byte packet: {:?}\n{}",
@@ -556,7 +519,7 @@ fn embedding_catches_a_wrong_state() {
     let run = |states: &[Vec<rdx_verifier::state::State>]| {
         let mut ctx = XdpMd::new(vec![0; 16]);
         let d = std::cell::RefCell::new(None);
-        embedded_run(&vm, &set, &mut ctx, states, &d).unwrap();
+        embedding::embedded_run(&vm, &set, &mut ctx, states, &d).unwrap();
         d.into_inner()
     };
     assert_eq!(
@@ -600,7 +563,7 @@ fn embedding_catches_a_wrong_state() {
     }
     let mut ctx = XdpMd::new(vec![0; 16]);
     let d = std::cell::RefCell::new(None);
-    embedded_run(&vm2, &set, &mut ctx, &wrong, &d).unwrap();
+    embedding::embedded_run(&vm2, &set, &mut ctx, &wrong, &d).unwrap();
     let d = d.into_inner().expect("a wrong known-zero byte is caught");
     assert!(d.contains("known zero"), "{d}");
 }
