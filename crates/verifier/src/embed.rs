@@ -8,8 +8,8 @@
 //! it goes wrong, even when no out-of-bounds access follows (the method of "Validating the
 //! eBPF Verifier via State Embedding", OSDI 2024). Tests and fuzzing verify a program with
 //! [`VerifyOptions::record_states`](crate::VerifyOptions::record_states) and `liveness: false`,
-//! run it with [`rdx_bpf::interp::Vm::run_observed`], and call [`check_observation`] for every
-//! instruction.
+//! and run it with [`run_embedded`], which calls [`check_observation`] before every
+//! instruction of a checked interpreter run ([`rdx_bpf::interp::Vm::run_observed`]).
 //!
 //! What is checked, for the abstract state of the same call depth:
 //! - scalars: the value lies in the tnum and in both intervals;
@@ -26,7 +26,62 @@
 //! the runtime's, not a region the interpreter models).
 
 use crate::state::{ByteState, PtrKind, Slot, State, Value};
-use rdx_bpf::interp::Observation;
+use rdx_bpf::interp::{ContextModel, Input, Observation, RunError, Vm};
+use rdx_bpf::maps::MapSet;
+
+/// How an embedded run ended.
+#[derive(Debug)]
+pub enum EmbeddedRun {
+    /// Every instruction's machine state was described by a recorded state; the run ended
+    /// with this result (an error here is a run-time fault of an accepted program).
+    Agreed(Result<u64, RunError>),
+    /// The first instruction whose machine state no recorded state describes.
+    Diverged(String),
+}
+
+/// Runs `vm` (the verified program, over `maps`) on `ctx` in the checked interpreter,
+/// checking every instruction's machine state against `states` (`Verified::states`).
+///
+/// This is the one place the verifier crate runs anything: the reference interpreter, to check
+/// the verifier's own claims in tests and fuzzing.
+pub fn run_embedded(
+    vm: &Vm,
+    maps: &MapSet,
+    ctx: &mut dyn ContextModel,
+    states: &[Vec<State>],
+) -> EmbeddedRun {
+    let world_ctx = ctx.anchor() as u64;
+    let packet = ctx.packet().map(|p| PacketAddrs {
+        data: p.addr,
+        data_end: p.addr + p.len,
+        data_meta: p.addr,
+    });
+    let map_value = |m: u32, addr: u64| {
+        maps.get(m as usize).is_some_and(|map| {
+            map.value_access(addr, map.def().value_size as u64)
+                .is_some()
+        })
+    };
+    let world = World {
+        ctx: world_ctx,
+        packet,
+        map_value: &map_value,
+    };
+    let mut divergence = None;
+    let out = vm.run_observed(Input::Context(ctx), &mut |obs| {
+        if divergence.is_some() {
+            return;
+        }
+        let at = states.get(obs.pc).map(Vec::as_slice).unwrap_or(&[]);
+        if let Err(e) = check_observation(at, obs, &world) {
+            divergence = Some(e);
+        }
+    });
+    match divergence {
+        Some(d) => EmbeddedRun::Diverged(d),
+        None => EmbeddedRun::Agreed(out),
+    }
+}
 
 /// Largest number of variable-offset members tried when looking for a map value's start.
 pub const MAX_ENUMERATED: u64 = 4096;

@@ -4,7 +4,9 @@
 //! It owns the safety analysis (abstract interpretation over typed registers and stack, path
 //! exploration with pruning, helper prototypes, reference tracking) and the EIM format. It
 //! must not load ELF, compile, or run anything: it takes decoded instructions and map
-//! definitions from `rdx-bpf` and returns facts (or the rule broken).
+//! definitions from `rdx-bpf` and returns facts (or the rule broken). The one exception is
+//! [`embed`], which runs the reference interpreter to check the verifier's recorded states
+//! against real runs (tests and fuzzing).
 //!
 //! The layers follow PREVAIL's separation:
 //! - the instruction model is `rdx_bpf::isa` (decoded, slot-indexed) plus [`cfg`];

@@ -763,7 +763,19 @@ fn campaign() {
         let (xdp, blocks, packets) = strategy.new_tree(&mut runner).expect("a program").current();
         let kind = if xdp { Kind::Xdp } else { Kind::Socket };
         let insns = lower(kind, &blocks);
-        match check_program(kind, &insns, &packets, &maps) {
+        // A panic (an overflow check in the verifier, say) is a finding, not the end of the
+        // campaign.
+        let outcome = std::panic::catch_unwind(|| check_program(kind, &insns, &packets, &maps))
+            .unwrap_or_else(|p| {
+                Err(format!(
+                    "panic: {}",
+                    p.downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default()
+                ))
+            });
+        match outcome {
             Ok(Outcome::Accepted) => {
                 *verdicts.entry("accepted".into()).or_default() += 1;
                 if let Some(km) = &kernel_maps {
