@@ -43,6 +43,9 @@ fn libfabric_is_loaded_only_when_an_endpoint_is_opened() {
         .unwrap();
     let e = serve(rt.path(), config).unwrap_err();
     assert!(e.to_string().contains("no-such-provider"), "{e}");
-    assert!(libfabric_mapped(), "opening an endpoint did not load libfabric");
+    assert!(
+        libfabric_mapped(),
+        "opening an endpoint did not load libfabric"
+    );
     rt.unlink().unwrap();
 }

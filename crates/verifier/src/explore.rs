@@ -686,6 +686,16 @@ impl<'a> Explorer<'a> {
                         (Operand::Imm(_), Value::Scalar { val, .. }) => {
                             Value::scalar(val.alu(AluOp::Mov, &val, size == Size::DW))
                         }
+                        // A spilled register and its slot are copies: give them one id, so
+                        // that bounds learnt on either after a fill reach the other (as the
+                        // kernel does).
+                        (Operand::Reg(r), Value::Scalar { val, id: 0 })
+                            if size == Size::DW && val.const_value().is_none() =>
+                        {
+                            let id = self.fresh_id();
+                            st.set(r.index(), Value::Scalar { val, id });
+                            Value::Scalar { val, id }
+                        }
                         _ => v,
                     };
                     let PtrKind::Stack { frame } = p.kind else {
@@ -858,10 +868,14 @@ impl<'a> Explorer<'a> {
                     Value::scalar(val)
                 }
             }
-            (_, Value::Ptr(p), Value::Ptr(_)) => {
-                // Same-region subtraction (checked): an offset, not an address.
-                let _ = p;
-                Value::unknown()
+            (_, Value::Ptr(_), Value::Ptr(_)) => {
+                // Same-region subtraction (checked): an offset, not an address; a 32-bit one
+                // is zero-extended.
+                Value::scalar(if wide {
+                    Scalar::UNKNOWN
+                } else {
+                    Scalar::urange(0, u32::MAX as u64)
+                })
             }
             (_, Value::Ptr(p), Value::Scalar { val, .. })
                 if !matches!(op, AluOp::Mov | AluOp::MovSx(_)) =>
@@ -1164,7 +1178,7 @@ impl<'a> Explorer<'a> {
             }
             (Value::Ptr(p), Value::Ptr(q)) => {
                 // Packet bounds checks: `pkt + n <= pkt_end` (or `meta + n <= data`).
-                let Some(le) = implies_le(cond, taken) else {
+                let Some((le, strict)) = implies_le(cond, taken) else {
                     return Some(out);
                 };
                 let (lo, hi) = if le { (p, q) } else { (q, p) };
@@ -1179,7 +1193,8 @@ impl<'a> Explorer<'a> {
                     && lo.var.smin >= 0
                     && (lo.var.umax as u128 + lo.off as u128) <= crate::check::MAX_PACKET_OFF;
                 if bound && sane {
-                    let (kind, id, range) = (lo.kind, lo.id, lo.off);
+                    // `lo < hi` leaves one more byte before `hi` than `lo <= hi`.
+                    let (kind, id, range) = (lo.kind, lo.id, lo.off + strict as i64);
                     out.for_each_value(|v| {
                         if let Value::Ptr(r) = v {
                             if r.kind == kind && r.id == id {

@@ -211,6 +211,9 @@ enum Block {
         src: u8,
         mask: Option<i32>,
         k: i32,
+        /// How the bound is tested before the access: `r4 > r3`, `r4 >= r3`, `r3 < r4`,
+        /// `r3 <= r4` (each jumping over the access).
+        test: u8,
         through_r4: bool,
         off: i16,
         size: Size,
@@ -265,8 +268,8 @@ fn block() -> impl Strategy<Value = Block> {
         3 => (width(), alu_op(), dst_reg(), src_reg()).prop_map(|(w, o, d, s)| Block::AluReg(w, o, d, s)),
         4 => (ptr_base, adds, any::<bool>(), any::<bool>(), -8i16..40, size(), any::<bool>())
             .prop_map(|(base, adds, compare, through_base, off, size, write)| Block::PtrChain { base, adds, compare, through_base, off, size, write }),
-        3 => (reg(), proptest::option::of(prop_oneof![Just(7), Just(255), Just(0xffff), Just(-1)]), extreme32(), any::<bool>(), -2i16..20, size())
-            .prop_map(|(src, mask, k, through_r4, off, size)| Block::PacketVarCompare { src, mask, k, through_r4, off, size }),
+        3 => (reg(), proptest::option::of(prop_oneof![Just(7), Just(255), Just(0xffff), Just(-1)]), extreme32(), 0u8..4, any::<bool>(), -2i16..20, size())
+            .prop_map(|(src, mask, k, test, through_r4, off, size)| Block::PacketVarCompare { src, mask, k, test, through_r4, off, size }),
         2 => (width(), reg(), src_reg(), prop_oneof![Just(8u8), Just(16), Just(32)]).prop_map(|(w, d, s, b)| Block::MovSx(w, d, s, b)),
         2 => (reg(), prop_oneof![4 => (0i16..6).prop_map(|i| i * 4), 1 => 0i16..26], size(), any::<bool>())
             .prop_map(|(dst, off, size, sext)| Block::CtxLoad { dst, off, size, sext }),
@@ -434,6 +437,7 @@ fn lower(kind: Kind, blocks: &[Block]) -> Vec<Insn> {
                 src,
                 mask,
                 k,
+                test,
                 through_r4,
                 off,
                 size,
@@ -445,11 +449,17 @@ fn lower(kind: Kind, blocks: &[Block]) -> Vec<Insn> {
                 v.push(mov(4, 2));
                 v.push(alu(Width::W64, AluOp::Add, 4, Operand::Reg(R(5))));
                 v.push(alu(Width::W64, AluOp::Add, 4, Operand::Imm(*k)));
+                let (cond, dst, src) = match test {
+                    0 => (JmpCond::Gt, 4, 3),
+                    1 => (JmpCond::Ge, 4, 3),
+                    2 => (JmpCond::Lt, 3, 4),
+                    _ => (JmpCond::Le, 3, 4),
+                };
                 v.push(Insn::Jmp {
                     width: Width::W64,
-                    cond: JmpCond::Gt,
-                    dst: R(4),
-                    src: Operand::Reg(R(3)),
+                    cond,
+                    dst: R(dst),
+                    src: Operand::Reg(R(src)),
                     off: 1,
                 });
                 v.push(load(*size, false, 0, if *through_r4 { 4 } else { 2 }, *off));
