@@ -11,7 +11,7 @@ use rdx_bpf::asm::TestVector;
 use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::maps::MapSet;
-use rdx_testdata::vectors::{self, VectorSet};
+use rdx_testdata::vectors::{self, VectorFile, VectorSet};
 
 /// Runs a vector; `Ok(r0)` or a description of why it was rejected.
 fn run(text: &str, checked: bool) -> Result<u64, String> {
@@ -53,62 +53,58 @@ fn run(text: &str, checked: bool) -> Result<u64, String> {
 
 #[test]
 fn every_positive_vector_passes() {
-    for set in vectors::all() {
-        every_positive_vector_of_the_set_passes(&set);
-    }
-}
-
-fn every_positive_vector_of_the_set_passes(set: &VectorSet) {
-    let all = set.positive();
+    // Every set runs before the verdict, so a failure in one does not hide the other's.
     let mut failures = Vec::new();
-    for f in &all {
-        let name = &f.id;
-        let text = &f.text;
-        match run(text, true) {
-            Ok(_) => {
-                if let Err(e) = run(text, false) {
-                    failures.push(format!("{name} (unchecked): {e}"));
-                }
-            }
-            Err(e) => failures.push(format!("{name}: {e}")),
-        }
-        // Where a vector carries both forms, the assembler must produce the raw bytes.
-        let v = TestVector::parse(text).unwrap();
-        if let (Some(asm), Some(raw)) = (&v.asm, &v.raw) {
-            let ours = rdx_bpf::isa::raw_to_bytes(&rdx_bpf::asm::assemble_raw(asm).unwrap());
-            if &ours != raw {
-                failures.push(format!("{name}: assembly differs from -- raw"));
-            }
-        }
+    let mut count = 0;
+    for set in vectors::all() {
+        let all = set.positive();
+        count += all.len();
+        failures.extend(all.iter().filter_map(positive_vector_failure));
     }
     assert!(
         failures.is_empty(),
-        "{} of {} {} vectors failed:\n{}",
+        "{} of {count} vectors failed:\n{}",
         failures.len(),
-        all.len(),
-        set.name,
         failures.join("\n")
     );
 }
 
+/// Why a positive vector fails, if it does.
+fn positive_vector_failure(f: &VectorFile) -> Option<String> {
+    let name = &f.id;
+    if let Err(e) = run(&f.text, true) {
+        return Some(format!("{name}: {e}"));
+    }
+    if let Err(e) = run(&f.text, false) {
+        return Some(format!("{name} (unchecked): {e}"));
+    }
+    // Where a vector carries both forms, the assembler must produce the raw bytes.
+    let v = TestVector::parse(&f.text).unwrap();
+    if let (Some(asm), Some(raw)) = (&v.asm, &v.raw) {
+        let ours = rdx_bpf::isa::raw_to_bytes(&rdx_bpf::asm::assemble_raw(asm).unwrap());
+        if &ours != raw {
+            return Some(format!("{name}: assembly differs from -- raw"));
+        }
+    }
+    None
+}
+
 #[test]
 fn every_negative_vector_is_rejected() {
-    for set in vectors::all() {
-        let accepted: Vec<_> = set
-            .negative()
-            .iter()
-            .filter_map(|f| {
-                run(&f.text, true)
-                    .ok()
-                    .map(|r0| format!("{}: r0 = {r0:#x}", f.id))
-            })
-            .collect();
-        assert!(
-            accepted.is_empty(),
-            "negative vectors accepted:\n{}",
-            accepted.join("\n")
-        );
-    }
+    let accepted: Vec<_> = vectors::all()
+        .iter()
+        .flat_map(|set| set.negative())
+        .filter_map(|f| {
+            run(&f.text, true)
+                .ok()
+                .map(|r0| format!("{}: r0 = {r0:#x}", f.id))
+        })
+        .collect();
+    assert!(
+        accepted.is_empty(),
+        "negative vectors accepted:\n{}",
+        accepted.join("\n")
+    );
 }
 
 /// Why a negative vector of `set` is rejected.
