@@ -735,20 +735,24 @@ impl TestVector {
         Ok(v)
     }
 
-    /// The program: decoded from `-- raw` if present, else assembled from `-- asm`.
-    pub fn program(&self) -> Result<Vec<Insn>, String> {
+    /// The program as the bytes a runtime is handed: `-- raw` if present, else `-- asm`
+    /// assembled ([`assemble_raw`], so `gotol` keeps its encoding).
+    pub fn bytes(&self) -> Result<Vec<u8>, String> {
         if let Some(raw) = &self.raw {
-            return isa::decode_bytes(raw).map_err(|e| e.to_string());
+            return Ok(raw.clone());
         }
         match &self.asm {
-            Some(src) => {
-                let raw = assemble_raw(src).map_err(|e| e.to_string())?;
-                // Round-trip through the strict decoder: what the suite hands a runtime is bytes.
-                let bytes = isa::raw_to_bytes(&raw);
-                isa::decode_bytes(&bytes).map_err(|e| e.to_string())
-            }
+            Some(src) => Ok(isa::raw_to_bytes(
+                &assemble_raw(src).map_err(|e| e.to_string())?,
+            )),
             None => Err("no -- asm or -- raw section".into()),
         }
+    }
+
+    /// The program: [`TestVector::bytes`] through the strict decoder, since what the suite
+    /// hands a runtime is bytes.
+    pub fn program(&self) -> Result<Vec<Insn>, String> {
+        isa::decode_bytes(&self.bytes()?).map_err(|e| e.to_string())
     }
 }
 
