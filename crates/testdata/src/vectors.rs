@@ -106,7 +106,8 @@ pub fn own() -> VectorSet {
     VectorSet {
         name: "rdx",
         root: Path::new(env!("CARGO_MANIFEST_DIR")).join("isa-vectors"),
-        min_positive: 100,
+        // All of them: a vector removed on purpose lowers this number in the same change.
+        min_positive: 161,
     }
 }
 
