@@ -854,7 +854,9 @@ fn campaign() {
             Err(e) => {
                 *verdicts.entry("FAILED".into()).or_default() += 1;
                 if failures.len() < 5 {
-                    failures.push(format!("{e}\n{}", rdx_bpf::disasm::disassemble(&insns)));
+                    let report = format!("{e}\n{}", rdx_bpf::disasm::disassemble(&insns));
+                    eprintln!("campaign: failure {}:\n{report}", failures.len() + 1);
+                    failures.push(report);
                 }
             }
         }
