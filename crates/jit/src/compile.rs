@@ -12,7 +12,7 @@ use cranelift_codegen::isa::{self, OwnedTargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::{binemit::Reloc, FinalizedRelocTarget};
 use cranelift_frontend::FunctionBuilderContext;
-use rdx_bpf::isa::{encode, raw_to_bytes, Insn, STACK_SIZE};
+use rdx_bpf::isa::{encode, raw_to_bytes, CallTarget, Insn, STACK_SIZE};
 use target_lexicon::Triple;
 
 use crate::artifact::{
@@ -222,6 +222,36 @@ impl CompileOptions {
     }
 }
 
+/// Helper id of `bpf_tail_call`.
+pub(crate) const BPF_FUNC_TAIL_CALL: i32 = 12;
+
+/// Whether `insn` may make a tail call: a call of `bpf_tail_call`, or a `callx`, whose
+/// helper id is only known at run time.
+pub(crate) fn may_tail_call(insn: &Insn) -> bool {
+    matches!(
+        insn,
+        Insn::Call(CallTarget::Helper(BPF_FUNC_TAIL_CALL) | CallTarget::Reg(_))
+    )
+}
+
+/// The options a program is really compiled with: metering is forced on when the program
+/// may make a tail call. A tail call runs its target on the run's one budget, so the
+/// caller's own instructions must be charged to it too, whatever the verifier found its own
+/// worst case to be (a caller that is not metered would let every link of a chain spend a
+/// whole budget).
+pub(crate) fn effective_options<'o>(
+    opts: &'o CompileOptions,
+    insns: &[Insn],
+) -> std::borrow::Cow<'o, CompileOptions> {
+    if !opts.needs_budget && insns.iter().any(may_tail_call) {
+        let mut forced = opts.clone();
+        forced.needs_budget = true;
+        std::borrow::Cow::Owned(forced)
+    } else {
+        std::borrow::Cow::Borrowed(opts)
+    }
+}
+
 /// Why a program could not be compiled. Instruction indices are slot indices of the program.
 #[derive(Debug, thiserror::Error)]
 pub enum CompileError {
@@ -340,6 +370,7 @@ impl Compiler {
         if opts.pipeline == Pipeline::Baseline {
             return crate::baseline::compile(insns, opts);
         }
+        let opts = &*effective_options(opts, insns);
         if insns.is_empty() {
             return Err(CompileError::Empty);
         }

@@ -519,11 +519,8 @@ pub(crate) fn translate_function(
         blocks,
         exhausted: None,
         bad_helper: None,
-        may_stop: opts.needs_budget
-            || elite
-            || insns
-                .iter()
-                .any(|i| matches!(i, Insn::Call(CallTarget::Reg(_)))),
+        // A tail call (or a `callx`, which may be one) ends the run when it succeeds.
+        may_stop: opts.needs_budget || elite || insns.iter().any(crate::compile::may_tail_call),
         meters: Vec::new(),
         helper_sig,
         local_sig,
@@ -1593,6 +1590,9 @@ impl Translator<'_, '_> {
                 let r0 = self.b.inst_results(call)[0];
                 self.set(Reg(0), r0);
                 self.reload_budget();
+                if id as i32 == crate::compile::BPF_FUNC_TAIL_CALL {
+                    self.return_if_stopped();
+                }
             }
             CallTarget::Local(_) => {
                 let start = self.insns[pc].call_target(pc).unwrap() as usize;
@@ -1682,9 +1682,30 @@ impl Translator<'_, '_> {
                 let r0 = self.b.inst_results(call)[0];
                 self.set(Reg(0), r0);
                 self.reload_budget();
+                // The helper may have been `bpf_tail_call`.
+                self.return_if_stopped();
             }
         }
         Ok(())
+    }
+
+    /// After a call that may end the run (a tail call that succeeded, or whose target
+    /// stopped): returns at once when the run state's status is set. Nothing after a
+    /// successful tail call runs; the host returns the result it recorded. The budget in
+    /// the run state is already the target's: nothing of this frame is written back.
+    fn return_if_stopped(&mut self) {
+        let status = self
+            .b
+            .ins()
+            .load(I32, run_mem(), self.run_state, RUN_STATUS);
+        let cont = self.b.create_block();
+        let leave = self.b.create_block();
+        self.b.set_cold_block(leave);
+        self.b.ins().brif(status, leave, &[], cont, &[]);
+        self.b.switch_to_block(leave);
+        let zero = self.b.ins().iconst(I64, 0);
+        self.b.ins().return_(&[zero]);
+        self.b.switch_to_block(cont);
     }
 }
 
