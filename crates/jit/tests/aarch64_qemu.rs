@@ -181,7 +181,9 @@ fn run_on_aarch64(pipeline: Pipeline) {
             opts.helper_calls = HelperCalls::Table { table_len: 16 };
         }
         let name = p.file_stem().unwrap().to_string_lossy().into_owned();
-        add(name, &insns, &opts, v.mem.clone(), 0, v.result.unwrap(), 0);
+        // A `callx` may be a tail call, so such a program is always metered: it gets a budget.
+        let budget = if callx { 1 << 20 } else { 0 };
+        add(name, &insns, &opts, v.mem.clone(), budget, v.result.unwrap(), 0);
     }
 
     // Random programs of the differential generator, with the interpreter's r0 (which folds
