@@ -15,12 +15,11 @@ use rdx_bpf::maps::MapSet;
 use rdx_bpf::program::{MapDef, MapOrigin, MapType as BpfMapType};
 use rdx_jit::link::{link, LinkTarget};
 use rdx_jit::{Arch, CompileOptions, Compiler, Pipeline, Symbol};
-use rdx_region::abi::TailEntryTag;
 use rdx_region::layout::{active_word, offsets, MapType, SectionId, MAP_ALIGN};
 use rdx_runtime::{HookSpec, Runtime};
 use rdx_transport::context::read_context;
 use rdx_transport::shm::ShmTransport;
-use rdx_transport::xstate::{self, Copies, MapRef, MapSpec, UPDATE_ANY};
+use rdx_transport::xstate::{self, prog_array, Copies, MapRef, MapSpec, UPDATE_ANY};
 use rdx_transport::Transport;
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
@@ -337,16 +336,12 @@ impl Node {
         )
     }
 
-    /// Publishes the code at `entry` as a tail-call target (its tag, then the element).
+    /// Publishes the code at `entry` as a tail-call target (its tag, then the element), as
+    /// a control plane does.
     fn publish_target(&self, index: u32, version: u32, entry: u64, metered: bool) {
-        let flags = if metered { TailEntryTag::METERED } else { 0 };
-        self.t
-            .write(
-                entry - TailEntryTag::BYTES,
-                &TailEntryTag::new(version, flags).to_bytes(),
-            )
+        let info = self.t.info().clone();
+        prog_array::publish_target(&self.t, &info, &self.progs, index, version, entry, metered)
             .unwrap();
-        self.set_element(index, active_word(version, entry as u32));
     }
 
     /// Writes a program array element as it is, published or not.
@@ -443,7 +438,7 @@ fn tail_calls_in_native_code_end_the_run_as_in_the_interpreter() {
 /// class's budget).
 #[test]
 fn a_tail_call_in_a_loop_runs_its_target_once() {
-    let caller = program(&format!(
+    let caller = program(
         "mov %r6, %r1
          mov %r8, 0
      again:
@@ -454,8 +449,8 @@ fn a_tail_call_in_a_loop_runs_its_target_once() {
          add %r8, 1
          jlt %r8, 100000, again
          mov %r0, 1
-         exit"
-    ));
+         exit",
+    );
     for tier in TIERS {
         let mut node = Node::new(50_000);
         let (target, metered) = node.place(&program(&target_result()), tier, true);
@@ -545,6 +540,37 @@ fn forged_or_unmetered_program_array_elements_are_refused() {
         assert_eq!(node.run(&mut ctx), 42, "{tier:?}");
         assert_eq!((ctx.after, ctx.target), (0, 1));
     }
+}
+
+/// A target whose tag the control plane cleared (retired after the epoch wait) is refused
+/// even while an element still names it; `publish_target` refuses an entry with no room for
+/// its tag or outside the code arena.
+#[test]
+fn retired_targets_are_refused_and_bad_entries_are_not_published() {
+    let caller = program(&caller_loop());
+    let mut node = Node::new(1_000_000);
+    let (entry, _) = node.place(&caller, Pipeline::Baseline, false);
+    node.attach(1, entry);
+    let (target, metered) = node.place(&program(&target_result()), Pipeline::Baseline, true);
+    node.publish_target(0, 1, target, metered);
+    let mut ctx = Ctx::default();
+    assert_eq!(node.run(&mut ctx), 42);
+    prog_array::forget_target(&node.t, target).unwrap();
+    let mut ctx = Ctx::default();
+    assert_eq!(node.run(&mut ctx), 1000);
+    assert_eq!((ctx.after, ctx.target), (3, 0));
+    prog_array::retract_target(&node.t, &node.progs, 0).unwrap();
+    assert_eq!(node.element(0), 0);
+    let info = node.t.info().clone();
+    let code = info.section(SectionId::Code);
+    for bad in [code.offset, target + 8, code.end(), 16] {
+        assert!(
+            prog_array::publish_target(&node.t, &info, &node.progs, 1, 1, bad, true).is_err(),
+            "{bad:#x}"
+        );
+    }
+    assert!(prog_array::publish_target(&node.t, &info, &node.progs, 4, 1, target, true).is_err());
+    assert!(prog_array::publish_target(&node.t, &info, &node.progs, 1, 0, target, true).is_err());
 }
 
 /// The data-map helpers refuse a program array: a program cannot write (or clear) the jump
