@@ -14,7 +14,8 @@ use rdx_bpf::isa::{ImmKind, Insn};
 use rdx_bpf::maps::MapSet;
 use rdx_bpf::program::{MapDef, MapOrigin, MapType as BpfMapType};
 use rdx_jit::link::{link, LinkTarget};
-use rdx_jit::{Arch, CompileOptions, Compiler, Pipeline, Symbol};
+use rdx_jit::{Arch, CompileOptions, Compiler, Pipeline, Speculation, Symbol};
+use rdx_region::abi::{FallbackLocator, FALLBACK_MAGIC};
 use rdx_region::layout::{active_word, offsets, MapType, SectionId, MAP_ALIGN};
 use rdx_runtime::{HookSpec, Runtime};
 use rdx_transport::context::read_context;
@@ -299,9 +300,13 @@ impl Node {
 
     /// Compiles, links and writes `insns` 16 bytes into a fresh 4 KiB of the arena (room for
     /// a tag before its entry); returns the entry's region offset and whether it is metered.
-    fn place(&mut self, insns: &[Insn], pipeline: Pipeline, needs_budget: bool) -> (u64, bool) {
+    fn place(&mut self, insns: &[Insn], tier: Tier, needs_budget: bool) -> (u64, bool) {
         let mut opts = CompileOptions::new(Arch::X86_64);
-        opts.pipeline = pipeline;
+        match tier {
+            Tier::Optimizing => {}
+            Tier::Baseline => opts.pipeline = Pipeline::Baseline,
+            Tier::Elite => opts.speculation = Some(Speculation::default()),
+        }
         opts.needs_budget = needs_budget;
         let (artifact, _) = Compiler::new(Arch::X86_64)
             .unwrap()
@@ -389,7 +394,28 @@ impl Drop for Node {
     }
 }
 
-const TIERS: [Pipeline; 2] = [Pipeline::Optimizing, Pipeline::Baseline];
+/// How the callers of a test are compiled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tier {
+    Optimizing,
+    Baseline,
+    /// An elite artifact (no guards): its eBPF frames live in the run state, where a
+    /// target's would too if an elite target could be entered (none can: its record's
+    /// fallback locator is where the tag would be).
+    Elite,
+}
+
+impl Tier {
+    /// How this tier's tail-call targets are compiled.
+    fn target(self) -> Tier {
+        match self {
+            Tier::Elite => Tier::Optimizing,
+            other => other,
+        }
+    }
+}
+
+const TIERS: [Tier; 3] = [Tier::Optimizing, Tier::Baseline, Tier::Elite];
 
 /// Every caller and index, in both tiers, against the interpreter: the same result and the
 /// same side effects, so a successful tail call never returns to its caller.
@@ -407,7 +433,7 @@ fn tail_calls_in_native_code_end_the_run_as_in_the_interpreter() {
             let mut node = Node::new(1_000_000);
             for (i, t) in targets.iter().enumerate() {
                 if let Some(t) = t {
-                    let (entry, metered) = node.place(t, tier, true);
+                    let (entry, metered) = node.place(t, tier.target(), true);
                     node.publish_target(i as u32, 1, entry, metered);
                 }
             }
@@ -453,7 +479,7 @@ fn a_tail_call_in_a_loop_runs_its_target_once() {
     );
     for tier in TIERS {
         let mut node = Node::new(50_000);
-        let (target, metered) = node.place(&program(&target_result()), tier, true);
+        let (target, metered) = node.place(&program(&target_result()), tier.target(), true);
         node.publish_target(0, 1, target, metered);
         let (entry, _) = node.place(&caller, tier, false);
         node.attach(1, entry);
@@ -476,7 +502,7 @@ fn a_tail_call_chain_runs_on_one_budget() {
     for tier in TIERS {
         let mut node = Node::new(BUDGET);
         // Each loop iteration is 4 instructions: 3000 iterations are 12 000 of the 20 000.
-        let (target, metered) = node.place(&program(&spin(3000)), tier, true);
+        let (target, metered) = node.place(&program(&spin(3000)), tier.target(), true);
         node.publish_target(0, 1, target, metered);
         let (light, _) = node.place(&program(&spin_then_tail_call(100, 0)), tier, false);
         let (heavy, _) = node.place(&program(&spin_then_tail_call(3000, 0)), tier, false);
@@ -510,9 +536,9 @@ fn forged_or_unmetered_program_array_elements_are_refused() {
         let mut node = Node::new(1_000_000);
         let (entry, _) = node.place(&caller, tier, false);
         node.attach(1, entry);
-        let (target, metered) = node.place(&program(&target_result()), tier, true);
+        let (target, metered) = node.place(&program(&target_result()), tier.target(), true);
         node.publish_target(0, 3, target, metered);
-        let (unmetered, metered) = node.place(&program(&target_result()), tier, false);
+        let (unmetered, metered) = node.place(&program(&target_result()), tier.target(), false);
         assert!(!metered);
         node.publish_target(1, 1, unmetered, false);
         // Aligned entries in the code arena that were never published as targets.
@@ -549,9 +575,9 @@ fn forged_or_unmetered_program_array_elements_are_refused() {
 fn retired_targets_are_refused_and_bad_entries_are_not_published() {
     let caller = program(&caller_loop());
     let mut node = Node::new(1_000_000);
-    let (entry, _) = node.place(&caller, Pipeline::Baseline, false);
+    let (entry, _) = node.place(&caller, Tier::Baseline, false);
     node.attach(1, entry);
-    let (target, metered) = node.place(&program(&target_result()), Pipeline::Baseline, true);
+    let (target, metered) = node.place(&program(&target_result()), Tier::Baseline, true);
     node.publish_target(0, 1, target, metered);
     let mut ctx = Ctx::default();
     assert_eq!(node.run(&mut ctx), 42);
@@ -570,6 +596,16 @@ fn retired_targets_are_refused_and_bad_entries_are_not_published() {
         );
     }
     assert!(prog_array::publish_target(&node.t, &info, &node.progs, 4, 1, target, true).is_err());
+    // Elite code: its record's fallback locator is where the tag would go.
+    let locator = FallbackLocator {
+        magic: FALLBACK_MAGIC,
+        image_offset: 4096,
+        image_len: 64,
+    };
+    node.t
+        .write(target - FallbackLocator::BYTES, &locator.to_bytes())
+        .unwrap();
+    assert!(prog_array::publish_target(&node.t, &info, &node.progs, 1, 2, target, true).is_err());
     assert!(prog_array::publish_target(&node.t, &info, &node.progs, 1, 0, target, true).is_err());
 }
 
@@ -604,7 +640,7 @@ fn map_helpers_never_touch_a_program_array() {
     let prog = program(src);
     for tier in TIERS {
         let mut node = Node::new(1_000_000);
-        let (target, metered) = node.place(&program(&target_result()), tier, true);
+        let (target, metered) = node.place(&program(&target_result()), tier.target(), true);
         node.publish_target(0, 1, target, metered);
         node.publish_target(1, 1, target, metered);
         let before = (node.element(0), node.element(1));

@@ -60,6 +60,13 @@ pub fn publish_target<T: Transport + ?Sized>(
     }
     let flags = if metered { TailEntryTag::METERED } else { 0 };
     let tag_at = entry - TailEntryTag::BYTES;
+    if t.read_u64(tag_at)? == rdx_region::abi::FALLBACK_MAGIC {
+        // Overwriting the locator would cost the elite code its fallback image, and a tail
+        // call could not continue its deoptimised runs anyway (the hook's image is not its).
+        return invalid(format!(
+            "entry {entry:#x} is elite code (a fallback locator precedes it): not a tail-call target"
+        ));
+    }
     t.write(tag_at, &TailEntryTag::new(version, flags).to_bytes())?;
     // The tag is visible before the element that leads to it.
     t.fence()?;
