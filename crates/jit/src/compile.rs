@@ -155,6 +155,11 @@ pub struct CompileOptions {
     pub inline_arrays: BTreeMap<u32, InlineArray>,
     /// Cranelift's pipeline (optimizing by default).
     pub pipeline: Pipeline,
+    /// Constant blinding (on by default): on x86-64, whose instructions can be decoded from
+    /// any byte, a program-chosen constant beyond 16 bits never appears as it is in the code;
+    /// it is emitted xored with a key chosen at random for each compilation and unmasked at
+    /// run time (see `docs/jit.md`, "Constant blinding"). Off only to measure its cost.
+    pub blind_constants: bool,
 }
 
 impl CompileOptions {
@@ -170,6 +175,7 @@ impl CompileOptions {
             branch_counters: None,
             inline_arrays: BTreeMap::new(),
             pipeline: Pipeline::Optimizing,
+            blind_constants: true,
         }
     }
 
@@ -218,6 +224,9 @@ impl CompileOptions {
         if self.pipeline != Pipeline::Optimizing {
             text.push_str(&format!(";pipeline={:?}", self.pipeline));
         }
+        if !self.blind_constants {
+            text.push_str(";blind=false");
+        }
         sha256(&[text.as_bytes()])
     }
 }
@@ -249,6 +258,54 @@ pub(crate) fn effective_options<'o>(
         std::borrow::Cow::Owned(forced)
     } else {
         std::borrow::Cow::Borrowed(opts)
+    }
+}
+
+/// Whether constants are blinded in code compiled with `opts`: asked for, and the target is
+/// x86-64. aarch64 instructions are fixed 4-byte words decoded only at 4-byte boundaries,
+/// and a constant enters them at most 16 bits at a time inside an opcode (`movz`/`movk`,
+/// 12-bit arithmetic immediates), so no program-chosen byte sequence there is an
+/// instruction of the program's choosing.
+pub(crate) fn blinds_constants(opts: &CompileOptions) -> bool {
+    opts.blind_constants && opts.arch == Arch::X86_64
+}
+
+/// Whether a program constant may appear in code as it is when blinding: one that fits in
+/// 16 bits (sign-extended) puts at most two chosen bytes next to each other, the rest being
+/// all zeros or all ones, as the small offsets, masks and loop bounds of real programs do.
+pub(crate) fn plain_constant(value: i64) -> bool {
+    (-(1 << 15)..(1 << 15)).contains(&value)
+}
+
+/// The random keys of one compilation's constant blinding: seeded from the kernel's random
+/// source, then a fresh key per constant (splitmix64), so that nothing about one key tells
+/// anything about another.
+pub(crate) struct BlindingKeys(u64);
+
+impl BlindingKeys {
+    pub(crate) fn new() -> Self {
+        let mut seed = [0u8; 8];
+        // SAFETY: getrandom writes at most `seed.len()` bytes into the buffer.
+        let got = unsafe { libc::getrandom(seed.as_mut_ptr().cast(), seed.len(), 0) };
+        let mut state = u64::from_le_bytes(seed);
+        if got != seed.len() as isize {
+            // No random source (seccomp, very early boot): a per-process address and the
+            // clock, still unknown to the program being compiled.
+            let clock = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            state = clock ^ (&seed as *const _ as u64).rotate_left(32);
+        }
+        Self(state)
+    }
+
+    /// The next key.
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
     }
 }
 
@@ -396,6 +453,7 @@ impl Compiler {
             }
         }
         let mut live_slots = 0usize;
+        let mut keys = BlindingKeys::new();
 
         let mut symbols: Vec<Symbol> = Vec::new();
         let mut code: Vec<u8> = Vec::new();
@@ -424,6 +482,7 @@ impl Compiler {
                 fi,
                 opts,
                 &mut symbols,
+                &mut keys,
             )?;
             if opts.verify_ir {
                 ctx.verify(isa).map_err(|e| CompileError::Codegen {

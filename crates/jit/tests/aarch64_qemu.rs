@@ -183,7 +183,15 @@ fn run_on_aarch64(pipeline: Pipeline) {
         let name = p.file_stem().unwrap().to_string_lossy().into_owned();
         // A `callx` may be a tail call, so such a program is always metered: it gets a budget.
         let budget = if callx { 1 << 20 } else { 0 };
-        add(name, &insns, &opts, v.mem.clone(), budget, v.result.unwrap(), 0);
+        add(
+            name,
+            &insns,
+            &opts,
+            v.mem.clone(),
+            budget,
+            v.result.unwrap(),
+            0,
+        );
     }
 
     // Random programs of the differential generator, with the interpreter's r0 (which folds

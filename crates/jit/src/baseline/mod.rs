@@ -132,7 +132,11 @@ pub(crate) fn compile(
 ) -> Result<(Artifact, CompileStats), CompileError> {
     let opts = &*crate::compile::effective_options(opts, insns);
     match opts.arch {
-        Arch::X86_64 => compile_with(x64::X64::new(insns.len()), insns, opts),
+        Arch::X86_64 => compile_with(
+            x64::X64::new(insns.len(), crate::compile::blinds_constants(opts)),
+            insns,
+            opts,
+        ),
         Arch::Aarch64 => compile_with(a64::A64::new(insns.len()), insns, opts),
     }
 }
@@ -559,7 +563,7 @@ impl Driver<'_> {
         }) = self.chained(plan, next)
         {
             // The load replaces rX: the address itself is never observed.
-            if dst == x && base == x {
+            if dst == x && base == x && self.displacement_shown(disp + off as i64) {
                 if let Ok(d) = i32::try_from(disp + off as i64) {
                     addr.disp = d;
                     e.load_addr(size, sign_extend, x, addr);
@@ -567,12 +571,19 @@ impl Driver<'_> {
                 }
             }
         }
-        if next - pc < 2 {
+        if next - pc < 2 || !self.displacement_shown(disp) {
             return None;
         }
         addr.disp = i32::try_from(disp).ok()?;
         e.lea(x, addr);
         Some(next - pc)
+    }
+
+    /// Whether a displacement the program's constants add up to may appear in the code as
+    /// it is: blinding is off, or it is small. A larger one is not folded into an address:
+    /// the instructions are emitted one by one, with their constants blinded.
+    fn displacement_shown(&self, disp: i64) -> bool {
+        !crate::compile::blinds_constants(self.opts) || crate::compile::plain_constant(disp)
     }
 
     /// Whether `reg`'s value on entry to slot `pc` is never read: overwritten first in the
