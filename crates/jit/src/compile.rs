@@ -271,10 +271,11 @@ pub(crate) fn blinds_constants(opts: &CompileOptions) -> bool {
 }
 
 /// Whether a program constant may appear in code as it is when blinding: one that fits in
-/// 16 bits (sign-extended) puts at most two chosen bytes next to each other, the rest being
-/// all zeros or all ones, as the small offsets, masks and loop bounds of real programs do.
+/// 16 bits (sign- or zero-extended) puts at most two chosen bytes next to each other, the
+/// rest being all zeros or all ones, as the offsets, masks, ports, ethertypes and loop
+/// bounds of real programs do.
 pub(crate) fn plain_constant(value: i64) -> bool {
-    (-(1 << 15)..(1 << 15)).contains(&value)
+    (-(1 << 15)..(1 << 16)).contains(&value)
 }
 
 /// The random keys of one compilation's constant blinding: seeded from the kernel's random

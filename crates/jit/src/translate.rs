@@ -143,8 +143,14 @@ struct Blinding<'k> {
     keys: &'k mut BlindingKeys,
     /// The function's base key, as compiled into its entry block.
     base: u64,
-    /// The same key loaded back at run time with an atomic load, which the optimizer cannot
-    /// see through: constants computed from it are never folded back into the plain value.
+    /// The key of each constant blinded so far (by type and value): the same constant gets
+    /// the same key, so that the optimizer can share its computation (a multiplier used in
+    /// every round of a hash is unmasked once), while different constants keep different
+    /// keys.
+    used: HashMap<(Type, i64), u64>,
+    /// The same key as a run-time value the optimizer cannot see through (selected on the
+    /// frame pointer being nonzero): constants computed from it are never folded back into
+    /// the plain value.
     opaque: Value,
 }
 
@@ -463,12 +469,20 @@ pub(crate) fn translate_function(
         && insns[plan.start..plan.end].iter().any(has_chosen_constant))
     .then(|| {
         let base = keys.next();
-        let slot = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 8, 3));
+        // `base` where the frame pointer is nonzero, which it always is: a value the
+        // optimizer cannot fold, with no memory access (a stack store and an atomic load
+        // back cost a store-forwarding delay on every call).
+        let fp = b.ins().get_frame_pointer(ptr);
+        let nonzero = b.ins().icmp_imm_s(IntCC::NotEqual, fp, 0);
         let k = b.ins().iconst(I64, base as i64);
-        b.ins().stack_store(ptr, k, slot, 0);
-        let at = b.ins().stack_addr(ptr, slot, 0);
-        let opaque = b.ins().atomic_load(I64, MemFlagsData::trusted(), at);
-        Blinding { keys, base, opaque }
+        let zero = b.ins().iconst(I64, 0);
+        let opaque = b.ins().select_spectre_guard(nonzero, k, zero);
+        Blinding {
+            keys,
+            base,
+            opaque,
+            used: HashMap::new(),
+        }
     });
 
     // Loop exit stubs: a block inside a loop (between a back-edge's target and its source)
@@ -1153,7 +1167,14 @@ impl Translator<'_, '_> {
         let Some(blinding) = self.blinding.as_mut().filter(|_| !plain_constant(narrow)) else {
             return self.b.ins().iconst(ty, value);
         };
-        let d = blinding.keys.next();
+        let d = match blinding.used.get(&(ty, value)) {
+            Some(&d) => d,
+            None => {
+                let d = blinding.keys.next();
+                blinding.used.insert((ty, value), d);
+                d
+            }
+        };
         let masked = (value as u64) ^ blinding.base.wrapping_add(d);
         let opaque = blinding.opaque;
         let key = if ty == I64 {
