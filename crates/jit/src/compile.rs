@@ -278,36 +278,50 @@ pub(crate) fn plain_constant(value: i64) -> bool {
     (-(1 << 15)..(1 << 16)).contains(&value)
 }
 
-/// The random keys of one compilation's constant blinding: seeded from the kernel's random
-/// source, then a fresh key per constant (splitmix64), so that nothing about one key tells
-/// anything about another.
+/// The random keys of one compilation's constant blinding: a stream (splitmix64) that
+/// starts from a process-wide secret drawn once from the kernel's random source, at a
+/// position no other compilation of this process uses, and gives a fresh key per constant,
+/// so that nothing about one key tells anything about another. (One `getrandom` per
+/// compilation cost the baseline tier a tenth of its compile time.)
 pub(crate) struct BlindingKeys(u64);
 
 impl BlindingKeys {
     pub(crate) fn new() -> Self {
-        let mut seed = [0u8; 8];
-        // SAFETY: getrandom writes at most `seed.len()` bytes into the buffer.
-        let got = unsafe { libc::getrandom(seed.as_mut_ptr().cast(), seed.len(), 0) };
-        let mut state = u64::from_le_bytes(seed);
-        if got != seed.len() as isize {
-            // No random source (seccomp, very early boot): a per-process address and the
-            // clock, still unknown to the program being compiled.
-            let clock = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
-            state = clock ^ (&seed as *const _ as u64).rotate_left(32);
-        }
-        Self(state)
+        static SECRET: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        static COMPILATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let secret = *SECRET.get_or_init(|| {
+            let mut seed = [0u8; 8];
+            // SAFETY: getrandom writes at most `seed.len()` bytes into the buffer.
+            let got = unsafe { libc::getrandom(seed.as_mut_ptr().cast(), seed.len(), 0) };
+            if got == seed.len() as isize {
+                u64::from_le_bytes(seed)
+            } else {
+                // No random source (seccomp, very early boot): the clock and an address,
+                // still unknown to the programs being compiled.
+                let clock = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+                clock ^ (&seed as *const _ as u64).rotate_left(32)
+            }
+        });
+        let n = COMPILATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // A starting point on the stream that depends on the secret and this compilation's
+        // number through the mixing function: unrelated to any other compilation's.
+        Self(secret ^ mix64(n ^ 0x5851_f42d_4c95_7f2d))
     }
 
     /// The next key.
     pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        mix64(self.0)
     }
+}
+
+/// splitmix64's output function.
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Why a program could not be compiled. Instruction indices are slot indices of the program.
