@@ -14,7 +14,9 @@ use rdx_bpf::isa::{ImmKind, Insn};
 use rdx_bpf::maps::MapSet;
 use rdx_bpf::program::{MapDef, MapOrigin, MapType as BpfMapType};
 use rdx_jit::link::{link, LinkTarget};
-use rdx_jit::{Arch, CompileOptions, Compiler, Pipeline, Speculation, Symbol};
+use rdx_jit::{
+    branch_sites, Arch, CompileOptions, Compiler, Expect, Pipeline, Speculation, Symbol,
+};
 use rdx_region::abi::{FallbackLocator, FALLBACK_MAGIC};
 use rdx_region::layout::{active_word, offsets, MapType, SectionId, MAP_ALIGN};
 use rdx_runtime::{HookSpec, Runtime};
@@ -341,6 +343,61 @@ impl Node {
         )
     }
 
+    /// Compiles `insns` as an elite artifact whose every conditional jump is speculated not
+    /// taken, and writes it as a control plane writes an elite record: fallback locator,
+    /// code (entry first), fallback image. Returns the entry's region offset.
+    fn place_elite_with_image(&mut self, insns: &[Insn]) -> u64 {
+        let mut opts = CompileOptions::new(Arch::X86_64);
+        opts.speculation = Some(Speculation {
+            guards: branch_sites(insns)
+                .into_iter()
+                .map(|pc| (pc, Expect::NotTaken))
+                .collect(),
+        });
+        let (artifact, _) = Compiler::new(Arch::X86_64)
+            .unwrap()
+            .compile(insns, &opts)
+            .unwrap();
+        let info = self.t.info().clone();
+        let ctx = read_context(&self.t, &info).unwrap();
+        let progs = info.base_address + self.progs.offset;
+        let resolve = |s: &Symbol| -> Option<u64> {
+            match s {
+                Symbol::Map(0) => Some(progs),
+                other => ctx
+                    .iter()
+                    .find(|c| c.symbol() == other.to_string())
+                    .map(|c| c.addr),
+            }
+        };
+        let entry = self.next_code + FallbackLocator::BYTES;
+        let linked = link(
+            &artifact,
+            LinkTarget::new(Arch::X86_64),
+            &resolve,
+            info.base_address + entry,
+        )
+        .unwrap();
+        assert_eq!(linked.entry_offset, 0);
+        let ops = rdx_bpf::interp::lower_linked(insns, |kind, index, _| {
+            (kind == ImmKind::MapIdx && index == 0).then_some(progs)
+        })
+        .unwrap();
+        let image = rdx_exec::image::encode(&ops);
+        let image_offset = (linked.code.len() as u64).next_multiple_of(16);
+        assert!(FallbackLocator::BYTES + image_offset + (image.len() as u64) < 4096);
+        let locator = FallbackLocator {
+            magic: FALLBACK_MAGIC,
+            image_offset: image_offset as u32,
+            image_len: image.len() as u32,
+        };
+        self.t.write(self.next_code, &locator.to_bytes()).unwrap();
+        self.t.write(entry, &linked.code).unwrap();
+        self.t.write(entry + image_offset, &image).unwrap();
+        self.next_code += 4096;
+        entry
+    }
+
     /// Publishes the code at `entry` as a tail-call target (its tag, then the element), as
     /// a control plane does.
     fn publish_target(&self, index: u32, version: u32, entry: u64, metered: bool) {
@@ -566,6 +623,65 @@ fn forged_or_unmetered_program_array_elements_are_refused() {
         assert_eq!(node.run(&mut ctx), 42, "{tier:?}");
         assert_eq!((ctx.after, ctx.target), (0, 1));
     }
+}
+
+/// A run that leaves elite code at a failed guard and continues in its fallback image (the
+/// interpreter) follows the same rules there: a successful tail call ends the run with the
+/// target's result, a failed one lets it go on, and a target that spends the budget fails
+/// the run.
+#[test]
+fn tail_calls_from_a_deoptimised_run_end_it_as_in_native_code() {
+    // Speculated: value <= 100 (no tail call). Above, the guard fails and the interpreter
+    // continues: it tail-calls index `value - 101`.
+    let caller = program(&format!(
+        "mov %r6, %r1
+         ldxdw %r3, [%r1]
+         jgt %r3, 100, far
+         mov %r0, 7
+         exit
+     far:
+         {before}
+         ldxdw %r3, [%r6]
+         sub %r3, 101
+         mov %r1, %r6
+         lddw %r2, 0
+         call 12
+         {after}
+         mov %r0, 1000
+         exit",
+        before = bump("%r6", 8),
+        after = bump("%r6", 16),
+    ));
+    let mut node = Node::new(50_000);
+    let (target, metered) = node.place(&program(&target_result()), Tier::Optimizing, true);
+    node.publish_target(0, 1, target, metered);
+    let (hog, metered) = node.place(&program(&spin(100_000)), Tier::Optimizing, true);
+    node.publish_target(1, 1, hog, metered);
+    let entry = node.place_elite_with_image(&caller);
+    node.attach(1, entry);
+    let run = |value: u64| {
+        let mut ctx = Ctx {
+            value,
+            ..Ctx::default()
+        };
+        (node.run(&mut ctx), ctx)
+    };
+    assert_eq!(run(5).0, 7, "the fast path");
+    let (r0, ctx) = run(101);
+    assert_eq!(r0, 101 + 42, "index 0: the target's result");
+    assert_eq!((ctx.before, ctx.after, ctx.target), (1, 0, 1));
+    let (r0, ctx) = run(103);
+    assert_eq!(r0, 1000, "index 2 is empty: the run goes on");
+    assert_eq!((ctx.before, ctx.after, ctx.target), (1, 1, 0));
+    let before = node.rt.hook("h").unwrap().stats();
+    assert_eq!(
+        run(102).0,
+        DEFAULT,
+        "index 1 spends the budget: the run fails"
+    );
+    let after = node.rt.hook("h").unwrap().stats();
+    assert_eq!(after.failures, before.failures + 1);
+    assert_eq!(after.deopts, before.deopts + 1);
 }
 
 /// A target whose tag the control plane cleared (retired after the epoch wait) is refused
