@@ -168,7 +168,17 @@ fn run_on_aarch64(pipeline: Pipeline) {
         if callx {
             opts.helper_calls = HelperCalls::Table { table_len: 16 };
         }
-        add(f.id, &insns, &opts, v.mem.clone(), 0, v.result.unwrap(), 0);
+        // A `callx` may be a tail call, so such a program is always metered: it gets a budget.
+        let budget = if callx { 1 << 20 } else { 0 };
+        add(
+            f.id,
+            &insns,
+            &opts,
+            v.mem.clone(),
+            budget,
+            v.result.unwrap(),
+            0,
+        );
     }
 
     // Random programs of the differential generator, with the interpreter's r0 (which folds
@@ -268,6 +278,29 @@ fn run_on_aarch64(pipeline: Pipeline) {
             let mut o = metered.clone();
             o.helper_calls = mode;
             add(name.into(), &calls, &o, None, 1 << 20, 712345, 0);
+        }
+    }
+
+    // Tail calls (the harness's helper 12 succeeds for index 0 by setting the status to
+    // TailCalled, 4): a failed one lets the program go on, a successful one returns at once,
+    // from the entry function and from a subprogram. Such programs are always metered.
+    let tail_main = assemble(
+        "mov %r6, 0\nmov %r3, 1\ncall 12\nadd %r6, 1\nmov %r3, 0\ncall 12\nadd %r6, 100\n\
+         mov %r0, %r6\nexit",
+    )
+    .unwrap();
+    let tail_sub = assemble(
+        "mov %r6, 5\ncall local sub\nmov %r0, 99\nexit\nsub:\nmov %r3, 0\ncall 12\nmov %r0, 7\nexit",
+    )
+    .unwrap();
+    for (name, prog) in [("tail-call-main", &tail_main), ("tail-call-sub", &tail_sub)] {
+        for (mode, how) in [
+            (HelperCalls::Direct, "direct"),
+            (HelperCalls::Table { table_len: 16 }, "table"),
+        ] {
+            let mut o = CompileOptions::new(Arch::Aarch64);
+            o.helper_calls = mode;
+            add(format!("{name}-{how}"), prog, &o, None, 1 << 20, 0, 4);
         }
     }
 

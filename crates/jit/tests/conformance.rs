@@ -81,7 +81,9 @@ fn jit(
     } else {
         (std::ptr::null_mut(), 0)
     };
-    let mut run = RunState::new(0);
+    // Programs with a `callx` (which may be a tail call) are always metered: a budget no
+    // vector comes near.
+    let mut run = RunState::new(1 << 30);
     // SAFETY: the vectors are conformance programs that touch only their memory and stack;
     // each has just run to completion in the checked interpreter.
     let r0 = unsafe { code.call_with_len(ptr, &mut run, len) };
