@@ -478,6 +478,13 @@ fn tokenize(text: &str) -> Vec<&str> {
 /// Assembles `source` into a slot-indexed program (one [`Insn`] per slot; `lddw` is followed
 /// by [`Insn::LoadImm64Hi`]).
 pub fn assemble(source: &str) -> Result<Vec<Insn>, AsmError> {
+    Ok(assemble_slots(source)?.0)
+}
+
+/// [`assemble`], and the slots written as `ja32`/`gotol`: an [`Insn::Ja`] does not say which
+/// encoding it came from, and [`assemble_raw`] must keep the one the source asked for.
+fn assemble_slots(source: &str) -> Result<(Vec<Insn>, Vec<usize>), AsmError> {
+    let mut long_jumps = Vec::new();
     let mut pending: Vec<Pending> = Vec::new();
     let mut labels: HashMap<String, usize> = HashMap::new();
     let mut slot = 0usize;
@@ -539,6 +546,9 @@ pub fn assemble(source: &str) -> Result<Vec<Insn>, AsmError> {
                     if rel > limit || rel < -limit - 1 {
                         return Err(err(p.line, format!("jump offset {rel} out of range")));
                     }
+                    if long {
+                        long_jumps.push(pc);
+                    }
                     *off = rel as i32;
                 }
                 Insn::Jmp { off, .. } => {
@@ -557,12 +567,21 @@ pub fn assemble(source: &str) -> Result<Vec<Insn>, AsmError> {
             out.push(Insn::LoadImm64Hi);
         }
     }
-    Ok(out)
+    Ok((out, long_jumps))
 }
 
-/// Assembles to raw slots; `ja32`/`gotol` always use the 32-bit form.
+/// Assembles to raw slots; `ja32`/`gotol` always use the 32-bit form (JMP32 class, offset in
+/// the immediate), even where a 16-bit `ja` would reach, which [`isa::encode`] alone would
+/// pick.
 pub fn assemble_raw(source: &str) -> Result<Vec<isa::RawInsn>, AsmError> {
-    Ok(isa::encode(&assemble(source)?))
+    let (insns, long_jumps) = assemble_slots(source)?;
+    let mut raw = isa::encode(&insns);
+    for slot in long_jumps {
+        if let Insn::Ja { off } = insns[slot] {
+            raw[slot] = isa::RawInsn::new(isa::op::CLASS_JMP32 | isa::op::JMP_JA, 0, 0, 0, off);
+        }
+    }
+    Ok(raw)
 }
 
 /// A bpf_conformance `.data` test vector.
@@ -716,20 +735,24 @@ impl TestVector {
         Ok(v)
     }
 
-    /// The program: decoded from `-- raw` if present, else assembled from `-- asm`.
-    pub fn program(&self) -> Result<Vec<Insn>, String> {
+    /// The program as the bytes a runtime is handed: `-- raw` if present, else `-- asm`
+    /// assembled ([`assemble_raw`], so `gotol` keeps its encoding).
+    pub fn bytes(&self) -> Result<Vec<u8>, String> {
         if let Some(raw) = &self.raw {
-            return isa::decode_bytes(raw).map_err(|e| e.to_string());
+            return Ok(raw.clone());
         }
         match &self.asm {
-            Some(src) => {
-                let insns = assemble(src).map_err(|e| e.to_string())?;
-                // Round-trip through the strict decoder: what the suite hands a runtime is bytes.
-                let bytes = isa::raw_to_bytes(&isa::encode(&insns));
-                isa::decode_bytes(&bytes).map_err(|e| e.to_string())
-            }
+            Some(src) => Ok(isa::raw_to_bytes(
+                &assemble_raw(src).map_err(|e| e.to_string())?,
+            )),
             None => Err("no -- asm or -- raw section".into()),
         }
+    }
+
+    /// The program: [`TestVector::bytes`] through the strict decoder, since what the suite
+    /// hands a runtime is bytes.
+    pub fn program(&self) -> Result<Vec<Insn>, String> {
+        isa::decode_bytes(&self.bytes()?).map_err(|e| e.to_string())
     }
 }
 
@@ -777,6 +800,17 @@ mod tests {
         assert_eq!(insns[10], Insn::Call(CallTarget::Local(7)));
         assert_eq!(insns[12], Insn::Call(CallTarget::Reg(Reg(2))));
         assert!(isa::decode(&isa::encode(&insns)).is_ok());
+    }
+
+    #[test]
+    fn gotol_keeps_its_32_bit_encoding() {
+        // A short `gotol` is the JMP32-class `ja` with the offset in the immediate, not the
+        // 16-bit `ja` that `isa::encode` would choose for the same distance.
+        let raw = assemble_raw("gotol +1\nja +1\nexit\nexit").unwrap();
+        assert_eq!(raw[0], isa::RawInsn::new(0x06, 0, 0, 0, 1));
+        assert_eq!(raw[1], isa::RawInsn::new(0x05, 0, 0, 1, 0));
+        let decoded = isa::decode(&raw).unwrap();
+        assert_eq!(decoded, assemble("gotol +1\nja +1\nexit\nexit").unwrap());
     }
 
     #[test]

@@ -1,50 +1,17 @@
-//! The bpf_conformance vectors through the interpreter: every vector in `tests/` must produce
-//! its `-- result`, in checked and in unchecked mode, and every vector in `negative/` must be
+//! The ISA test vectors through the interpreter: every vector in `tests/` must produce its
+//! `-- result`, in checked and in unchecked mode, and every vector in `negative/` must be
 //! rejected (by the `.data` parser, the assembler, the decoder, preparation, a run-time error
 //! or a result that differs from `-- result`).
 //!
-//! The vectors live outside the repository: `RDX_CONFORMANCE_DIR`, or
-//! `../../../shared/conformance` relative to this crate. Missing vectors fail the test.
-
-use std::path::{Path, PathBuf};
+//! Two sets (`rdx_testdata::vectors`): rdx's own vectors, written from RFC 9669, always run;
+//! the external bpf_conformance suite runs when `RDX_CONFORMANCE_DIR` or
+//! `../shared/conformance` holds it, and is reported as skipped otherwise.
 
 use rdx_bpf::asm::TestVector;
 use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::maps::MapSet;
-
-fn conformance_dir() -> PathBuf {
-    let dir = std::env::var_os("RDX_CONFORMANCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance")
-        });
-    assert!(
-        dir.join("tests").is_dir(),
-        "conformance vectors not found at {} (set RDX_CONFORMANCE_DIR)",
-        dir.display()
-    );
-    dir
-}
-
-fn vectors(sub: &str) -> Vec<(String, String)> {
-    let mut files: Vec<_> = std::fs::read_dir(conformance_dir().join(sub))
-        .expect("vector directory is readable")
-        .map(|e| e.expect("directory entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "data"))
-        .collect();
-    files.sort();
-    files
-        .into_iter()
-        .map(|p| {
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            // Vectors are ASCII, but a stray byte must not abort the whole suite.
-            let text = String::from_utf8_lossy(&std::fs::read(&p).expect("vector is readable"))
-                .into_owned();
-            (name, text)
-        })
-        .collect()
-}
+use rdx_testdata::vectors::{self, VectorFile, VectorSet};
 
 /// Runs a vector; `Ok(r0)` or a description of why it was rejected.
 fn run(text: &str, checked: bool) -> Result<u64, String> {
@@ -86,50 +53,51 @@ fn run(text: &str, checked: bool) -> Result<u64, String> {
 
 #[test]
 fn every_positive_vector_passes() {
-    let all = vectors("tests");
-    assert!(
-        all.len() >= 313,
-        "expected at least 313 vectors, found {}",
-        all.len()
-    );
+    // Every set runs before the verdict, so a failure in one does not hide the other's.
     let mut failures = Vec::new();
-    for (name, text) in &all {
-        match run(text, true) {
-            Ok(_) => {
-                if let Err(e) = run(text, false) {
-                    failures.push(format!("{name} (unchecked): {e}"));
-                }
-            }
-            Err(e) => failures.push(format!("{name}: {e}")),
-        }
-        // Where a vector carries both forms, the assembler must produce the raw bytes.
-        let v = TestVector::parse(text).unwrap();
-        if let (Some(asm), Some(raw)) = (&v.asm, &v.raw) {
-            let ours = rdx_bpf::isa::raw_to_bytes(&rdx_bpf::asm::assemble_raw(asm).unwrap());
-            if &ours != raw {
-                failures.push(format!("{name}: assembly differs from -- raw"));
-            }
-        }
+    let mut count = 0;
+    for set in vectors::all() {
+        let all = set.positive();
+        count += all.len();
+        failures.extend(all.iter().filter_map(positive_vector_failure));
     }
     assert!(
         failures.is_empty(),
-        "{} of {} vectors failed:\n{}",
+        "{} of {count} vectors failed:\n{}",
         failures.len(),
-        all.len(),
         failures.join("\n")
     );
 }
 
+/// Why a positive vector fails, if it does.
+fn positive_vector_failure(f: &VectorFile) -> Option<String> {
+    let name = &f.id;
+    if let Err(e) = run(&f.text, true) {
+        return Some(format!("{name}: {e}"));
+    }
+    if let Err(e) = run(&f.text, false) {
+        return Some(format!("{name} (unchecked): {e}"));
+    }
+    // Where a vector carries both forms, the assembler must produce the raw bytes.
+    let v = TestVector::parse(&f.text).unwrap();
+    if let (Some(asm), Some(raw)) = (&v.asm, &v.raw) {
+        let ours = rdx_bpf::isa::raw_to_bytes(&rdx_bpf::asm::assemble_raw(asm).unwrap());
+        if &ours != raw {
+            return Some(format!("{name}: assembly differs from -- raw"));
+        }
+    }
+    None
+}
+
 #[test]
 fn every_negative_vector_is_rejected() {
-    let all = vectors("negative");
-    assert!(!all.is_empty(), "no negative vectors found");
-    let accepted: Vec<_> = all
+    let accepted: Vec<_> = vectors::all()
         .iter()
-        .filter_map(|(name, text)| {
-            run(text, true)
+        .flat_map(|set| set.negative())
+        .filter_map(|f| {
+            run(&f.text, true)
                 .ok()
-                .map(|r0| format!("{name}: r0 = {r0:#x}"))
+                .map(|r0| format!("{}: r0 = {r0:#x}", f.id))
         })
         .collect();
     assert!(
@@ -139,11 +107,86 @@ fn every_negative_vector_is_rejected() {
     );
 }
 
+/// Why a negative vector of `set` is rejected.
+fn rejection(set: &VectorSet, file_name: &str) -> String {
+    run(&set.file("negative", file_name), true).unwrap_err()
+}
+
 #[test]
-fn negative_vectors_fail_for_the_expected_reason() {
+fn own_negative_vectors_fail_for_the_expected_reason() {
+    // Each names the stage that must reject it, so a vector rejected by accident (a typo that
+    // breaks the assembly of a program meant to fail at run time) is caught.
+    let set = vectors::own();
+    let cases = [
+        ("asm-invalid-register.data", "invalid register"),
+        ("asm-unknown-mnemonic.data", "invalid mnemonic"),
+        ("asm-immediate-too-wide.data", "does not fit in 32 bits"),
+        ("asm-offset-too-wide.data", "does not fit in 16 bits"),
+        ("asm-undefined-label.data", "undefined label"),
+        ("vector-unknown-section.data", "unknown section"),
+        ("write-to-r10.data", "read-only frame pointer"),
+        (
+            "raw-unused-source-register.data",
+            "unused source field must be zero",
+        ),
+        (
+            "raw-exit-with-immediate.data",
+            "unused immediate field must be zero",
+        ),
+        ("raw-undefined-opcode.data", "unknown opcode"),
+        ("raw-legacy-packet-load.data", "legacy packet access"),
+        (
+            "raw-lddw-missing-second-slot.data",
+            "malformed second slot of lddw",
+        ),
+        ("jump-into-lddw.data", "lands in the middle of an lddw"),
+        ("jump-outside-program.data", "is outside the program"),
+        (
+            "read-uninitialized-register.data",
+            "r3 is read before it holds a value",
+        ),
+        ("exit-without-r0.data", "r0 is read before it holds a value"),
+        (
+            "load-past-input-memory.data",
+            "outside the program's memory",
+        ),
+        (
+            "store-below-stack-frame.data",
+            "outside the program's memory",
+        ),
+        ("atomic-misaligned.data", "not naturally aligned"),
+        ("fall-off-end.data", "fell off the end"),
+        ("unknown-helper.data", "unknown helper"),
+        ("recursion-too-deep.data", "call depth"),
+        (
+            "wrong-result-mov32-sign-extension.data",
+            "r0 = 0xffffffff, expected",
+        ),
+    ];
+    let wrong: Vec<String> = cases
+        .iter()
+        .filter_map(|(file, want)| {
+            let why = rejection(&set, file);
+            (!why.contains(want))
+                .then(|| format!("{file}: rejected with `{why}`, expected `{want}`"))
+        })
+        .collect();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // Every negative vector has its reason checked here.
+    assert_eq!(
+        set.negative().len(),
+        cases.len(),
+        "a negative vector without a reason above"
+    );
+}
+
+#[test]
+fn external_negative_vectors_fail_for_the_expected_reason() {
     // Spot checks that rejections come from the stage that should reject, not by accident.
-    let dir = conformance_dir().join("negative");
-    let why = |f: &str| run(&std::fs::read_to_string(dir.join(f)).unwrap(), true).unwrap_err();
+    let Some(set) = vectors::external() else {
+        return;
+    };
+    let why = |f: &str| rejection(&set, f);
     assert!(why("invalid_register.data").contains("invalid register"));
     assert!(why("error.data").contains("r0 is read before it holds a value"));
     assert!(why("unused-add64_imm-offset.data").contains("offset"));

@@ -108,6 +108,13 @@ pub trait Env {
     ) -> Result<HelperReturn, Self::Error>;
     /// The current frame changed (a call or a return): `fp` is its `r10`.
     fn frame(&mut self, fp: u64);
+
+    /// Sees the machine before the instruction at `pc` runs: `r0`..`r10` of the current
+    /// frame (the first 11 of `regs`), which of them hold values (`init`, meaningful when [`Env::CHECK_REGS`]) and the
+    /// call depth (0 = the entry function). For environments that compare runs with a static
+    /// analysis (the verifier's state embedding); the default does nothing and compiles away.
+    #[inline(always)]
+    fn observe(&mut self, _pc: usize, _regs: &[u64; 16], _init: u16, _depth: usize) {}
 }
 
 /// Where a run starts: a fresh run (slot 0, no callers) or the exact state another tier
@@ -220,6 +227,7 @@ pub fn run<E: Env>(env: &mut E, start: Start<'_>) -> Result<u64, E::Error> {
             return Err(env.fault(cur, Fault::StepLimit(max_steps)));
         }
         budget -= 1;
+        env.observe(cur, &regs, init, depth);
         if E::CHECK_REGS {
             let m = env.masks(cur);
             if init & m.reads != m.reads {

@@ -4,6 +4,13 @@
  * tables, so Rust cannot link against them; this file turns the few rdx uses into real
  * functions and keeps every libfabric structure on the C side. The Rust side sees one
  * opaque `struct rdxf_node` and plain integers.
+ *
+ * libfabric itself is loaded with dlopen the first time an endpoint is opened, not linked:
+ * its providers' library constructors (PSM's among them) sleep for about 0.2 s when a
+ * process starts, and every `rdx` command and every host linking the runtime would pay that
+ * although only fabric:// addresses use libfabric. The exported functions the shim needs
+ * are reached through pointers (`lib`); everything else in libfabric's API is inline calls
+ * through per-object operation tables, which need no symbol.
  */
 #include <rdma/fabric.h>
 #include <rdma/fi_atomic.h>
@@ -12,6 +19,8 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +47,63 @@ struct rdxf_props {
 	uint32_t prov_key;        /* the provider picks MR keys */
 };
 
-const char *rdxf_strerror(int err) { return fi_strerror(err < 0 ? -err : err); }
+/* The libfabric ABI this shim is compiled against: its headers' current symbol versions are
+ * what dlsym returns by default from libfabric.so.1. */
+static struct {
+	int (*getinfo)(uint32_t, const char *, const char *, uint64_t, const struct fi_info *,
+		       struct fi_info **);
+	void (*freeinfo)(struct fi_info *);
+	struct fi_info *(*dupinfo)(const struct fi_info *);
+	int (*fabric)(struct fi_fabric_attr *, struct fid_fabric **, void *);
+	const char *(*strerror)(int);
+} lib;
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static char lib_error[256];
+
+static void *resolve(void *handle, const char *name)
+{
+	void *f = dlsym(handle, name);
+
+	if (!f && !lib_error[0])
+		snprintf(lib_error, sizeof(lib_error), "libfabric.so.1 has no %s", name);
+	return f;
+}
+
+static void load_lib(void)
+{
+	void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+
+	if (!h) {
+		const char *e = dlerror();
+		snprintf(lib_error, sizeof(lib_error), "cannot load libfabric: %s",
+			 e ? e : "unknown error");
+		return;
+	}
+	lib.getinfo = resolve(h, "fi_getinfo");
+	lib.freeinfo = resolve(h, "fi_freeinfo");
+	lib.dupinfo = resolve(h, "fi_dupinfo");
+	lib.fabric = resolve(h, "fi_fabric");
+	lib.strerror = resolve(h, "fi_strerror");
+}
+
+/* Loads libfabric once; 0, or -FI_ENOSYS with rdxf_load_error() saying why. */
+int rdxf_load(void)
+{
+	pthread_once(&lib_once, load_lib);
+	return lib_error[0] ? -FI_ENOSYS : 0;
+}
+
+const char *rdxf_load_error(void) { return lib_error; }
+
+/* Whether this process has loaded libfabric (tests check that plain commands do not). */
+int rdxf_loaded(void) { return lib.getinfo != NULL; }
+
+const char *rdxf_strerror(int err)
+{
+	if (rdxf_load() != 0)
+		return lib_error;
+	return lib.strerror(err < 0 ? -err : err);
+}
 
 static void close_fid(struct fid *fid)
 {
@@ -56,14 +121,14 @@ void rdxf_close(struct rdxf_node *n)
 	close_fid(n->domain ? &n->domain->fid : NULL);
 	close_fid(n->fabric ? &n->fabric->fid : NULL);
 	if (n->info)
-		fi_freeinfo(n->info);
+		lib.freeinfo(n->info);
 	free(n);
 }
 
 static int getinfo(const char *prov, const char *node, const char *service, int listen,
 		   uint64_t mr_mode, struct fi_info **out)
 {
-	struct fi_info *hints = fi_allocinfo();
+	struct fi_info *hints = lib.dupinfo(NULL);
 	int rc;
 
 	if (!hints)
@@ -79,8 +144,8 @@ static int getinfo(const char *prov, const char *node, const char *service, int 
 	hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
 	if (prov && *prov)
 		hints->fabric_attr->prov_name = strdup(prov);
-	rc = fi_getinfo(FI_VERSION(1, 9), node, service, listen ? FI_SOURCE : 0, hints, out);
-	fi_freeinfo(hints);
+	rc = lib.getinfo(FI_VERSION(1, 9), node, service, listen ? FI_SOURCE : 0, hints, out);
+	lib.freeinfo(hints);
 	return rc;
 }
 
@@ -100,6 +165,11 @@ int rdxf_open(const char *prov, const char *node, const char *service, int liste
 
 	if (!n)
 		return -FI_ENOMEM;
+	rc = rdxf_load();
+	if (rc) {
+		free(n);
+		return rc;
+	}
 	/* Caller-chosen (random) keys first; providers that only hand out their own keys
 	 * (verbs) are accepted on the second try. */
 	rc = getinfo(prov, node, service, listen, base_mode, &n->info);
@@ -107,7 +177,7 @@ int rdxf_open(const char *prov, const char *node, const char *service, int liste
 		rc = getinfo(prov, node, service, listen, base_mode | FI_MR_PROV_KEY, &n->info);
 	if (rc)
 		goto fail;
-	rc = fi_fabric(n->info->fabric_attr, &n->fabric, NULL);
+	rc = lib.fabric(n->info->fabric_attr, &n->fabric, NULL);
 	if (rc)
 		goto fail;
 	rc = fi_domain(n->fabric, n->info, &n->domain, NULL);
@@ -250,7 +320,7 @@ ssize_t rdxf_cq_read(struct rdxf_node *n, void **ctxs, size_t max, void **err_ct
 
 		if (fi_cq_readerr(n->cq, &e, 0) > 0) {
 			*err_ctx = e.op_context;
-			snprintf(msg, msg_len, "%s (provider: %s)", fi_strerror(e.err),
+			snprintf(msg, msg_len, "%s (provider: %s)", lib.strerror(e.err),
 				 fi_cq_strerror(n->cq, e.prov_errno, e.err_data, NULL, 0));
 			return e.err ? -(ssize_t)e.err : -FI_EOTHER;
 		}

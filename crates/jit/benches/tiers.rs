@@ -186,6 +186,10 @@ fn main() {
     let frame = frame();
     let packet = LowPacket::new(&frame);
     let compiler = Compiler::new(host).unwrap();
+    if std::env::var("RDX_BENCH").is_ok_and(|v| v == "blinding") {
+        blinding_table(&compiler, &object, &packet);
+        return;
+    }
 
     let kernel = match rdx_kernel::probe() {
         Ok(()) => match KernelObject::open(rdx_testdata::object_path("jit/bench")) {
@@ -505,7 +509,100 @@ fn main() {
         cross_base.as_secs_f64() * 1e3
     );
 
+    blinding_table(&compiler, &object, &packet);
     one_shot_table();
+}
+
+/// What constant blinding costs (`CompileOptions::blind_constants`, on by default; it
+/// changes code only on x86-64): each kernel's run time in the optimizing and the baseline
+/// tier with it on and off, and the compile time of the bench kernels, measured in this run.
+/// `RDX_BENCH=blinding` runs only this table.
+fn blinding_table(compiler: &Compiler, object: &rdx_bpf::program::Object, packet: &LowPacket) {
+    let host = compiler.arch();
+    println!("\nconstant blinding ({host}): ns/run with blinding on and off, same run");
+    println!(
+        "  {:<11} {:>10} {:>10} {:>8} {:>10} {:>10} {:>8}",
+        "kernel", "opt blind", "opt plain", "ratio", "base blind", "base plain", "ratio"
+    );
+    let mut progs = Vec::new();
+    for name in KERNELS {
+        let prog = object.program(name).expect("program in bench object");
+        let mut times = Vec::new();
+        let mut firsts = Vec::new();
+        for pipeline in [Pipeline::Optimizing, Pipeline::Baseline] {
+            for blind in [true, false] {
+                let mut opts = CompileOptions::new(host);
+                opts.inline_array_lookups(&object.maps);
+                opts.pipeline = pipeline;
+                opts.blind_constants = blind;
+                if pipeline == Pipeline::Optimizing && blind {
+                    progs.push((prog.insns.clone(), opts.clone()));
+                }
+                let maps = MapSet::new(&object.maps).unwrap();
+                let mut syms: HashMap<Symbol, u64> = HashMap::new();
+                for (i, m) in maps.iter().enumerate() {
+                    syms.insert(Symbol::Map(i as u32), m.address());
+                    if let Some(v) = m.value_address(0) {
+                        syms.insert(Symbol::MapValue(i as u32), v);
+                    }
+                }
+                for id in 1..=8 {
+                    if let Some(f) = native_helper(id) {
+                        syms.insert(Symbol::Helper(id as u32), f as *const () as u64);
+                    }
+                }
+                let (artifact, _) = compiler.compile(&prog.insns, &opts).expect("compile");
+                let code = ExecutableCode::load(&artifact, &syms).expect("load");
+                let mut ctx = packet.xdp_md();
+                let mut run = RunState::new(0);
+                // SAFETY: the kernel verified this program; ctx and packet are laid out as
+                // it expects.
+                let mut f = || unsafe { code.call(ctx.as_mut_ptr().cast(), &mut run) };
+                firsts.push(f() as u32);
+                times.push(time_per_run(&mut f));
+            }
+        }
+        if firsts.iter().any(|&r| r != firsts[0]) {
+            println!("  {name}: RESULTS DIFFER: {firsts:x?}");
+        }
+        println!(
+            "  {:<11} {:>10.1} {:>10.1} {:>7.2}x {:>10.1} {:>10.1} {:>7.2}x",
+            name,
+            ns(times[0]),
+            ns(times[1]),
+            ns(times[0]) / ns(times[1]),
+            ns(times[2]),
+            ns(times[3]),
+            ns(times[2]) / ns(times[3]),
+        );
+    }
+    let insns: usize = progs.iter().map(|(p, _)| p.len()).sum();
+    for pipeline in [Pipeline::Optimizing, Pipeline::Baseline] {
+        let mut per_1k = [0.0f64; 2];
+        for (i, blind) in [true, false].into_iter().enumerate() {
+            let best = (0..5)
+                .map(|_| {
+                    let t = CpuClock::now();
+                    for (p, o) in &progs {
+                        let mut o = o.clone();
+                        o.pipeline = pipeline;
+                        o.blind_constants = blind;
+                        compiler.compile(p, &o).expect("compile");
+                    }
+                    t.elapsed()
+                })
+                .min()
+                .unwrap();
+            per_1k[i] = best.as_secs_f64() * 1e3 / insns as f64 * 1000.0;
+        }
+        println!(
+            "  compile {pipeline:?}, bench kernels ({insns} insns): {:.3} ms per 1K blinded, {:.3} plain ({:.2}x)",
+            per_1k[0],
+            per_1k[1],
+            per_1k[0] / per_1k[1]
+        );
+    }
+    println!("  (ratio above 1: blinding makes the code slower; thread CPU time, fastest of {BATCHES} batches)");
 }
 
 /// A small real program for the one-shot measurement: the longest program of 16 to 45

@@ -59,6 +59,18 @@ static uint64_t helper_mix(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint6
     return a * 10000 + b * 1000 + c * 100 + d * 10 + e;
 }
 
+/* Helper 12 as the host's bpf_tail_call behaves towards generated code: index 0 succeeds (the
+ * host ran the target to the end of the run and set the status to TailCalled, 4), any other
+ * index fails with -ENOENT and the program goes on. */
+static uint64_t helper_tail_call(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e)
+{
+    (void)a; (void)b; (void)d; (void)e;
+    if (c != 0)
+        return (uint64_t)-2;
+    area.run.status = 4;
+    return 0;
+}
+
 #define TABLE_LEN 16
 static helper_fn helper_table[TABLE_LEN];
 
@@ -73,6 +85,7 @@ static void init_table(void)
 {
     helper_table[5] = helper_unwind;
     helper_table[9] = helper_mix;
+    helper_table[12] = helper_tail_call;
     for (int i = 0; i < ARRAY_ENTRIES; i++)
         array_values[i] = 3 * (uint64_t)i + 1;
 }
@@ -82,6 +95,7 @@ static int print_symbols(void)
     init_table();
     printf("helper:5 0x%" PRIxPTR "\n", (uintptr_t)helper_unwind);
     printf("helper:9 0x%" PRIxPTR "\n", (uintptr_t)helper_mix);
+    printf("helper:12 0x%" PRIxPTR "\n", (uintptr_t)helper_tail_call);
     printf("var:rdx_helper_table 0x%" PRIxPTR "\n", (uintptr_t)helper_table);
     printf("map:0 0x%" PRIxPTR "\n", (uintptr_t)array_object);
     printf("mapvalue:0 0x%" PRIxPTR "\n", (uintptr_t)array_values);

@@ -12,7 +12,7 @@ use cranelift_codegen::isa::{self, OwnedTargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::{binemit::Reloc, FinalizedRelocTarget};
 use cranelift_frontend::FunctionBuilderContext;
-use rdx_bpf::isa::{encode, raw_to_bytes, Insn, STACK_SIZE};
+use rdx_bpf::isa::{encode, raw_to_bytes, CallTarget, Insn, STACK_SIZE};
 use target_lexicon::Triple;
 
 use crate::artifact::{
@@ -155,6 +155,11 @@ pub struct CompileOptions {
     pub inline_arrays: BTreeMap<u32, InlineArray>,
     /// Cranelift's pipeline (optimizing by default).
     pub pipeline: Pipeline,
+    /// Constant blinding (on by default): on x86-64, whose instructions can be decoded from
+    /// any byte, a program-chosen constant beyond 16 bits never appears as it is in the code;
+    /// it is emitted xored with a key chosen at random for each compilation and unmasked at
+    /// run time (see `docs/jit.md`, "Constant blinding"). Off only to measure its cost.
+    pub blind_constants: bool,
 }
 
 impl CompileOptions {
@@ -170,6 +175,7 @@ impl CompileOptions {
             branch_counters: None,
             inline_arrays: BTreeMap::new(),
             pipeline: Pipeline::Optimizing,
+            blind_constants: true,
         }
     }
 
@@ -218,8 +224,104 @@ impl CompileOptions {
         if self.pipeline != Pipeline::Optimizing {
             text.push_str(&format!(";pipeline={:?}", self.pipeline));
         }
+        if !self.blind_constants {
+            text.push_str(";blind=false");
+        }
         sha256(&[text.as_bytes()])
     }
+}
+
+/// Helper id of `bpf_tail_call`.
+pub(crate) const BPF_FUNC_TAIL_CALL: i32 = 12;
+
+/// Whether `insn` may make a tail call: a call of `bpf_tail_call`, or a `callx`, whose
+/// helper id is only known at run time.
+pub(crate) fn may_tail_call(insn: &Insn) -> bool {
+    matches!(
+        insn,
+        Insn::Call(CallTarget::Helper(BPF_FUNC_TAIL_CALL) | CallTarget::Reg(_))
+    )
+}
+
+/// The options a program is really compiled with: metering is forced on when the program
+/// may make a tail call. A tail call runs its target on the run's one budget, so the
+/// caller's own instructions must be charged to it too, whatever the verifier found its own
+/// worst case to be (a caller that is not metered would let every link of a chain spend a
+/// whole budget).
+pub(crate) fn effective_options<'o>(
+    opts: &'o CompileOptions,
+    insns: &[Insn],
+) -> std::borrow::Cow<'o, CompileOptions> {
+    if !opts.needs_budget && insns.iter().any(may_tail_call) {
+        let mut forced = opts.clone();
+        forced.needs_budget = true;
+        std::borrow::Cow::Owned(forced)
+    } else {
+        std::borrow::Cow::Borrowed(opts)
+    }
+}
+
+/// Whether constants are blinded in code compiled with `opts`: asked for, and the target is
+/// x86-64. aarch64 instructions are fixed 4-byte words decoded only at 4-byte boundaries,
+/// and a constant enters them at most 16 bits at a time inside an opcode (`movz`/`movk`,
+/// 12-bit arithmetic immediates), so no program-chosen byte sequence there is an
+/// instruction of the program's choosing.
+pub(crate) fn blinds_constants(opts: &CompileOptions) -> bool {
+    opts.blind_constants && opts.arch == Arch::X86_64
+}
+
+/// Whether a program constant may appear in code as it is when blinding: one that fits in
+/// 16 bits (sign- or zero-extended) puts at most two chosen bytes next to each other, the
+/// rest being all zeros or all ones, as the offsets, masks, ports, ethertypes and loop
+/// bounds of real programs do.
+pub(crate) fn plain_constant(value: i64) -> bool {
+    (-(1 << 15)..(1 << 16)).contains(&value)
+}
+
+/// The random keys of one compilation's constant blinding: a stream (splitmix64) that
+/// starts from a process-wide secret drawn once from the kernel's random source, at a
+/// position no other compilation of this process uses, and gives a fresh key per constant,
+/// so that nothing about one key tells anything about another. (One `getrandom` per
+/// compilation cost the baseline tier a tenth of its compile time.)
+pub(crate) struct BlindingKeys(u64);
+
+impl BlindingKeys {
+    pub(crate) fn new() -> Self {
+        static SECRET: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        static COMPILATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let secret = *SECRET.get_or_init(|| {
+            let mut seed = [0u8; 8];
+            // SAFETY: getrandom writes at most `seed.len()` bytes into the buffer.
+            let got = unsafe { libc::getrandom(seed.as_mut_ptr().cast(), seed.len(), 0) };
+            if got == seed.len() as isize {
+                u64::from_le_bytes(seed)
+            } else {
+                // No random source (seccomp, very early boot): the clock and an address,
+                // still unknown to the programs being compiled.
+                let clock = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+                clock ^ (&seed as *const _ as u64).rotate_left(32)
+            }
+        });
+        let n = COMPILATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // A starting point on the stream that depends on the secret and this compilation's
+        // number through the mixing function: unrelated to any other compilation's.
+        Self(secret ^ mix64(n ^ 0x5851_f42d_4c95_7f2d))
+    }
+
+    /// The next key.
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        mix64(self.0)
+    }
+}
+
+/// splitmix64's output function.
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Why a program could not be compiled. Instruction indices are slot indices of the program.
@@ -340,6 +442,7 @@ impl Compiler {
         if opts.pipeline == Pipeline::Baseline {
             return crate::baseline::compile(insns, opts);
         }
+        let opts = &*effective_options(opts, insns);
         if insns.is_empty() {
             return Err(CompileError::Empty);
         }
@@ -365,6 +468,7 @@ impl Compiler {
             }
         }
         let mut live_slots = 0usize;
+        let mut keys = BlindingKeys::new();
 
         let mut symbols: Vec<Symbol> = Vec::new();
         let mut code: Vec<u8> = Vec::new();
@@ -393,6 +497,7 @@ impl Compiler {
                 fi,
                 opts,
                 &mut symbols,
+                &mut keys,
             )?;
             if opts.verify_ir {
                 ctx.verify(isa).map_err(|e| CompileError::Codegen {

@@ -31,7 +31,8 @@ use rdx_region::abi::{DeoptRunState, RunStatus, DEOPT_FRAME_BYTES, DEOPT_MAX_FRA
 
 use crate::artifact::{Symbol, HELPER_TABLE_SYMBOL};
 use crate::compile::{
-    callee_index, CompileError, CompileOptions, EntryAbi, Expect, HelperCalls, InlineArray,
+    callee_index, plain_constant, BlindingKeys, CompileError, CompileOptions, EntryAbi, Expect,
+    HelperCalls, InlineArray,
 };
 
 /// Helper id of `bpf_map_lookup_elem`.
@@ -132,6 +133,25 @@ struct Translator<'a, 'b> {
     local_funcs: HashMap<usize, FuncRef>,
     globals: HashMap<(Symbol, i64), GlobalValue>,
     ptr: Type,
+    /// Constant blinding, when on for this function: its keys and the opaque run-time copy
+    /// of the function's base key.
+    blinding: Option<Blinding<'b>>,
+}
+
+/// What [`Translator::imm`] needs to blind constants.
+struct Blinding<'k> {
+    keys: &'k mut BlindingKeys,
+    /// The function's base key, as compiled into its entry block.
+    base: u64,
+    /// The key of each constant blinded so far (by type and value): the same constant gets
+    /// the same key, so that the optimizer can share its computation (a multiplier used in
+    /// every round of a hash is unmasked once), while different constants keep different
+    /// keys.
+    used: HashMap<(Type, i64), u64>,
+    /// The same key as a run-time value the optimizer cannot see through (selected on the
+    /// frame pointer being nonzero): constants computed from it are never folded back into
+    /// the plain value.
+    opaque: Value,
 }
 
 /// The latch of one copy of an unrolled loop.
@@ -198,6 +218,36 @@ fn live_slots(insns: &[Insn], plan: FuncPlan, opts: &CompileOptions) -> Vec<bool
         }
     }
     live
+}
+
+/// Whether `insn` carries a constant that blinding must hide (see
+/// [`crate::compile::plain_constant`]).
+fn has_chosen_constant(insn: &Insn) -> bool {
+    match *insn {
+        Insn::Alu {
+            op: AluOp::Lsh | AluOp::Rsh | AluOp::Arsh,
+            ..
+        } => false,
+        Insn::Alu {
+            src: Operand::Imm(k),
+            ..
+        }
+        | Insn::Jmp {
+            src: Operand::Imm(k),
+            ..
+        }
+        | Insn::Store {
+            src: Operand::Imm(k),
+            ..
+        } => !plain_constant(k as i64),
+        Insn::LoadImm64 {
+            kind: ImmKind::Imm,
+            imm_lo,
+            imm_hi,
+            ..
+        } => !plain_constant(Insn::imm64(imm_lo, imm_hi) as i64),
+        _ => false,
+    }
 }
 
 /// Registers `r0`..`r9` (bit `i` = `ri`) that instruction `insn` reads and writes.
@@ -292,6 +342,7 @@ pub(crate) fn translate_function(
     fi: usize,
     opts: &CompileOptions,
     symbols: &mut Vec<Symbol>,
+    keys: &mut BlindingKeys,
 ) -> Result<usize, CompileError> {
     let plan = plans[fi];
     let is_entry = fi == 0;
@@ -414,6 +465,25 @@ pub(crate) fn translate_function(
         let left = b.ins().load(I64, run_mem(), run_state, RUN_BUDGET);
         b.def_var(v, left);
     }
+    let blinding = (crate::compile::blinds_constants(opts)
+        && insns[plan.start..plan.end].iter().any(has_chosen_constant))
+    .then(|| {
+        let base = keys.next();
+        // `base` where the frame pointer is nonzero, which it always is: a value the
+        // optimizer cannot fold, with no memory access (a stack store and an atomic load
+        // back cost a store-forwarding delay on every call).
+        let fp = b.ins().get_frame_pointer(ptr);
+        let nonzero = b.ins().icmp_imm_s(IntCC::NotEqual, fp, 0);
+        let k = b.ins().iconst(I64, base as i64);
+        let zero = b.ins().iconst(I64, 0);
+        let opaque = b.ins().select_spectre_guard(nonzero, k, zero);
+        Blinding {
+            keys,
+            base,
+            opaque,
+            used: HashMap::new(),
+        }
+    });
 
     // Loop exit stubs: a block inside a loop (between a back-edge's target and its source)
     // that is only a `ja` out of that loop runs once per loop, not once per iteration. Clang
@@ -519,11 +589,8 @@ pub(crate) fn translate_function(
         blocks,
         exhausted: None,
         bad_helper: None,
-        may_stop: opts.needs_budget
-            || elite
-            || insns
-                .iter()
-                .any(|i| matches!(i, Insn::Call(CallTarget::Reg(_)))),
+        // A tail call (or a `callx`, which may be one) ends the run when it succeeds.
+        may_stop: opts.needs_budget || elite || insns.iter().any(crate::compile::may_tail_call),
         meters: Vec::new(),
         helper_sig,
         local_sig,
@@ -531,6 +598,7 @@ pub(crate) fn translate_function(
         local_funcs: HashMap::new(),
         globals: HashMap::new(),
         ptr,
+        blinding,
     };
     // Straight-line code is bounded by the function's length: charge it once per entry, and
     // each loop's length at its back-edge. The total charged is then never less than the
@@ -680,14 +748,18 @@ impl Translator<'_, '_> {
                 Some(r) => self.reg(r),
                 None => self.b.ins().iconst(I64, 0),
             };
-            let low = self.b.ins().iadd_imm_s(value, bound.low as i64);
-            let high = self.b.ins().iadd_imm_s(value, bound.high as i64);
+            // Bounds come from the program's constants: blinded like them.
+            let low = self.imm(I64, bound.low as i64);
+            let low = self.b.ins().iadd(value, low);
+            let high = self.imm(I64, bound.high as i64);
+            let high = self.b.ins().iadd(value, high);
             let no_wrap = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, low, high);
             let limit = match bound.limit {
                 Some(r) => self.reg(r),
                 None => self.b.ins().iconst(I64, 0),
             };
-            let limit = self.b.ins().iadd_imm_s(limit, bound.limit_offset as i64);
+            let limit_offset = self.imm(I64, bound.limit_offset as i64);
+            let limit = self.b.ins().iadd(limit, limit_offset);
             let cc = if bound.strict {
                 IntCC::UnsignedLessThan
             } else {
@@ -826,7 +898,7 @@ impl Translator<'_, '_> {
             } => {
                 let v = match src {
                     Operand::Reg(r) => self.reg(r),
-                    Operand::Imm(i) => self.b.ins().iconst(I64, i as i64),
+                    Operand::Imm(i) => self.imm(I64, i as i64),
                 };
                 self.store(pc, size, base, off, v);
             }
@@ -845,7 +917,7 @@ impl Translator<'_, '_> {
                 imm_hi,
             } => {
                 let v = match kind {
-                    ImmKind::Imm => self.b.ins().iconst(I64, Insn::imm64(imm_lo, imm_hi) as i64),
+                    ImmKind::Imm => self.imm(I64, Insn::imm64(imm_lo, imm_hi) as i64),
                     ImmKind::MapIdx => self.symbol_value(Symbol::Map(imm_lo as u32), 0),
                     ImmKind::MapIdxValue => {
                         self.symbol_value(Symbol::MapValue(imm_lo as u32), imm_hi as u32 as i64)
@@ -1076,9 +1148,52 @@ impl Translator<'_, '_> {
                 let v = self.reg(r);
                 self.low32(v)
             }
-            (Operand::Imm(i), Width::W64) => self.b.ins().iconst(I64, i as i64),
-            (Operand::Imm(i), Width::W32) => self.b.ins().iconst(I32, i as u32 as i64),
+            (Operand::Imm(i), Width::W64) => self.imm(I64, i as i64),
+            (Operand::Imm(i), Width::W32) => self.imm(I32, i as u32 as i64),
         }
+    }
+
+    /// A constant the program chose, of type `ty` (`value` is its bits, sign- or
+    /// zero-extended as the operation wants): plain when blinding is off or it fits in 16
+    /// bits, else blinded as `(opaque + d) ^ (value ^ (base + d))` with a fresh key `d`, so
+    /// that neither the value nor any part of it beyond 16 bits is an immediate of the code,
+    /// and no folding of two blinded constants cancels their keys.
+    fn imm(&mut self, ty: Type, value: i64) -> Value {
+        let narrow = if ty == I32 {
+            value as i32 as i64
+        } else {
+            value
+        };
+        let Some(blinding) = self.blinding.as_mut().filter(|_| !plain_constant(narrow)) else {
+            return self.b.ins().iconst(ty, value);
+        };
+        let d = match blinding.used.get(&(ty, value)) {
+            Some(&d) => d,
+            None => {
+                let d = blinding.keys.next();
+                blinding.used.insert((ty, value), d);
+                d
+            }
+        };
+        let masked = (value as u64) ^ blinding.base.wrapping_add(d);
+        let opaque = blinding.opaque;
+        let key = if ty == I64 {
+            opaque
+        } else {
+            self.b.ins().ireduce(ty, opaque)
+        };
+        let bits = ty.bits();
+        let mask = |v: u64| {
+            if bits == 64 {
+                v
+            } else {
+                v & ((1u64 << bits) - 1)
+            }
+        };
+        let d = self.b.ins().iconst(ty, mask(d) as i64);
+        let key = self.b.ins().iadd(key, d);
+        let masked = self.b.ins().iconst(ty, mask(masked) as i64);
+        self.b.ins().bxor(key, masked)
     }
 
     fn dst_value(&mut self, width: Width, dst: Reg) -> Value {
@@ -1108,7 +1223,7 @@ impl Translator<'_, '_> {
             AluOp::MovSx(from) => {
                 let s = match src {
                     Operand::Reg(r) => self.reg(r),
-                    Operand::Imm(i) => self.b.ins().iconst(I64, i as i64),
+                    Operand::Imm(i) => self.imm(I64, i as i64),
                 };
                 let narrow = match from {
                     8 => I8,
@@ -1175,7 +1290,10 @@ impl Translator<'_, '_> {
     fn division(&mut self, ty: Type, op: AluOp, a: Value, src: Operand) -> Value {
         let signed = matches!(op, AluOp::SDiv | AluOp::SMod);
         let is_div = matches!(op, AluOp::Div | AluOp::SDiv);
-        if let Operand::Imm(k) = src {
+        // A blinded divisor is not a constant to the code generator: the general path.
+        let blinded =
+            matches!(src, Operand::Imm(k) if self.blinding.is_some() && !plain_constant(k as i64));
+        if let (Operand::Imm(k), false) = (src, blinded) {
             // Sign-extended, as eBPF does for ALU64 immediates; ALU32 uses the low 32 bits.
             let k = k as i64;
             let i = self.b.ins();
@@ -1593,6 +1711,9 @@ impl Translator<'_, '_> {
                 let r0 = self.b.inst_results(call)[0];
                 self.set(Reg(0), r0);
                 self.reload_budget();
+                if id as i32 == crate::compile::BPF_FUNC_TAIL_CALL {
+                    self.return_if_stopped();
+                }
             }
             CallTarget::Local(_) => {
                 let start = self.insns[pc].call_target(pc).unwrap() as usize;
@@ -1682,9 +1803,30 @@ impl Translator<'_, '_> {
                 let r0 = self.b.inst_results(call)[0];
                 self.set(Reg(0), r0);
                 self.reload_budget();
+                // The helper may have been `bpf_tail_call`.
+                self.return_if_stopped();
             }
         }
         Ok(())
+    }
+
+    /// After a call that may end the run (a tail call that succeeded, or whose target
+    /// stopped): returns at once when the run state's status is set. Nothing after a
+    /// successful tail call runs; the host returns the result it recorded. The budget in
+    /// the run state is already the target's: nothing of this frame is written back.
+    fn return_if_stopped(&mut self) {
+        let status = self
+            .b
+            .ins()
+            .load(I32, run_mem(), self.run_state, RUN_STATUS);
+        let cont = self.b.create_block();
+        let leave = self.b.create_block();
+        self.b.set_cold_block(leave);
+        self.b.ins().brif(status, leave, &[], cont, &[]);
+        self.b.switch_to_block(leave);
+        let zero = self.b.ins().iconst(I64, 0);
+        self.b.ins().return_(&[zero]);
+        self.b.switch_to_block(cont);
     }
 }
 

@@ -1,4 +1,5 @@
-//! aarch64 for real: every conformance vector, compiled for aarch64 on this host, linked by
+//! aarch64 for real: every ISA test vector (rdx's own, and the external bpf_conformance suite
+//! when it is present: `rdx_testdata::vectors`), compiled for aarch64 on this host, linked by
 //! `rdx_jit::link` against the addresses the C harness (`harness/rdx_harness.c`) exports, and
 //! run by that harness under `qemu-aarch64`. Results must equal the vectors' expected r0.
 //! Both code generators run: the optimizing tier (also with elite artifacts) and
@@ -32,14 +33,6 @@ fn find_tool(names: &[&str]) -> Option<PathBuf> {
         .iter()
         .flat_map(|n| std::env::split_paths(&path).map(move |d| d.join(n)))
         .find(|p| p.is_file())
-}
-
-fn conformance_dir() -> PathBuf {
-    std::env::var_os("RDX_CONFORMANCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance")
-        })
 }
 
 struct Job {
@@ -161,17 +154,12 @@ fn run_on_aarch64(pipeline: Pipeline) {
         });
     };
 
-    let mut files: Vec<_> = std::fs::read_dir(conformance_dir().join("tests"))
-        .expect("conformance vectors")
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "data"))
-        .collect();
-    files.sort();
-    assert!(files.len() >= 313);
-    for p in &files {
-        let text = String::from_utf8_lossy(&std::fs::read(p).unwrap()).into_owned();
-        let v = TestVector::parse(&text).unwrap();
-        let insns = v.program().unwrap();
+    for f in rdx_testdata::vectors::all()
+        .iter()
+        .flat_map(|set| set.positive())
+    {
+        let v = TestVector::parse(&f.text).unwrap_or_else(|e| panic!("{}: {e}", f.id));
+        let insns = v.program().unwrap_or_else(|e| panic!("{}: {e}", f.id));
         let mut opts = CompileOptions::new(Arch::Aarch64);
         opts.entry_abi = EntryAbi::WithLength;
         let callx = insns
@@ -180,8 +168,17 @@ fn run_on_aarch64(pipeline: Pipeline) {
         if callx {
             opts.helper_calls = HelperCalls::Table { table_len: 16 };
         }
-        let name = p.file_stem().unwrap().to_string_lossy().into_owned();
-        add(name, &insns, &opts, v.mem.clone(), 0, v.result.unwrap(), 0);
+        // A `callx` may be a tail call, so such a program is always metered: it gets a budget.
+        let budget = if callx { 1 << 20 } else { 0 };
+        add(
+            f.id,
+            &insns,
+            &opts,
+            v.mem.clone(),
+            budget,
+            v.result.unwrap(),
+            0,
+        );
     }
 
     // Random programs of the differential generator, with the interpreter's r0 (which folds
@@ -281,6 +278,29 @@ fn run_on_aarch64(pipeline: Pipeline) {
             let mut o = metered.clone();
             o.helper_calls = mode;
             add(name.into(), &calls, &o, None, 1 << 20, 712345, 0);
+        }
+    }
+
+    // Tail calls (the harness's helper 12 succeeds for index 0 by setting the status to
+    // TailCalled, 4): a failed one lets the program go on, a successful one returns at once,
+    // from the entry function and from a subprogram. Such programs are always metered.
+    let tail_main = assemble(
+        "mov %r6, 0\nmov %r3, 1\ncall 12\nadd %r6, 1\nmov %r3, 0\ncall 12\nadd %r6, 100\n\
+         mov %r0, %r6\nexit",
+    )
+    .unwrap();
+    let tail_sub = assemble(
+        "mov %r6, 5\ncall local sub\nmov %r0, 99\nexit\nsub:\nmov %r3, 0\ncall 12\nmov %r0, 7\nexit",
+    )
+    .unwrap();
+    for (name, prog) in [("tail-call-main", &tail_main), ("tail-call-sub", &tail_sub)] {
+        for (mode, how) in [
+            (HelperCalls::Direct, "direct"),
+            (HelperCalls::Table { table_len: 16 }, "table"),
+        ] {
+            let mut o = CompileOptions::new(Arch::Aarch64);
+            o.helper_calls = mode;
+            add(format!("{name}-{how}"), prog, &o, None, 1 << 20, 0, 4);
         }
     }
 

@@ -47,6 +47,11 @@ pub enum RunStatus {
     /// state is in the [`DeoptRunState`] the run pointer designates; the return value is
     /// meaningless and the run must continue in the generic tier from that state.
     Deopt = 3,
+    /// A `bpf_tail_call` succeeded: the host ran its target to the end of the run and
+    /// recorded the run's result. Not a failure: generated code that sees it after a call
+    /// returns at once (nothing after a successful tail call runs, as in the kernel), and the
+    /// host returns the recorded result instead of `r0`.
+    TailCalled = 4,
 }
 
 /// eBPF frames an elite artifact can hand over (the eBPF call-depth limit).
@@ -177,6 +182,62 @@ impl FallbackLocator {
     }
 }
 
+/// `"RDXTAIL1"` little-endian: [`TailEntryTag::magic`].
+pub const TAIL_ENTRY_MAGIC: u64 = u64::from_le_bytes(*b"RDXTAIL1");
+
+/// The 16 bytes right before the entry point of code a control plane publishes as a
+/// tail-call target (a program array element): the mark a host checks before it enters
+/// such an entry (`docs/region.md`, "Tail-call entries").
+///
+/// The code arena is mapped read+execute in the host, so only a control plane writes these
+/// bytes; program code cannot forge one by writing memory. A program array element is
+/// honoured only when its entry offset is preceded by a tag with this magic and the
+/// element's version, so an element that designates anything else (an offset into the
+/// middle of some code, a stale record) is refused however well aligned it is.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TailEntryTag {
+    /// [`TAIL_ENTRY_MAGIC`].
+    pub magic: u64,
+    /// The version of the program array element that designates this entry.
+    pub version: u32,
+    /// [`TailEntryTag::METERED`] and nothing else yet.
+    pub flags: u32,
+}
+
+impl TailEntryTag {
+    /// Bytes of the tag, and its distance before the entry point.
+    pub const BYTES: u64 = 16;
+    /// The code behind the entry is metered (it charges every instruction it runs to
+    /// `RunState::budget`). A host enters only metered tail-call targets: a tail call runs
+    /// on the remaining budget of the run that made it.
+    pub const METERED: u32 = 1;
+
+    pub fn new(version: u32, flags: u32) -> Self {
+        Self {
+            magic: TAIL_ENTRY_MAGIC,
+            version,
+            flags,
+        }
+    }
+
+    pub fn to_bytes(&self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&self.magic.to_le_bytes());
+        b[8..12].copy_from_slice(&self.version.to_le_bytes());
+        b[12..].copy_from_slice(&self.flags.to_le_bytes());
+        b
+    }
+
+    pub fn from_bytes(b: &[u8; 16]) -> TailEntryTag {
+        TailEntryTag {
+            magic: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
+            version: u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")),
+            flags: u32::from_le_bytes(b[12..].try_into().expect("4 bytes")),
+        }
+    }
+}
+
 /// A linked extension entry point: `r0 = entry(ctx, run_state)`.
 pub type EntryFn = unsafe extern "C" fn(ctx: *mut u8, run: *mut RunState) -> u64;
 
@@ -185,6 +246,7 @@ pub type HelperFn = unsafe extern "C" fn(u64, u64, u64, u64, u64) -> u64;
 
 const _: () = assert!(std::mem::size_of::<RunState>() == 24);
 const _: () = assert!(std::mem::size_of::<FallbackLocator>() as u64 == FallbackLocator::BYTES);
+const _: () = assert!(std::mem::size_of::<TailEntryTag>() as u64 == TailEntryTag::BYTES);
 const _: () = assert!(std::mem::align_of::<RunState>() == 8);
 const _: () = assert!(std::mem::size_of::<DeoptFrame>() == 40);
 const _: () = assert!(std::mem::offset_of!(DeoptRunState, pc) == DeoptRunState::OFF_PC);

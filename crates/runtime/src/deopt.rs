@@ -11,7 +11,7 @@ use crate::runtime::Inner;
 use crate::thread;
 use rdx_exec::image::{self, HelperCall, HelperTable, Image};
 use rdx_exec::machine::HelperReturn;
-use rdx_region::abi::{DeoptRunState, FallbackLocator, RunState, FALLBACK_MAGIC};
+use rdx_region::abi::{DeoptRunState, FallbackLocator, RunState, RunStatus, FALLBACK_MAGIC};
 use rdx_region::layout::SectionId;
 use std::sync::atomic::AtomicU64;
 
@@ -49,8 +49,9 @@ pub(crate) fn image_bytes(inner: &Inner, entry: u64) -> Option<&'static [u8]> {
 }
 
 /// The host's helper table, plus what the hook path does around a tail call: a successful
-/// `bpf_tail_call` ran its target to completion and recorded its result, which ends the
-/// resumed run.
+/// `bpf_tail_call` ran its target to the end of the run and recorded its result, which ends
+/// the resumed run; a target that stopped the run (budget spent, a bad helper, a failed
+/// guard) fails it.
 struct HostHelpers<'t> {
     table: HelperTable<'t>,
 }
@@ -58,13 +59,40 @@ struct HostHelpers<'t> {
 impl HelperCall for HostHelpers<'_> {
     #[inline]
     fn call(&mut self, id: u64, args: [u64; 5], budget: &mut u64) -> Option<HelperReturn> {
-        let r = self.table.call(id, args, budget)?;
-        if id == crate::helpers::helper_ids::TAIL_CALL as u64 && r.r0 == 0 {
-            if let Some(ts) = thread::current() {
-                if let Some(r0) = ts.tail_result.take() {
-                    return Some(HelperReturn { r0, stop: true });
-                }
-            }
+        if id != crate::helpers::helper_ids::TAIL_CALL as u64 {
+            return self.table.call(id, args, budget);
+        }
+        // The tail-call helper runs its target on the run state it finds through this
+        // thread (the resumed run's own in synchronous mode, the worker's for a queued run),
+        // whose status says how the target ended: it must start `Ok` (a resumed run's state
+        // says `Deopt`, which the target's status checks would take for a stop) and with
+        // the budget this run has left.
+        let run = thread::current()?.current_run().cast::<RunState>();
+        // SAFETY: this thread's run state for the run in progress; nothing else uses it
+        // until the helper returns.
+        let saved = unsafe { (*run).status };
+        // SAFETY: as above.
+        unsafe {
+            (*run).status = RunStatus::Ok as u32;
+            (*run).budget = *budget;
+        }
+        let r = self.table.call(id, args, budget);
+        // SAFETY: as above; the helper returned.
+        let (status, left) = unsafe { ((*run).status, (*run).budget) };
+        // SAFETY: as above.
+        unsafe { (*run).status = saved };
+        *budget = left;
+        let ts = thread::current()?;
+        let r = r?;
+        if status == RunStatus::TailCalled as u32 {
+            let r0 = ts.tail_result.take().unwrap_or(r.r0);
+            return Some(HelperReturn { r0, stop: true });
+        }
+        if status != RunStatus::Ok as u32 {
+            // The target stopped the run: it cannot go on, and fails.
+            ts.tail_deopt = false;
+            ts.tail_result = None;
+            return None;
         }
         Some(r)
     }

@@ -223,7 +223,8 @@ impl<'rt> Hook<'rt> {
         // SAFETY: this thread's live state; the entry call (and every helper it made) has
         // returned.
         let t = unsafe { &mut *ts };
-        if t.tail_result.is_some() || t.own_run.run.status != RunStatus::Ok as u32 {
+        // A tail call that succeeded left `TailCalled` there: one test covers both.
+        if t.own_run.run.status != RunStatus::Ok as u32 {
             return Hook::finish_cold(ts, r0);
         }
         t.leave_outermost();
@@ -397,16 +398,18 @@ impl<'rt> Hook<'rt> {
         // SAFETY: this thread's live state; the entry call (and every helper it made) has
         // returned, and the reference ends before `stopped`.
         let t = unsafe { &mut *ts };
-        if t.tail_result.is_some() {
-            r0 = t.tail_result.take().unwrap_or(r0);
-        }
+        // Taken whatever the status, so that no result outlives its run.
+        let tail_result = t.tail_result.take();
         let status = if NESTED {
             // SAFETY: the run state `begin` prepared for this run; the entry call returned.
             unsafe { (*run.state).status }
         } else {
             t.own_run.run.status
         };
-        if status != RunStatus::Ok as u32 {
+        if status == RunStatus::TailCalled as u32 {
+            // A successful tail call ended the run: its target's result is the run's.
+            r0 = tail_result.unwrap_or(r0);
+        } else if status != RunStatus::Ok as u32 {
             // Still inside the epoch: whatever `stopped` does with the version that ran
             // (a deoptimised run continues in that version's generic tier), its code cannot
             // be reclaimed meanwhile.

@@ -1,10 +1,13 @@
 //! `rdx-testdata`: the repository's eBPF C sources (`bpf/**/*.c`), compiled by the build script
 //! with `clang -O2 -g -target bpf`, for tests, examples and benchmarks of every crate.
 //!
-//! It owns nothing but the build of those objects: no loading, no running. A missing clang is
-//! a build error that says how to install it.
+//! It owns nothing but the build of those objects and the location of the ISA test vectors
+//! ([`vectors`]): no loading, no running. A missing clang is a build error that says how to
+//! install it.
 
 use std::path::{Path, PathBuf};
+
+pub mod vectors;
 
 include!(concat!(env!("OUT_DIR"), "/objects.rs"));
 

@@ -141,6 +141,14 @@ impl Explorer<'_> {
             return Ok(());
         }
         if width == Width::W32 {
+            // The one 32-bit operation on pointers real code needs: clang computes
+            // `ctx->data_end - ctx->data` of `u32` fields as `w2 -= w1`. The difference of
+            // two pointers into one region is an offset, not an address: nothing leaks.
+            if let (Value::Ptr(p), Value::Ptr(q), AluOp::Sub) = (a, b, op) {
+                if same_region(p.kind, q.kind) {
+                    return Ok(());
+                }
+            }
             return Err(v(
                 Rule::PointerArith,
                 format!("32-bit arithmetic on pointer in {dst}"),
@@ -322,6 +330,25 @@ impl Explorer<'_> {
         what: &str,
     ) -> Result<Region, Violation> {
         let write = access != Access::Read;
+        // The fixed part of the address, relative to the region start. Pointer arithmetic
+        // keeps `p.off` within 2^29 and an instruction's offset is 16 bits, but this is where
+        // a wrong offset would become an access: compute it so that it cannot wrap, and keep
+        // every later `start + size` (size <= 2^29) far from overflow.
+        let start = match p.off.checked_add(off) {
+            Some(s) if s.unsigned_abs() < (MAX_PTR_OFF as u64) << 1 => s,
+            _ => {
+                return Err(v(
+                    Rule::OutOfBounds,
+                    format!("{what} = {p}: offset {off} takes the access out of any region"),
+                ))
+            }
+        };
+        if size > crate::helpers::MAX_MEM_ARG {
+            return Err(v(
+                Rule::OutOfBounds,
+                format!("{what}: access of {size} bytes is larger than any region"),
+            ));
+        }
         // Range of offsets touched, relative to the region start, in wide arithmetic.
         let lo = p.off as i128 + p.var.smin as i128 + off as i128;
         let hi = p.off as i128 + p.var.smax as i128 + off as i128 + size as i128;
@@ -345,7 +372,7 @@ impl Explorer<'_> {
                 let align = sz.bytes() as u64;
                 let known =
                     p.var.bits.mask & (align - 1) == 0 && p.var.bits.value & (align - 1) == 0;
-                if !known || (p.off + off).rem_euclid(align as i64) != 0 {
+                if !known || start.rem_euclid(align as i64) != 0 {
                     return Err(v(
                         Rule::Misaligned,
                         format!("atomic access of {align} bytes at {what}{off:+} is not aligned"),
@@ -423,7 +450,6 @@ impl Explorer<'_> {
                         format!("{what} = {p}: variable offset may be negative"),
                     ));
                 }
-                let start = p.off + off;
                 if start < 0 || start + size as i64 > p.range {
                     return Err(v(
                         Rule::OutOfBounds,
@@ -442,7 +468,6 @@ impl Explorer<'_> {
                         format!("{what} = {p}: stack access with a variable offset"),
                     ));
                 }
-                let start = p.off + off;
                 if start < -(rdx_bpf::isa::STACK_SIZE as i64) {
                     return Err(v(
                         Rule::StackLimit,
@@ -494,7 +519,6 @@ impl Explorer<'_> {
                         "atomic operations on the context are not allowed",
                     ));
                 }
-                let start = p.off + off;
                 let layout = &self.env.ctx;
                 let Some(f) = layout.field_at(start, size as u32) else {
                     if self.env.eim {
@@ -697,6 +721,24 @@ impl Explorer<'_> {
                     }
                     other => return Err(bad(format!("expected a map, found {other}"))),
                 },
+                Arg::DataMap => match arg(i) {
+                    Value::Ptr(Ptr {
+                        kind: PtrKind::MapObj { map },
+                        ..
+                    }) => {
+                        let m = &self.maps[map as usize];
+                        if !crate::helpers::is_data_map(m.map_type) {
+                            return Err(bad(format!(
+                                "cannot pass map `{}` of type {:?} (kernel type {}) to {}: only hash, array and LPM maps hold values a program may read or write",
+                                m.name,
+                                m.map_type,
+                                m.map_type.to_kernel(),
+                                proto.name
+                            )));
+                        }
+                    }
+                    other => return Err(bad(format!("expected a map, found {other}"))),
+                },
                 Arg::MapKey | Arg::MapValue => {
                     let Some(map) = map_of_arg0() else {
                         return Err(bad("no map in r1".into()));
@@ -806,7 +848,32 @@ fn same_region(a: PtrKind, b: PtrKind) -> bool {
         || (a == b && !a.is_nullable() && !matches!(a, PtrKind::MapObj { .. } | PtrKind::Ctx))
 }
 
+/// Largest magnitude of a pointer's fixed offset, and of a constant added to a pointer (the
+/// kernel's `BPF_MAX_VAR_OFF`). Anything larger is refused: with it, no offset computation
+/// the checks do can overflow.
+pub(crate) const MAX_PTR_OFF: i64 = 1 << 29;
+
+/// Largest packet offset a bounds check can teach (the kernel's `MAX_PACKET_OFF`).
+pub(crate) const MAX_PACKET_OFF: u128 = 0xffff;
+
 fn ptr_offset_ok(p: &Ptr, val: &Scalar, op: AluOp) -> Result<(), Violation> {
+    if let Some(c) = val.const_value() {
+        let c = c as i64 as i128;
+        let off = if op == AluOp::Sub {
+            p.off as i128 - c
+        } else {
+            p.off as i128 + c
+        };
+        if c.unsigned_abs() >= MAX_PTR_OFF as u128 || off.unsigned_abs() >= MAX_PTR_OFF as u128 {
+            return Err(v(
+                Rule::PointerArith,
+                format!(
+                    "{op:?} of {c} makes {} pointer offset {off}, outside (-2^29, 2^29)",
+                    p.kind.name()
+                ),
+            ));
+        }
+    }
     match p.kind {
         PtrKind::MapObj { .. } | PtrKind::PacketEnd => Err(v(
             Rule::PointerArith,
@@ -832,13 +899,16 @@ fn ptr_offset_ok(p: &Ptr, val: &Scalar, op: AluOp) -> Result<(), Violation> {
     }
 }
 
-/// True when `cond` holding means `a <= b` for pointers compared as `a cond b`.
-pub(crate) fn implies_le(cond: JmpCond, taken: bool) -> Option<bool> {
-    // Some(true): a <= b known; Some(false): b <= a known; None: nothing learnt.
+/// What `a cond b` (taken or not) says about pointers `a` and `b`: `Some((true, strict))` for
+/// `a <= b` (`a < b` when `strict`), `Some((false, strict))` for `b <= a` (`b < a`), `None`
+/// when it says neither.
+pub(crate) fn implies_le(cond: JmpCond, taken: bool) -> Option<(bool, bool)> {
     use JmpCond::*;
     match (cond, taken) {
-        (Le | Lt, true) | (Gt | Ge, false) => Some(true),
-        (Ge | Gt, true) | (Lt | Le, false) => Some(false),
+        (Le, true) | (Gt, false) => Some((true, false)),
+        (Lt, true) | (Ge, false) => Some((true, true)),
+        (Ge, true) | (Lt, false) => Some((false, false)),
+        (Gt, true) | (Le, false) => Some((false, true)),
         _ => None,
     }
 }

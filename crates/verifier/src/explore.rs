@@ -109,6 +109,9 @@ pub(crate) struct Explorer<'a> {
     /// In the exact phase of a budgeted class: give up (and let the caller widen) once a path
     /// runs longer than the budget, since the program needs metering anyway.
     pub(crate) abort_past: Option<u64>,
+    /// Record every state reached, per instruction (`VerifyOptions::record_states`).
+    pub(crate) record_states: bool,
+    pub(crate) recorded: Vec<Vec<State>>,
 }
 
 impl<'a> Explorer<'a> {
@@ -144,6 +147,8 @@ impl<'a> Explorer<'a> {
             unbounded: false,
             tail_calls: false,
             abort_past: None,
+            record_states: false,
+            recorded: Vec::new(),
         }
     }
 
@@ -404,6 +409,12 @@ impl<'a> Explorer<'a> {
             if self.cfg.prune[p.pc] && self.visit(&mut p)? {
                 return Ok(());
             }
+            if self.record_states {
+                if self.recorded.len() < self.insns.len() {
+                    self.recorded.resize(self.insns.len(), Vec::new());
+                }
+                self.recorded[p.pc].push(p.state.clone());
+            }
             self.processed += 1;
             if self.processed > self.limits.max_processed {
                 return Err(self.error(
@@ -597,6 +608,17 @@ impl<'a> Explorer<'a> {
                         if kind == ImmKind::MapIdx {
                             Value::ptr(PtrKind::MapObj { map })
                         } else {
+                            // Direct value access exists for one-element arrays (global
+                            // data) only: a program array's element is a jump word.
+                            if m.map_type != rdx_bpf::MapType::Array {
+                                return Err(Violation::new(
+                                    Rule::InvalidMemBase,
+                                    format!(
+                                        "direct value access into map `{}` of type {:?}: only array maps (global data) allow it",
+                                        m.name, m.map_type
+                                    ),
+                                ));
+                            }
                             if imm_hi < 0
                                 || imm_hi as u32 >= m.value_size.max(1)
                                 || m.max_entries != 1
@@ -663,6 +685,16 @@ impl<'a> Explorer<'a> {
                     let v = match (src, v) {
                         (Operand::Imm(_), Value::Scalar { val, .. }) => {
                             Value::scalar(val.alu(AluOp::Mov, &val, size == Size::DW))
+                        }
+                        // A spilled register and its slot are copies: give them one id, so
+                        // that bounds learnt on either after a fill reach the other (as the
+                        // kernel does).
+                        (Operand::Reg(r), Value::Scalar { val, id: 0 })
+                            if size == Size::DW && val.const_value().is_none() =>
+                        {
+                            let id = self.fresh_id();
+                            st.set(r.index(), Value::Scalar { val, id });
+                            Value::Scalar { val, id }
                         }
                         _ => v,
                     };
@@ -836,10 +868,14 @@ impl<'a> Explorer<'a> {
                     Value::scalar(val)
                 }
             }
-            (_, Value::Ptr(p), Value::Ptr(_)) => {
-                // Same-region subtraction (checked): an offset, not an address.
-                let _ = p;
-                Value::unknown()
+            (_, Value::Ptr(_), Value::Ptr(_)) => {
+                // Same-region subtraction (checked): an offset, not an address; a 32-bit one
+                // is zero-extended.
+                Value::scalar(if wide {
+                    Scalar::UNKNOWN
+                } else {
+                    Scalar::urange(0, u32::MAX as u64)
+                })
             }
             (_, Value::Ptr(p), Value::Scalar { val, .. })
                 if !matches!(op, AluOp::Mov | AluOp::MovSx(_)) =>
@@ -859,25 +895,30 @@ impl<'a> Explorer<'a> {
     }
 
     fn ptr_add(&mut self, mut p: Ptr, val: &Scalar, sub: bool) -> Ptr {
-        if let Some(c) = val.const_value() {
-            let c = c as i64;
-            let new = if sub {
-                p.off.checked_sub(c)
+        // `check::ptr_offset_ok` refused every constant that would leave the pointer's fixed
+        // offset unrepresentable; the fallback below only keeps this function total.
+        let konst = val.const_value().and_then(|c| {
+            let c = c as i64 as i128;
+            let o = if sub {
+                p.off as i128 - c
             } else {
-                p.off.checked_add(c)
+                p.off as i128 + c
             };
-            match new {
-                Some(o) if o.abs() < (1 << 29) => p.off = o,
-                _ => {
-                    // Unrepresentable: keep it as a variable offset no access can satisfy.
-                    p.var = Scalar::UNKNOWN;
+            (o.unsigned_abs() < crate::check::MAX_PTR_OFF as u128).then_some(o as i64)
+        });
+        match konst {
+            Some(o) => p.off = o,
+            None => {
+                p.var = match val.const_value() {
+                    Some(_) => Scalar::UNKNOWN,
+                    None if sub => p.var.sub(val),
+                    None => p.var.add(val),
+                };
+                // A new variable part is a new pointer: it shares no range with the old id.
+                if matches!(p.kind, PtrKind::Packet | PtrKind::PacketMeta) {
+                    p.id = self.fresh_id();
+                    p.range = 0;
                 }
-            }
-        } else {
-            p.var = if sub { p.var.sub(val) } else { p.var.add(val) };
-            if matches!(p.kind, PtrKind::Packet | PtrKind::PacketMeta) {
-                p.id = self.fresh_id();
-                p.range = 0;
             }
         }
         p
@@ -917,6 +958,15 @@ impl<'a> Explorer<'a> {
                     .iter()
                     .find(|f| f.offset == offset)
                     .expect("checked field");
+                if sext && f.kind != FieldKind::Scalar {
+                    return Err(Violation::new(
+                        Rule::CtxAccess,
+                        format!(
+                            "sign-extending load of the pointer field `{}` of {}: a sign-extended address is not the packet",
+                            f.name, self.env.name
+                        ),
+                    ));
+                }
                 Ok(match f.kind {
                     FieldKind::Scalar => Value::scalar(bounded()),
                     FieldKind::PacketStart => Value::ptr(PtrKind::Packet),
@@ -997,9 +1047,15 @@ impl<'a> Explorer<'a> {
                                 let (k, bi) = Frame::locate(p.off + b);
                                 let fr = &mut st.frames[frame as usize];
                                 let slot = fr.slot_mut(k);
+                                // The rest of a spilled pointer the helper overwrites in part
+                                // becomes unreadable, as with a plain store (`write_stack`):
+                                // its other bytes are still the address.
+                                let spilled_ptr = slot.holds_pointer();
                                 let mut bytes = [ByteState::Invalid; 8];
                                 for (j, x) in bytes.iter_mut().enumerate() {
-                                    *x = slot.byte(j);
+                                    if !spilled_ptr {
+                                        *x = slot.byte(j);
+                                    }
                                 }
                                 bytes[bi] = ByteState::Misc;
                                 *slot = Slot::Bytes(bytes);
@@ -1122,7 +1178,7 @@ impl<'a> Explorer<'a> {
             }
             (Value::Ptr(p), Value::Ptr(q)) => {
                 // Packet bounds checks: `pkt + n <= pkt_end` (or `meta + n <= data`).
-                let Some(le) = implies_le(cond, taken) else {
+                let Some((le, strict)) = implies_le(cond, taken) else {
                     return Some(out);
                 };
                 let (lo, hi) = if le { (p, q) } else { (q, p) };
@@ -1131,8 +1187,14 @@ impl<'a> Explorer<'a> {
                     (PtrKind::PacketMeta, PtrKind::Packet) => hi.off == 0 && !hi.has_var_off(),
                     _ => false,
                 };
-                if bound && lo.off >= 0 {
-                    let (kind, id, range) = (lo.kind, lo.id, lo.off);
+                // As in the kernel: only a pointer whose variable part is known non-negative
+                // and whose whole offset stays within the largest packet teaches a range.
+                let sane = lo.off >= 0
+                    && lo.var.smin >= 0
+                    && (lo.var.umax as u128 + lo.off as u128) <= crate::check::MAX_PACKET_OFF;
+                if bound && sane {
+                    // `lo < hi` leaves one more byte before `hi` than `lo <= hi`.
+                    let (kind, id, range) = (lo.kind, lo.id, lo.off + strict as i64);
                     out.for_each_value(|v| {
                         if let Value::Ptr(r) = v {
                             if r.kind == kind && r.id == id {

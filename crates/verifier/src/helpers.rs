@@ -15,6 +15,10 @@ pub enum Arg {
     Ctx,
     /// A map handle; `ty` restricts the map type when set (kernel map type number).
     Map { ty: Option<u32> },
+    /// A map that holds keys and values the program may read and write: hash, array (and
+    /// their per-CPU forms) and LPM trie. Never a program array, whose elements are jump
+    /// words only the control plane writes, nor a ring buffer, whose memory is records.
+    DataMap,
     /// Readable, initialised memory of the map's key size (map from the first argument).
     MapKey,
     /// Readable, initialised memory of the map's value size.
@@ -71,6 +75,19 @@ impl HelperProto {
 const RINGBUF: u32 = 27;
 const PROG_ARRAY: u32 = 3;
 
+/// Whether the data-map helpers (`map_lookup_elem`, `map_update_elem`, `map_delete_elem`)
+/// may take a map of this type. Program arrays are excluded because their elements are the
+/// jump words `bpf_tail_call` enters (a program writing one would choose native code the
+/// host runs); ring buffers because their memory is records, not values; types rdx does
+/// not run because no plane implements them.
+pub fn is_data_map(ty: rdx_bpf::MapType) -> bool {
+    use rdx_bpf::MapType as M;
+    matches!(
+        ty,
+        M::Hash | M::Array | M::PerCpuHash | M::PerCpuArray | M::LpmTrie
+    )
+}
+
 /// Largest size a memory argument may have: larger than any region rdx hands out, small enough
 /// that `ptr + size` never overflows in the bounds checks.
 pub const MAX_MEM_ARG: u64 = 1 << 29;
@@ -83,15 +100,15 @@ pub fn standard(id: i32) -> Option<HelperProto> {
     Some(match id {
         1 => HelperProto::new(
             "map_lookup_elem",
-            vec![Map { ty: None }, MapKey],
+            vec![DataMap, MapKey],
             Ret::MapValueOrNull,
         ),
         2 => HelperProto::new(
             "map_update_elem",
-            vec![Map { ty: None }, MapKey, MapValue, Scalar],
+            vec![DataMap, MapKey, MapValue, Scalar],
             any,
         ),
-        3 => HelperProto::new("map_delete_elem", vec![Map { ty: None }, MapKey], any),
+        3 => HelperProto::new("map_delete_elem", vec![DataMap, MapKey], any),
         5 => HelperProto::new("ktime_get_ns", vec![], any),
         6 => HelperProto::new(
             "trace_printk",

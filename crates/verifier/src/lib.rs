@@ -4,7 +4,9 @@
 //! It owns the safety analysis (abstract interpretation over typed registers and stack, path
 //! exploration with pruning, helper prototypes, reference tracking) and the EIM format. It
 //! must not load ELF, compile, or run anything: it takes decoded instructions and map
-//! definitions from `rdx-bpf` and returns facts (or the rule broken).
+//! definitions from `rdx-bpf` and returns facts (or the rule broken). The one exception is
+//! [`embed`], which runs the reference interpreter to check the verifier's recorded states
+//! against real runs (tests and fuzzing).
 //!
 //! The layers follow PREVAIL's separation:
 //! - the instruction model is `rdx_bpf::isa` (decoded, slot-indexed) plus [`cfg`];
@@ -29,6 +31,7 @@ pub mod assertions;
 pub mod cfg;
 mod check;
 pub mod eim;
+pub mod embed;
 pub mod env;
 pub mod error;
 mod explore;
@@ -92,6 +95,12 @@ pub struct VerifyOptions {
     /// Compare only live registers and stack slots when pruning (the default). Off, every
     /// value is compared: the same verdicts, more paths; there to cross-check the analysis.
     pub liveness: bool,
+    /// Keep every abstract state the exploration reaches, per instruction, in
+    /// [`Verified::states`], for the state embedding that checks real runs against them
+    /// ([`embed`]). Costs memory proportional to the instructions processed: tests and
+    /// fuzzing only. Pair it with `liveness: false`, so that a pruned path's whole state
+    /// (dead registers included) is covered by the state that pruned it.
+    pub record_states: bool,
 }
 
 impl VerifyOptions {
@@ -102,6 +111,7 @@ impl VerifyOptions {
             log: LogLevel::Off,
             limits: Limits::default(),
             liveness: true,
+            record_states: false,
         }
     }
 
@@ -112,6 +122,7 @@ impl VerifyOptions {
             log: LogLevel::Off,
             limits: Limits::default(),
             liveness: true,
+            record_states: false,
         })
     }
 
@@ -170,6 +181,9 @@ pub struct Verified {
     /// XState bytes the program's maps use.
     pub xstate_bytes: u64,
     pub log: Option<String>,
+    /// With [`VerifyOptions::record_states`]: per instruction, every abstract state a path
+    /// reached there before the instruction ran (empty otherwise).
+    pub states: Vec<Vec<state::State>>,
 }
 
 /// Bytes of XState a map occupies: keys and values of every entry (ring buffers: their data
@@ -262,6 +276,7 @@ pub fn verify_insns(
     };
     let mut ex = explore::Explorer::new(insns, maps, first_env, cfg, opts.limits, opts.log);
     ex.liveness = opts.liveness;
+    ex.record_states = opts.record_states;
     if env.allow_budgeted_loops {
         ex.abort_past = env.budget;
     }
@@ -277,6 +292,7 @@ pub fn verify_insns(
         let cfg = cfg::Cfg::build(insns)?;
         ex = explore::Explorer::new(insns, maps, env, cfg, opts.limits, opts.log);
         ex.liveness = opts.liveness;
+        ex.record_states = opts.record_states;
         if let Err(mut e) = ex.run() {
             if opts.log == LogLevel::Verbose {
                 e.log = Some(std::mem::take(&mut ex.log));
@@ -339,6 +355,7 @@ pub fn verify_insns(
         states_stored: ex.states_stored(),
         xstate_bytes: xstate,
         log: (opts.log == LogLevel::Verbose).then(|| std::mem::take(&mut ex.log)),
+        states: std::mem::take(&mut ex.recorded),
     })
 }
 

@@ -1,7 +1,10 @@
 //! Soundness oracle: random programs, biased toward packet, stack and map-value accesses and
 //! branches, are verified as XDP programs; every program the verifier accepts must run in the
 //! checked interpreter without an out-of-bounds access, an uninitialised register read or any
-//! other run-time error, on random packets.
+//! other run-time error, on random packets. And at every instruction of those runs, the
+//! concrete registers and stack must be described by one of the abstract states the verifier
+//! recorded there (state embedding, `rdx_verifier::embed`): a wrong bound is caught where it
+//! is made, even when no bad access follows.
 //!
 //! CI runs a fixed seed and a bounded number of cases. Longer runs:
 //! `PROPTEST_CASES=100000 cargo test --release -p rdx-verifier --test soundness`
@@ -10,11 +13,13 @@
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 use rdx_bpf::helpers::Helpers;
-use rdx_bpf::interp::{self, Input, Vm, XdpMd};
+use rdx_bpf::interp::{self, Vm, XdpMd};
 use rdx_bpf::isa::{AluOp, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width};
 use rdx_bpf::maps::MapSet;
 use rdx_bpf::{MapDef, MapOrigin, MapType};
 use rdx_verifier::{verify_insns, KernelProgType, Rule, VerifyOptions};
+
+mod embedding;
 use std::cell::Cell;
 
 fn table() -> MapDef {
@@ -399,6 +404,7 @@ fn accepted_programs_run_safely() {
     );
     let full = VerifyOptions {
         liveness: false,
+        record_states: true,
         ..opts.clone()
     };
     let result = runner.run(&strategy, |(blocks, packets)| {
@@ -426,7 +432,10 @@ fn accepted_programs_run_safely() {
                 rdx_bpf::disasm::disassemble(&insns)
             ),
         }
-        let Ok(v) = verdict else {
+        let Ok(_) = verdict else {
+            return Ok(());
+        };
+        let Ok(recorded) = reference else {
             return Ok(());
         };
         accepted.set(accepted.get() + 1);
@@ -440,7 +449,8 @@ fn accepted_programs_run_safely() {
         .unwrap();
         for p in packets {
             let mut ctx = XdpMd::new(p.clone());
-            let out = vm.run_checked(Input::Context(&mut ctx));
+            let divergence = std::cell::RefCell::new(None);
+            let out = embedding::embedded_run(&vm, &set, &mut ctx, &recorded.states, &divergence);
             prop_assert!(
                 out.is_ok(),
                 "accepted program failed at run time on a {}-byte packet: {:?}\n{}",
@@ -448,7 +458,14 @@ fn accepted_programs_run_safely() {
                 out,
                 rdx_bpf::disasm::disassemble(&insns)
             );
-            let _ = &v;
+            if let Some(d) = divergence.into_inner() {
+                prop_assert!(
+                    false,
+                    "state embedding on a {}-byte packet: {d}\n{}",
+                    p.len(),
+                    rdx_bpf::disasm::disassemble(&insns)
+                );
+            }
         }
         Ok(())
     });
@@ -461,4 +478,92 @@ fn accepted_programs_run_safely() {
         "only {} of {cases} random programs were accepted",
         accepted.get()
     );
+}
+
+/// The embedding check is only worth something if it fails on a wrong state: tamper with the
+/// states recorded for a small packet program (a scalar bound, a packet range, a known-zero
+/// stack byte) and the same run must diverge.
+#[test]
+fn embedding_catches_a_wrong_state() {
+    use rdx_bpf::asm::assemble;
+    use rdx_verifier::state::{ByteState, Slot, Value};
+    let insns = assemble(
+        "ldxw %r2, [%r1+0]
+         ldxw %r3, [%r1+4]
+         stdw [%r10-8], 0
+         mov %r0, 5
+         mov %r4, %r2
+         add %r4, 8
+         jgt %r4, %r3, out
+         ldxb %r0, [%r2+7]
+         out:
+         mov %r0, 2
+         exit",
+    )
+    .unwrap();
+    let maps = [table()];
+    let opts = VerifyOptions {
+        liveness: false,
+        record_states: true,
+        ..VerifyOptions::kernel(KernelProgType::Xdp)
+    };
+    let v = verify_insns(&insns, &maps, &opts).unwrap();
+    let set = MapSet::new(&maps).unwrap();
+    let vm = Vm::new(
+        &insns,
+        &set,
+        &Helpers::standard(),
+        interp::Config::default(),
+    )
+    .unwrap();
+    let run = |states: &[Vec<rdx_verifier::state::State>]| {
+        let mut ctx = XdpMd::new(vec![0; 16]);
+        let d = std::cell::RefCell::new(None);
+        embedding::embedded_run(&vm, &set, &mut ctx, states, &d).unwrap();
+        d.into_inner()
+    };
+    assert_eq!(
+        run(&v.states),
+        None,
+        "the untouched states describe the run"
+    );
+
+    // r0 = 5 before `mov %r4, %r2` (pc 4): claim it is 6.
+    let mut wrong = v.states.clone();
+    for st in &mut wrong[4] {
+        st.set(0, Value::scalar(rdx_verifier::scalar::Scalar::constant(6)));
+    }
+    let d = run(&wrong).expect("a wrong scalar is caught");
+    assert!(d.contains("r0"), "{d}");
+
+    // Before the packet load (pc 7): claim 64 bytes were checked instead of 8.
+    let mut wrong = v.states.clone();
+    for st in &mut wrong[7] {
+        if let Value::Ptr(mut p) = st.reg(2) {
+            p.range = 64;
+            st.set(2, Value::Ptr(p));
+        }
+    }
+    let d = run(&wrong).expect("a range past the packet is caught");
+    assert!(d.contains("range 64"), "{d}");
+
+    // After `stdw [%r10-8], 0`: claim a byte of the slot is zero when the run wrote 0x11.
+    let insns2 = assemble("stdw [%r10-8], 0x11\nmov %r0, 2\nexit").unwrap();
+    let v2 = verify_insns(&insns2, &maps, &opts).unwrap();
+    let vm2 = Vm::new(
+        &insns2,
+        &set,
+        &Helpers::standard(),
+        interp::Config::default(),
+    )
+    .unwrap();
+    let mut wrong = v2.states.clone();
+    for st in &mut wrong[1] {
+        st.frames[0].stack[0] = Slot::Bytes([ByteState::Zero; 8]);
+    }
+    let mut ctx = XdpMd::new(vec![0; 16]);
+    let d = std::cell::RefCell::new(None);
+    embedding::embedded_run(&vm2, &set, &mut ctx, &wrong, &d).unwrap();
+    let d = d.into_inner().expect("a wrong known-zero byte is caught");
+    assert!(d.contains("known zero"), "{d}");
 }

@@ -153,6 +153,8 @@ unsafe fn lookup_other(cur: &Current, m: &MapRef, key: u64) -> u64 {
             xstate::hash::local::lookup_ref(&svc.data, m, key, copy)
         }
         MapType::Array | MapType::PerThreadArray => xstate::array::local::lookup_ref(m, key, copy),
+        // Program arrays hold jump words and ring buffers records: not program data.
+        MapType::ProgArray | MapType::RingBuf => None,
         _ => xstate::lookup_ref(&svc.data, m, key, copy).ok().flatten(),
     };
     match found {
@@ -186,6 +188,9 @@ unsafe extern "C" fn map_update_elem(map: u64, key: u64, value: u64, flags: u64,
         MapType::Array | MapType::PerThreadArray => {
             xstate::array::local::update(r, m, key, value, flags, copies, token)
         }
+        // A program cannot write a jump word (`version << 32 | code offset`) of a program
+        // array, nor a ring buffer's records, whatever the verifier let through.
+        MapType::ProgArray | MapType::RingBuf => return EINVAL,
         _ => xstate::update(r, m, key, value, flags, copies, token),
     };
     match done {
@@ -199,6 +204,9 @@ unsafe extern "C" fn map_delete_elem(map: u64, key: u64, _: u64, _: u64, _: u64)
     let Some(m) = map_at(&cur, map) else {
         return EINVAL;
     };
+    if matches!(m.map_type, MapType::ProgArray | MapType::RingBuf) {
+        return EINVAL;
+    }
     // SAFETY: the verifier proved `key` readable for the map's key size.
     let key = unsafe { bytes(key, m.key_size as usize) };
     match xstate::delete(&cur.svc().data, m, key, token(&cur)) {

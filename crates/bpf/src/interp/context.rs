@@ -289,8 +289,28 @@ impl ContextModel for SkBuff {
             size: size.bytes(),
         };
         let f = field_at(Self::FIELDS, offset, size.bytes()).ok_or(bad.clone())?;
-        // Only whole 32-bit fields may be written, as in the kernel.
-        if !f.writable || size != Size::W || !offset.is_multiple_of(4) {
+        if !f.writable || !offset.is_multiple_of(size.bytes()) {
+            return Err(bad);
+        }
+        // `cb` takes naturally aligned writes of any size within it, as in the kernel
+        // (`bpf_skb_is_valid_access`); the other writable fields only whole 32-bit ones.
+        if (Self::OFF_CB..Self::OFF_CB + 20).contains(&offset) {
+            let end = offset + size.bytes();
+            if end > Self::OFF_CB + 20 {
+                return Err(bad);
+            }
+            let mut bytes = [0u8; 20];
+            for (i, w) in self.cb.iter().enumerate() {
+                bytes[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+            }
+            bytes[offset - Self::OFF_CB..end - Self::OFF_CB]
+                .copy_from_slice(&value.to_le_bytes()[..size.bytes()]);
+            for (i, w) in self.cb.iter_mut().enumerate() {
+                *w = u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+            }
+            return Ok(());
+        }
+        if size != Size::W {
             return Err(bad);
         }
         let v = value as u32;
@@ -423,6 +443,24 @@ mod tests {
         assert!(skb.load(100, Size::W).is_err());
         skb.store(SkBuff::OFF_CB + 8, Size::W, 42).unwrap();
         assert_eq!(skb.load(SkBuff::OFF_CB + 8, Size::W).unwrap(), 42);
+        // Narrow, aligned writes into `cb` are allowed (the kernel allows them too); they
+        // change only their bytes.
+        skb.store(SkBuff::OFF_CB + 10, Size::H, 0xbeef).unwrap();
+        assert_eq!(skb.load(SkBuff::OFF_CB + 8, Size::W).unwrap(), 0xbeef_002a);
+        skb.store(SkBuff::OFF_CB + 19, Size::B, 7).unwrap();
+        assert_eq!(skb.load(SkBuff::OFF_CB + 16, Size::W).unwrap(), 0x0700_0000);
+        assert!(
+            skb.store(SkBuff::OFF_CB + 9, Size::H, 1).is_err(),
+            "misaligned"
+        );
+        assert!(
+            skb.store(SkBuff::OFF_CB + 16, Size::DW, 1).is_err(),
+            "past cb[4]"
+        );
+        assert!(
+            skb.store(SkBuff::OFF_MARK, Size::H, 1).is_err(),
+            "narrow write of mark"
+        );
         assert!(skb.store(SkBuff::OFF_LEN, Size::W, 1).is_err());
         assert!(SkBuff::socket_filter_test_run(&[0; 13]).is_none());
         // Broadcast on loopback is multicast; short EtherTypes are 802.3 lengths.

@@ -6,7 +6,7 @@ use rdx_exec::op::{Op, RegMasks};
 
 use super::context::ContextModel;
 use super::memory::{Access, Regions};
-use super::{Input, Resume, RunError, RunErrorKind, Vm, MAX_FRAMES};
+use super::{Input, Observation, Resume, RunError, RunErrorKind, Vm, MAX_FRAMES};
 use crate::helpers::{HelperCtx, HelperImpl};
 use crate::isa::{Reg, Size, STACK_SIZE};
 
@@ -32,13 +32,15 @@ fn size_of(n: usize) -> Size {
 }
 
 /// One run's view of the world: the VM, its memory regions and its context model.
-struct Interp<'v, 'm, const CHECKED: bool> {
+struct Interp<'v, 'm, 'o, const CHECKED: bool> {
     vm: &'v Vm,
     regions: Regions<'v>,
     model: Option<&'m mut dyn ContextModel>,
+    /// Sees every instruction of an observed run (checked mode only).
+    observer: Option<&'o mut dyn FnMut(&Observation<'_>)>,
 }
 
-impl<const CHECKED: bool> Interp<'_, '_, CHECKED> {
+impl<const CHECKED: bool> Interp<'_, '_, '_, CHECKED> {
     /// Whether an access of `n` bytes at `addr` goes to the context model (`Ok(true)`) or
     /// to plain memory, checking it in checked mode.
     #[inline(always)]
@@ -84,7 +86,7 @@ impl<const CHECKED: bool> Interp<'_, '_, CHECKED> {
     }
 }
 
-impl<const CHECKED: bool> Env for Interp<'_, '_, CHECKED> {
+impl<const CHECKED: bool> Env for Interp<'_, '_, '_, CHECKED> {
     type Error = RunError;
     const CHECK_REGS: bool = CHECKED;
 
@@ -194,12 +196,48 @@ impl<const CHECKED: bool> Env for Interp<'_, '_, CHECKED> {
     fn frame(&mut self, fp: u64) {
         self.regions.stack_lo = fp - FRAME;
     }
+
+    #[inline(always)]
+    fn observe(&mut self, pc: usize, regs: &[u64; 16], init: u16, depth: usize) {
+        if !CHECKED {
+            return;
+        }
+        let Some(observer) = self.observer.as_mut() else {
+            return;
+        };
+        let stack_top = self.regions.stack_hi;
+        // SAFETY: `[stack_hi - STACK_BYTES, stack_hi)` is the run's stack allocation (owned
+        // by `run_with` or lent by a resume), alive for the whole run. Nothing writes it while
+        // the observer holds this shared view: the dispatch loop waits for `observe` to return.
+        let stack = unsafe {
+            std::slice::from_raw_parts((stack_top - STACK_BYTES as u64) as *const u8, STACK_BYTES)
+        };
+        let mut r = [0u64; 11];
+        r.copy_from_slice(&regs[..11]);
+        observer(&Observation {
+            pc,
+            regs: r,
+            init,
+            depth,
+            stack_top,
+            stack,
+        });
+    }
 }
 
 pub(super) fn run<const CHECKED: bool>(
     vm: &Vm,
     input: Input<'_>,
+    resume: Option<Resume<'_>>,
+) -> Result<u64, RunError> {
+    run_with::<CHECKED>(vm, input, resume, None)
+}
+
+pub(super) fn run_with<const CHECKED: bool>(
+    vm: &Vm,
+    input: Input<'_>,
     mut resume: Option<Resume<'_>>,
+    observer: Option<&mut dyn FnMut(&Observation<'_>)>,
 ) -> Result<u64, RunError> {
     let mut owned: Option<Box<Stack>> = None;
     // From here on the stack is only accessed through addresses derived from this pointer.
@@ -226,6 +264,7 @@ pub(super) fn run<const CHECKED: bool>(
             maps: &vm.maps,
         },
         model: None,
+        observer,
     };
     match input {
         Input::Empty => init |= 0b110,

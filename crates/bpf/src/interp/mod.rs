@@ -85,6 +85,44 @@ pub enum Input<'a> {
     Context(&'a mut dyn ContextModel),
 }
 
+/// The machine before one instruction of an observed run ([`Vm::run_observed`]).
+pub struct Observation<'a> {
+    /// Slot of the instruction about to run.
+    pub pc: usize,
+    /// `r0`..`r10` of the current frame.
+    pub regs: [u64; 11],
+    /// Bit `r` set: register `r` holds a value (reading the others is an error).
+    pub init: u16,
+    /// Call depth: 0 in the entry function; frame `k`'s `r10` is `stack_top - 512 k`.
+    pub depth: usize,
+    /// One past the entry frame's highest stack byte.
+    pub stack_top: u64,
+    /// The stack memory of every frame, ending at `stack_top`.
+    pub stack: &'a [u8],
+}
+
+impl Observation<'_> {
+    /// The `r10` of frame `k` (0 = the entry function).
+    pub fn frame_pointer(&self, k: usize) -> u64 {
+        self.stack_top - (k * crate::isa::STACK_SIZE) as u64
+    }
+
+    /// The 8 bytes at stack address `addr` (little-endian), if they are stack memory.
+    pub fn stack_u64(&self, addr: u64) -> Option<u64> {
+        let base = self.stack_top - self.stack.len() as u64;
+        let off = usize::try_from(addr.checked_sub(base)?).ok()?;
+        let bytes = self.stack.get(off..off.checked_add(8)?)?;
+        Some(u64::from_le_bytes(bytes.try_into().ok()?))
+    }
+
+    /// The byte at stack address `addr`, if it is stack memory.
+    pub fn stack_u8(&self, addr: u64) -> Option<u8> {
+        let base = self.stack_top - self.stack.len() as u64;
+        let off = usize::try_from(addr.checked_sub(base)?).ok()?;
+        self.stack.get(off).copied()
+    }
+}
+
 /// Why a program could not be prepared.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("instruction {pc}: {kind}")]
@@ -249,6 +287,18 @@ impl Vm {
     /// Runs with every memory access and register read checked. Returns `r0`.
     pub fn run_checked(&self, input: Input<'_>) -> Result<u64, RunError> {
         exec::run::<true>(self, input, None)
+    }
+
+    /// [`Vm::run_checked`], calling `observer` before every instruction with the machine
+    /// state there. This is how a static analysis is checked against real runs: the verifier's
+    /// state embedding compares each observation with the abstract states it recorded at the
+    /// same instruction.
+    pub fn run_observed(
+        &self,
+        input: Input<'_>,
+        observer: &mut dyn FnMut(&Observation<'_>),
+    ) -> Result<u64, RunError> {
+        exec::run_with::<true>(self, input, None, Some(observer))
     }
 
     /// Runs without bounds checks. Returns `r0`.

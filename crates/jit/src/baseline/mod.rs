@@ -130,8 +130,13 @@ pub(crate) fn compile(
     insns: &[Insn],
     opts: &CompileOptions,
 ) -> Result<(Artifact, CompileStats), CompileError> {
+    let opts = &*crate::compile::effective_options(opts, insns);
     match opts.arch {
-        Arch::X86_64 => compile_with(x64::X64::new(insns.len()), insns, opts),
+        Arch::X86_64 => compile_with(
+            x64::X64::new(insns.len(), crate::compile::blinds_constants(opts)),
+            insns,
+            opts,
+        ),
         Arch::Aarch64 => compile_with(a64::A64::new(insns.len()), insns, opts),
     }
 }
@@ -157,10 +162,8 @@ fn compile_with<E: Emit>(
     }
     let plans = plan_functions(insns)?;
     let depth = max_call_depth(&plans, insns)?;
-    let may_stop = opts.needs_budget
-        || insns
-            .iter()
-            .any(|i| matches!(i, Insn::Call(CallTarget::Reg(_))));
+    // A tail call (or a `callx`, which may be one) ends the run when it succeeds.
+    let may_stop = opts.needs_budget || insns.iter().any(crate::compile::may_tail_call);
     let mut d = Driver {
         insns,
         opts,
@@ -560,7 +563,7 @@ impl Driver<'_> {
         }) = self.chained(plan, next)
         {
             // The load replaces rX: the address itself is never observed.
-            if dst == x && base == x {
+            if dst == x && base == x && self.displacement_shown(disp + off as i64) {
                 if let Ok(d) = i32::try_from(disp + off as i64) {
                     addr.disp = d;
                     e.load_addr(size, sign_extend, x, addr);
@@ -568,12 +571,19 @@ impl Driver<'_> {
                 }
             }
         }
-        if next - pc < 2 {
+        if next - pc < 2 || !self.displacement_shown(disp) {
             return None;
         }
         addr.disp = i32::try_from(disp).ok()?;
         e.lea(x, addr);
         Some(next - pc)
+    }
+
+    /// Whether a displacement the program's constants add up to may appear in the code as
+    /// it is: blinding is off, or it is small. A larger one is not folded into an address:
+    /// the instructions are emitted one by one, with their constants blinded.
+    fn displacement_shown(&self, disp: i64) -> bool {
+        !crate::compile::blinds_constants(self.opts) || crate::compile::plain_constant(disp)
     }
 
     /// Whether `reg`'s value on entry to slot `pc` is never read: overwritten first in the
@@ -875,7 +885,14 @@ impl Driver<'_> {
                     self.helper(e, pc, BPF_FUNC_MAP_LOOKUP_ELEM)?;
                 }
             }
-            CallTarget::Helper(id) => self.helper(e, pc, id)?,
+            CallTarget::Helper(id) => {
+                self.helper(e, pc, id)?;
+                if id == crate::compile::BPF_FUNC_TAIL_CALL {
+                    // A successful tail call ran the rest of the run: return at once.
+                    let stopped = *stubs.stopped.get_or_insert_with(|| e.new_label());
+                    e.branch_if_stopped(stopped);
+                }
+            }
             CallTarget::Local(_) => {
                 let start = self.insns[pc].call_target(pc).expect("a local call") as usize;
                 let callee = crate::compile::callee_index(self.plans, start);
@@ -901,6 +918,9 @@ impl Driver<'_> {
                 let bad = *stubs.bad_helper.get_or_insert_with(|| e.new_label());
                 let at = e.call_reg(r, table_len, bad);
                 self.reloc(at, Symbol::Var(HELPER_TABLE_SYMBOL.into()), 0);
+                // The helper may have been `bpf_tail_call`.
+                let stopped = *stubs.stopped.get_or_insert_with(|| e.new_label());
+                e.branch_if_stopped(stopped);
             }
         }
         Ok(())

@@ -14,7 +14,7 @@ use rdx_bpf::isa::{AluOp, AtomicOp, ByteOrder, JmpCond, Operand, Reg, Size, Widt
 use rdx_region::abi::RunStatus;
 
 use super::{Addr, Emit, Key};
-use crate::compile::{EntryAbi, InlineArray};
+use crate::compile::{plain_constant, BlindingKeys, EntryAbi, InlineArray};
 
 const RAX: u8 = 0;
 const RCX: u8 = 1;
@@ -38,18 +38,55 @@ macro_rules! asm {
 
 pub(super) struct X64 {
     ops: VecAssembler<X64Relocation>,
+    /// Constant blinding's keys, when it is on.
+    keys: Option<BlindingKeys>,
 }
 
+/// The register blinded immediates are unmasked in: r9, which no eBPF register maps to
+/// and nothing else uses, so that it never disturbs a register an instruction sequence
+/// keeps (r11, the kept key of an inlined lookup).
+const BLIND: u8 = 9;
+
 impl X64 {
-    pub(super) fn new(insns: usize) -> Self {
+    pub(super) fn new(insns: usize, blind: bool) -> Self {
         let mut ops = VecAssembler::new(0);
         ops.reserve_ops(insns * 6 + 64);
-        Self { ops }
+        Self {
+            ops,
+            keys: blind.then(BlindingKeys::new),
+        }
+    }
+
+    /// Whether the immediate `value` may be emitted as it is: blinding is off, or it puts
+    /// at most 16 chosen bits in the code (as a 64-bit or as a 32-bit immediate).
+    fn plain(&self, value: u64) -> bool {
+        self.keys.is_none()
+            || plain_constant(value as i64)
+            || (value <= u32::MAX as u64 && plain_constant(value as u32 as i32 as i64))
+    }
+
+    /// `reg = value` without `value` appearing in the code: it is emitted xored with a fresh
+    /// random key, which a second instruction applies again (r10 holds a 64-bit key).
+    fn blinded(&mut self, reg: u8, value: u64) {
+        let key = self.keys.as_mut().expect("blinding is on").next();
+        if value as i64 >= i32::MIN as i64 && value as i64 <= i32::MAX as i64 {
+            // Both immediates are sign-extended, and so is their xor.
+            let (masked, key) = ((value as i32) ^ (key as i32), key as i32);
+            asm!(self.ops; mov Rq(reg), masked ; xor Rq(reg), key);
+        } else if value <= u32::MAX as u64 {
+            let (masked, key) = (((value as u32) ^ (key as u32)) as i32, key as u32 as i32);
+            asm!(self.ops; mov Rd(reg), masked ; xor Rd(reg), key);
+        } else {
+            let masked = (value ^ key) as i64;
+            asm!(self.ops; mov Rq(reg), QWORD masked ; mov r10, QWORD key as i64 ; xor Rq(reg), r10);
+        }
     }
 
     /// `r11 = value` (the shortest form).
     fn imm_to_r11(&mut self, value: u64) {
-        if value <= u32::MAX as u64 {
+        if !self.plain(value) {
+            self.blinded(11, value);
+        } else if value <= u32::MAX as u64 {
             asm!(self.ops; mov r11d, value as u32 as i32);
         } else if value as i64 >= i32::MIN as i64 && value as i64 <= i32::MAX as i64 {
             asm!(self.ops; mov r11, value as i64 as i32);
@@ -331,7 +368,16 @@ impl Emit for X64 {
             }
             _ => {}
         }
-        if let Operand::Imm(k) = src {
+        let src = match src {
+            Operand::Imm(k) if !self.plain(k as i64 as u64) => {
+                // Blinded: unmasked into its register, then the register form (a 32-bit
+                // operation reads its low half).
+                self.blinded(BLIND, k as i64 as u64);
+                None
+            }
+            other => Some(other),
+        };
+        if let Some(Operand::Imm(k)) = src {
             // Immediate forms: a 32-bit immediate, sign-extended in 64-bit operations
             // exactly as eBPF extends it.
             match (op, w64) {
@@ -353,7 +399,10 @@ impl Emit for X64 {
             }
             return;
         }
-        let s = self.operand(width, src);
+        let s = match src {
+            Some(src) => self.operand(width, src),
+            None => BLIND,
+        };
         match (op, w64) {
             (AluOp::Mov, true) => asm!(self.ops; mov Rq(d), Rq(s)),
             (AluOp::Mov, false) => asm!(self.ops; mov Rd(d), Rd(s)),
@@ -428,6 +477,16 @@ impl Emit for X64 {
                     Size::H => asm!(self.ops; mov WORD [Rq(b) + o], Rw(s)),
                     Size::W => asm!(self.ops; mov DWORD [Rq(b) + o], Rd(s)),
                     Size::DW => asm!(self.ops; mov QWORD [Rq(b) + o], Rq(s)),
+                }
+            }
+            Operand::Imm(k)
+                if matches!(size, Size::W | Size::DW) && !self.plain(k as i64 as u64) =>
+            {
+                self.blinded(BLIND, k as i64 as u64);
+                if size == Size::W {
+                    asm!(self.ops; mov DWORD [Rq(b) + o], Rd(BLIND));
+                } else {
+                    asm!(self.ops; mov QWORD [Rq(b) + o], Rq(BLIND));
                 }
             }
             Operand::Imm(k) => match size {
@@ -517,7 +576,9 @@ impl Emit for X64 {
 
     fn load_imm64(&mut self, dst: Reg, value: u64) {
         let d = r(dst);
-        if value <= u32::MAX as u64 {
+        if !self.plain(value) {
+            self.blinded(d, value);
+        } else if value <= u32::MAX as u64 {
             asm!(self.ops; mov Rd(d), value as u32 as i32);
         } else if value as i64 >= i32::MIN as i64 && value as i64 <= i32::MAX as i64 {
             asm!(self.ops; mov Rq(d), value as i64 as i32);
@@ -538,15 +599,26 @@ impl Emit for X64 {
     fn branch(&mut self, width: Width, cond: JmpCond, dst: Reg, src: Operand, l: DynamicLabel) {
         let d = r(dst);
         let w64 = width == Width::W64;
+        let src = match src {
+            Operand::Imm(k) if !self.plain(k as i64 as u64) => {
+                self.blinded(BLIND, k as i64 as u64);
+                None
+            }
+            other => Some(other),
+        };
         match (src, cond, w64) {
-            (Operand::Imm(k), JmpCond::Set, true) => asm!(self.ops; test Rq(d), k),
-            (Operand::Imm(k), JmpCond::Set, false) => asm!(self.ops; test Rd(d), k),
-            (Operand::Imm(k), _, true) => asm!(self.ops; cmp Rq(d), k),
-            (Operand::Imm(k), _, false) => asm!(self.ops; cmp Rd(d), k),
-            (Operand::Reg(s), JmpCond::Set, true) => asm!(self.ops; test Rq(d), Rq(r(s))),
-            (Operand::Reg(s), JmpCond::Set, false) => asm!(self.ops; test Rd(d), Rd(r(s))),
-            (Operand::Reg(s), _, true) => asm!(self.ops; cmp Rq(d), Rq(r(s))),
-            (Operand::Reg(s), _, false) => asm!(self.ops; cmp Rd(d), Rd(r(s))),
+            (None, JmpCond::Set, true) => asm!(self.ops; test Rq(d), Rq(BLIND)),
+            (None, JmpCond::Set, false) => asm!(self.ops; test Rd(d), Rd(BLIND)),
+            (None, _, true) => asm!(self.ops; cmp Rq(d), Rq(BLIND)),
+            (None, _, false) => asm!(self.ops; cmp Rd(d), Rd(BLIND)),
+            (Some(Operand::Imm(k)), JmpCond::Set, true) => asm!(self.ops; test Rq(d), k),
+            (Some(Operand::Imm(k)), JmpCond::Set, false) => asm!(self.ops; test Rd(d), k),
+            (Some(Operand::Imm(k)), _, true) => asm!(self.ops; cmp Rq(d), k),
+            (Some(Operand::Imm(k)), _, false) => asm!(self.ops; cmp Rd(d), k),
+            (Some(Operand::Reg(s)), JmpCond::Set, true) => asm!(self.ops; test Rq(d), Rq(r(s))),
+            (Some(Operand::Reg(s)), JmpCond::Set, false) => asm!(self.ops; test Rd(d), Rd(r(s))),
+            (Some(Operand::Reg(s)), _, true) => asm!(self.ops; cmp Rq(d), Rq(r(s))),
+            (Some(Operand::Reg(s)), _, false) => asm!(self.ops; cmp Rd(d), Rd(r(s))),
         }
         match cond {
             JmpCond::Eq => asm!(self.ops; je =>l),

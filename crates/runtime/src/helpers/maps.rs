@@ -2,8 +2,12 @@
 
 use super::{host_token, EINVAL};
 use crate::hook::entry_of;
+use crate::runtime::Inner;
 use crate::thread::{self, ThreadState, MAP_CACHE};
-use rdx_region::layout::{MapHeader, MapType, MAP_ALIGN};
+use rdx_region::abi::{EntryFn, RunState, RunStatus, TailEntryTag, TAIL_ENTRY_MAGIC};
+use rdx_region::layout::{
+    active_entry_offset, active_version, MapHeader, MapType, SectionId, MAP_ALIGN,
+};
 use rdx_transport::xstate::{self, ringbuf, Copies, MapRef};
 use rdx_transport::Transport;
 use std::mem::size_of;
@@ -61,6 +65,15 @@ fn decode_map(ts: &ThreadState, addr: u64) -> Option<MapRef> {
     MapRef::from_header_bytes(&b, offset, ts.inner.data.region_len()).ok()
 }
 
+/// Whether a data-map helper (lookup, update, delete) may operate on a map of this type.
+/// Program arrays hold jump words (`version << 32 | code offset`) that only control planes
+/// write, and ring buffers hold records: neither is program data, whatever the verifier let
+/// through (it refuses these calls too; this is the second wall).
+#[inline(always)]
+pub(crate) fn holds_program_data(map_type: MapType) -> bool {
+    !matches!(map_type, MapType::ProgArray | MapType::RingBuf)
+}
+
 /// # Safety
 /// `ptr` must be readable for `len` bytes (the verifier proved it for the program).
 unsafe fn bytes<'a>(ptr: u64, len: usize) -> &'a [u8] {
@@ -81,6 +94,7 @@ pub(crate) unsafe extern "C" fn map_lookup_elem(map: u64, key: u64, _: u64, _: u
             MapType::Array | MapType::PerThreadArray => {
                 xstate::array::local::lookup_ref(m, key, copy)
             }
+            other if !holds_program_data(other) => None,
             _ => xstate::lookup_ref(&ts.inner.data, m, key, copy)
                 .ok()
                 .flatten(),
@@ -122,6 +136,7 @@ pub(crate) unsafe extern "C" fn map_update_elem(
             MapType::Array | MapType::PerThreadArray => {
                 xstate::array::local::update(r, m, key, value, flags, copies, token)
             }
+            other if !holds_program_data(other) => return EINVAL,
             _ => xstate::update(r, m, key, value, flags, copies, token),
         };
         match done {
@@ -135,6 +150,9 @@ pub(crate) unsafe extern "C" fn map_update_elem(
 /// `bpf_map_delete_elem(map, key)`: 0 or a negative errno.
 pub(crate) unsafe extern "C" fn map_delete_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
     with_map(map, |ts, m| {
+        if !holds_program_data(m.map_type) {
+            return EINVAL;
+        }
         // SAFETY: the verifier proved `key` readable for the map's key size.
         let key = unsafe { bytes(key, m.key_size as usize) };
         match xstate::delete(&ts.inner.data, m, key, host_token(ts.slot_index)) {
@@ -216,11 +234,18 @@ pub(crate) unsafe extern "C" fn ringbuf_discard(
 /// `bpf_tail_call(ctx, prog_array, index)`.
 ///
 /// Native code cannot replace its own frame through a C-ABI call, so the contract with
-/// generated code is: on success this helper runs the target program to completion (same
-/// context, same remaining instruction budget), records its result for the hook, and
-/// returns 0; the caller must then return at once (the hook substitutes the recorded
-/// result). On failure (empty or invalid element, too many tail calls) it returns a
-/// negative errno and the caller continues, as in the kernel.
+/// generated code is: on success this helper runs the target program to the end of the run
+/// (same context, same run state, so the same remaining instruction budget), records its
+/// result for the hook, sets the run status to [`RunStatus::TailCalled`] and returns 0;
+/// the caller sees the status and returns at once (every tier of the JIT checks it after
+/// this call), and the hook substitutes the recorded result. On failure (empty, unpublished
+/// or unmetered element, too many tail calls) it returns a negative errno, leaves the
+/// status alone and the caller continues, as in the kernel.
+///
+/// Only entries the control plane published as tail-call targets are entered: the element
+/// must designate, with its version, an entry preceded by a [`TailEntryTag`] in the code
+/// arena (which only a control plane writes), and that tag must say the code is metered,
+/// so that every instruction of the chain is charged to the run's one budget.
 pub(crate) unsafe extern "C" fn tail_call(ctx: u64, map: u64, index: u64, _: u64, _: u64) -> u64 {
     let Some((ts, m)) = map_at(map) else {
         return EINVAL;
@@ -235,25 +260,50 @@ pub(crate) unsafe extern "C" fn tail_call(ctx: u64, map: u64, index: u64, _: u64
         Ok(w) => w,
         Err(_) => return EINVAL,
     };
-    let Some(entry) = entry_of(&ts.inner, word) else {
+    let Some(entry) = published_tail_entry(&ts.inner, word) else {
         return (-(libc::ENOENT as i64)) as u64;
     };
-    let run = ts.current_run().cast::<rdx_region::abi::RunState>();
+    let run = ts.current_run().cast::<RunState>();
     ts.tail_depth += 1;
-    // SAFETY: `entry` is a checked code-arena entry published by the control plane in a
-    // program array (same contract as a hook slot); `run` is the current run's state, alive
-    // for the whole hook run that called us.
+    // SAFETY: `entry` is a code-arena entry that the control plane published as a metered
+    // tail-call target (its tag, checked above, is only ever written by a control plane,
+    // beside code it placed and linked for this region); `run` is the current run's state,
+    // alive for the whole hook run that called us.
     let r0 = unsafe { entry(ctx as *mut u8, run) };
     let ts = thread::current().expect("still inside the run");
     ts.tail_depth -= 1;
     // SAFETY: as above; the entry returned.
-    if unsafe { (*run).status } == rdx_region::abi::RunStatus::Deopt as u32 {
+    let status = unsafe { (*run).status };
+    if status == RunStatus::Deopt as u32 {
         ts.tail_deopt = true;
-    }
-    // A deeper tail call already recorded the final result; B's own r0 after its tail
-    // call is meaningless.
-    if ts.tail_result.is_none() {
+    } else if status == RunStatus::Ok as u32 {
+        // The target ended the run normally: its r0 is the run's result.
         ts.tail_result = Some(r0);
+        // SAFETY: as above.
+        unsafe { (*run).status = RunStatus::TailCalled as u32 };
     }
+    // Otherwise a deeper tail call already recorded the result (`TailCalled`), or the
+    // target stopped the run (budget spent, bad helper), which the status tells the hook.
     0
+}
+
+/// The entry point of a program array element, if the control plane published it as a
+/// metered tail-call target: inside the code arena, aligned, with a nonzero version, and
+/// preceded by a [`TailEntryTag`] of that version with the metered flag. `None` refuses the
+/// tail call.
+fn published_tail_entry(inner: &Inner, word: u64) -> Option<EntryFn> {
+    let entry = entry_of(inner, word)?;
+    let code = inner.info.section(SectionId::Code);
+    let offset = active_entry_offset(word) as u64;
+    let tag_at = offset.checked_sub(TailEntryTag::BYTES)?;
+    if tag_at < code.offset {
+        return None;
+    }
+    // SAFETY: 16 bytes inside the code arena (checked), mapped readable for the runtime's
+    // lifetime; 16-byte aligned, as the entry is.
+    let tag = TailEntryTag::from_bytes(unsafe { &*((inner.base + tag_at) as *const [u8; 16]) });
+    (tag.magic == TAIL_ENTRY_MAGIC
+        && tag.version == active_version(word)
+        && tag.flags & TailEntryTag::METERED != 0)
+        .then_some(entry)
 }

@@ -1,0 +1,14 @@
+# expect: accept
+# env: xdp
+# `if (data + 14 >= data_end) goto drop` leaves data + 14 < data_end: byte 14 is readable.
+ldxw %r2, [%r1+0]
+ldxw %r3, [%r1+4]
+mov %r4, %r2
+add %r4, 14
+jge %r4, %r3, drop
+ldxb %r0, [%r2+14]
+mov %r0, 2
+exit
+drop:
+mov %r0, 1
+exit
