@@ -317,10 +317,18 @@ impl FallbackLayout {
 /// Attaches to the node at `address` (`shm:/dev/shm/rdx-...`): reads and checks its header,
 /// EIM spec and context table. Takes no lease yet.
 pub fn create_codeflow(address: &str, spec: ExtSpec) -> Result<CodeFlow> {
-    let (t, mapped) = node::connect_mapped(address)?;
+    let (t, mapped) = node::connect_mapped(address, node::Access::ReadWrite)?;
     let mut cf = CodeFlow::attach(t, address, spec)?;
     cf.mapped = mapped;
     Ok(cf)
+}
+
+/// [`create_codeflow`] for commands that only read the node (`rdx node add`, `rdx node
+/// show`): a shared-memory region is mapped read-only, so every operation that would write
+/// (lease, deploy, rollback) fails with a read-only error instead of touching the node.
+pub fn create_codeflow_read_only(address: &str, spec: ExtSpec) -> Result<CodeFlow> {
+    let (t, _) = node::connect_mapped(address, node::Access::ReadOnly)?;
+    CodeFlow::attach(t, address, spec)
 }
 
 /// One control plane's handle on one node.

@@ -5,7 +5,7 @@ use crate::error::{ControlError, Result};
 use rdx_region::geometry::{check_header, HeaderInfo};
 use rdx_region::layout::*;
 use rdx_transport::local::LocalRegion;
-use rdx_transport::shm::ShmTransport;
+use rdx_transport::shm::{ShmOptions, ShmTransport};
 use rdx_transport::Transport;
 use std::mem::size_of;
 
@@ -26,12 +26,30 @@ pub fn register_scheme(scheme: &'static str, connector: Connector) {
 /// Opens a transport to a node address. `shm:<path>` (or a bare path) maps a region file on
 /// this machine; schemes added with [`register_scheme`] go to their transport.
 pub fn connect(address: &str) -> Result<Box<dyn Transport>> {
-    Ok(connect_mapped(address)?.0)
+    Ok(connect_mapped(address, Access::ReadWrite)?.0)
+}
+
+/// [`connect`] for commands that only look: a shared-memory region is mapped read-only, so
+/// nothing such a command does can change the node. Transports of registered schemes (the
+/// fabric) have no read-only mode and connect as [`connect`] does.
+pub fn connect_read_only(address: &str) -> Result<Box<dyn Transport>> {
+    Ok(connect_mapped(address, Access::ReadOnly)?.0)
+}
+
+/// Whether a connection may change the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    ReadWrite,
+    ReadOnly,
 }
 
 /// [`connect`], also returning the region's mapping in this process when the address is a
-/// shared-memory one, so the control plane can link code straight into the code arena.
-pub(crate) fn connect_mapped(address: &str) -> Result<(Box<dyn Transport>, Option<LocalRegion>)> {
+/// shared-memory one opened read+write, so the control plane can link code straight into
+/// the code arena.
+pub(crate) fn connect_mapped(
+    address: &str,
+    access: Access,
+) -> Result<(Box<dyn Transport>, Option<LocalRegion>)> {
     if let Some((scheme, _)) = address.split_once(':') {
         let found = SCHEMES
             .read()
@@ -59,9 +77,13 @@ pub(crate) fn connect_mapped(address: &str) -> Result<(Box<dyn Transport>, Optio
             reason: "empty path".into(),
         });
     }
-    let shm = ShmTransport::open(path)?;
+    let mut options = ShmOptions::default();
+    if access == Access::ReadOnly {
+        options = options.read_only();
+    }
+    let shm = ShmTransport::open_with(path, &options)?;
     let local = shm.local();
-    Ok((Box::new(shm), Some(local)))
+    Ok((Box::new(shm), local))
 }
 
 /// One exported symbol of the host.

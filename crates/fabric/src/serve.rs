@@ -133,7 +133,12 @@ pub fn serve(path: impl AsRef<Path>, config: ServeConfig) -> Result<FabricServer
         message,
     };
     let requested_key = auth::random_u64()?;
-    let local = alias.local();
+    let local = alias.local().ok_or_else(|| FabricError::Region {
+        node: path.display().to_string(),
+        source: rdx_transport::TransportError::ReadOnly {
+            path: path.display().to_string(),
+        },
+    })?;
     // SAFETY: the alias mapping lives in the server until after the registration is closed
     // (field order and Drop below).
     let mr = unsafe {

@@ -44,7 +44,7 @@ pub struct RdxHook {
 /// `rdx_init` options; zero fields take defaults.
 #[repr(C)]
 pub struct RdxOptions {
-    /// Region file path (NUL-terminated) or null for `/dev/shm/rdx-<pid>-<n>`.
+    /// Region file path (NUL-terminated) or null for a fresh `/dev/shm/rdx-<pid>-<16 random hex digits>`.
     pub path: *const c_char,
     /// EIM spec bytes (may be null when `eim_len` is 0).
     pub eim: *const u8,

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use rdx_control::node::{hook_status, HookStatus};
 use rdx_control::registry::{default_state_dir, Registry};
-use rdx_control::{create_codeflow, CodeFlow, ExtSpec, HeldVersion};
+use rdx_control::{create_codeflow, create_codeflow_read_only, CodeFlow, ExtSpec, HeldVersion};
 use rdx_region::layout::offsets;
 use serde::Serialize;
 
@@ -118,7 +118,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             no_check,
         } => {
             if !no_check {
-                let cf = create_codeflow(&address, ExtSpec::default()).with_context(|| {
+                // Registering only reads the node: map it read-only.
+                let cf = create_codeflow_read_only(&address, ExtSpec::default()).with_context(|| {
                     format!("cannot reach {address} (use --no-check to add it anyway)")
                 })?;
                 let hooks: Vec<String> = cf.view().hooks().into_iter().map(|h| h.name).collect();
@@ -157,7 +158,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         NodeCommand::Show { name, json } => {
             let entry = registry.node(&name)?;
-            let (name, cf) = attach(&registry, &name)?;
+            // Showing only reads the node: map it read-only.
+            let cf = create_codeflow_read_only(&entry.address, ExtSpec::default())
+                .with_context(|| {
+                    format!("cannot attach to node {} ({})", entry.name, entry.address)
+                })?;
+            let name = entry.name.clone();
             let report = report(&name, &entry.address, &cf)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
