@@ -9,6 +9,24 @@ use rdx_transport::shm::{ShmOptions, ShmTransport};
 use rdx_transport::Transport;
 use std::mem::size_of;
 
+/// `address` with the value of every `token` query parameter replaced by `<redacted>`: the
+/// form of a node address that messages, listings, JSON and `Debug` output show. Addresses
+/// of every scheme go through it, so a secret in one is never printed whatever transport
+/// it belongs to.
+pub fn redact_address(address: &str) -> String {
+    let Some((head, query)) = address.split_once('?') else {
+        return address.to_string();
+    };
+    let parts: Vec<String> = query
+        .split('&')
+        .map(|part| match part.split_once('=') {
+            Some((key, _)) if key.eq_ignore_ascii_case("token") => format!("{key}=<redacted>"),
+            _ => part.to_string(),
+        })
+        .collect();
+    format!("{head}?{}", parts.join("&"))
+}
+
 /// Opens a transport for an address of a registered scheme (`fabric:...`).
 pub type Connector = fn(&str) -> Result<Box<dyn Transport>>;
 
@@ -65,7 +83,7 @@ pub(crate) fn connect_mapped(
         Some(("shm", path)) => path,
         Some((scheme, _)) if !address.starts_with('/') => {
             return Err(ControlError::BadAddress {
-                address: address.into(),
+                address: redact_address(address),
                 reason: format!("unknown transport scheme {scheme:?} (supported: shm)"),
             })
         }
@@ -73,7 +91,7 @@ pub(crate) fn connect_mapped(
     };
     if path.is_empty() {
         return Err(ControlError::BadAddress {
-            address: address.into(),
+            address: redact_address(address),
             reason: "empty path".into(),
         });
     }
@@ -340,4 +358,22 @@ pub fn thread_epochs(t: &dyn Transport, info: &HeaderInfo) -> Result<Vec<(u32, u
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_hides_every_token_parameter_and_keeps_the_rest() {
+        assert_eq!(
+            redact_address("fabric://h:1?timeout-ms=5&token=abcd&TOKEN=ef"),
+            "fabric://h:1?timeout-ms=5&token=<redacted>&TOKEN=<redacted>"
+        );
+        assert_eq!(redact_address("shm:/dev/shm/x"), "shm:/dev/shm/x");
+        assert_eq!(
+            redact_address("fabric://h:1?token-file=/etc/t"),
+            "fabric://h:1?token-file=/etc/t"
+        );
+    }
 }

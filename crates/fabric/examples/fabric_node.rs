@@ -10,7 +10,7 @@
 //! stdin:  run VALUE -> "ret R0 out OUT";  quit
 //! ```
 
-use rdx_fabric::{serve, ProgressThread, Provider, ServeConfig, Token};
+use rdx_fabric::{read_token_file, serve, ProgressThread, Provider, ServeConfig};
 use rdx_runtime::{HookSpec, Runtime};
 use std::io::{BufRead, Write};
 use std::time::Duration;
@@ -46,9 +46,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let path = path.ok_or("--path is required")?;
-    let token = Token::from_hex(&std::fs::read_to_string(
-        token_file.ok_or("--token-file is required")?,
-    )?)?;
+    // A token file others can read is refused: whoever reads it owns this node.
+    let token = read_token_file(std::path::Path::new(
+        &token_file.ok_or("--token-file is required")?,
+    ))?;
     let rt = Runtime::builder()
         .path(&path)
         .eim_spec(EIM)
