@@ -525,13 +525,28 @@ mod tests {
         assert_eq!(r.node("kv").unwrap().address, "shm:/dev/shm/rdx-kv");
         assert!(r.node("nope").is_err());
         assert_eq!(r.node("shm:/x").unwrap().address, "shm:/x");
-        let h = [5u8; 32];
+        let h: [u8; 32] = Sha256::digest(b"bytes").into();
         r.put_artifact("k1", &h, b"bytes").unwrap();
         assert_eq!(
             r.cached_artifact("k1").unwrap(),
             Some((h, b"bytes".to_vec()))
         );
+        assert_eq!(
+            r.artifact(&crate::codeflow::hex(&h[..4])).unwrap(),
+            Some(b"bytes".to_vec())
+        );
         assert_eq!(r.cached_artifact("k2").unwrap(), None);
+        // Bytes that do not hash to their key are refused on every load.
+        let wrong = [5u8; 32];
+        r.put_artifact("k3", &wrong, b"bytes").unwrap();
+        assert!(matches!(
+            r.cached_artifact("k3"),
+            Err(ControlError::ArtifactHashMismatch { .. })
+        ));
+        assert!(matches!(
+            r.artifact(&crate::codeflow::hex(&wrong)),
+            Err(ControlError::ArtifactHashMismatch { .. })
+        ));
         let e = HistoryEntry {
             id: 0,
             node: "kv".into(),
@@ -568,6 +583,35 @@ mod tests {
         let b = Registry::open(&dir).unwrap();
         a.add_node("n2", "shm:/y").unwrap();
         assert_eq!(b.nodes().unwrap().len(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_removed_node_leaves_no_copy_of_its_address_in_the_files() {
+        let dir = std::env::temp_dir().join(format!("rdx-reg-wipe-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let secret = "5ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2";
+        let r = Registry::open(&dir).unwrap();
+        r.add_node("fab", &format!("fabric://h:1?token={secret}"))
+            .unwrap();
+        r.add_node("other", "shm:/dev/shm/x").unwrap();
+        let entry = r.node("fab").unwrap();
+        assert!(!format!("{entry:?}").contains(secret));
+        assert!(!serde_json::to_string(&entry).unwrap().contains(secret));
+        assert!(r.remove_node("fab").unwrap());
+        for name in [
+            "registry.sqlite",
+            "registry.sqlite-wal",
+            "registry.sqlite-shm",
+        ] {
+            if let Ok(bytes) = std::fs::read(dir.join(name)) {
+                assert!(
+                    !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                    "{name} still holds the removed node's token"
+                );
+            }
+        }
+        assert_eq!(r.nodes().unwrap().len(), 1);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
