@@ -42,6 +42,20 @@ pub fn attach(registry: &Registry, node: &str) -> anyhow::Result<(String, CodeFl
     Ok((entry.name, cf))
 }
 
+/// [`attach`] for commands that only read the node: a shared-memory region is mapped
+/// read-only, so nothing such a command does can change it.
+pub fn attach_read_only(registry: &Registry, node: &str) -> anyhow::Result<(String, CodeFlow)> {
+    let entry = registry.node(node)?;
+    let cf = create_codeflow_read_only(&entry.address, ExtSpec::default()).with_context(|| {
+        format!(
+            "cannot attach to node {} ({})",
+            entry.name,
+            entry.shown_address()
+        )
+    })?;
+    Ok((entry.name, cf))
+}
+
 /// Manage and inspect nodes.
 #[derive(clap::Args)]
 pub struct Args {
@@ -171,16 +185,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         NodeCommand::Show { name, json } => {
             let entry = registry.node(&name)?;
-            // Showing only reads the node: map it read-only.
-            let cf = create_codeflow_read_only(&entry.address, ExtSpec::default())
-                .with_context(|| {
-                    format!(
-                        "cannot attach to node {} ({})",
-                        entry.name,
-                        entry.shown_address()
-                    )
-                })?;
-            let name = entry.name.clone();
+            let (name, cf) = attach_read_only(&registry, &name)?;
             let report = report(&name, &entry.shown_address(), &cf)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
