@@ -110,6 +110,17 @@ pub fn check_open_file(
     Ok(check_metadata(&meta, trusted))
 }
 
+/// [`check_open_file`] on a raw descriptor the caller keeps owning, and the same refusal of
+/// a symbolic link for an `O_NOFOLLOW` open that failed (`open_errno`): for code that opens
+/// shared files with `libc::open` (the xcall address plan and the regions it lists).
+pub fn check_fd(
+    fd: std::os::fd::BorrowedFd<'_>,
+    trusted: &TrustedOwners,
+) -> std::io::Result<Result<(), UntrustedRegion>> {
+    let file = File::from(fd.try_clone_to_owned()?);
+    check_open_file(&file, trusted)
+}
+
 fn check_metadata(
     meta: &std::fs::Metadata,
     trusted: &TrustedOwners,
