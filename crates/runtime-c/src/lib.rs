@@ -69,6 +69,8 @@ fn fail(e: RuntimeError) -> i32 {
         RuntimeError::NoSuchHook(_) => libc::ENOENT,
         RuntimeError::TooManyHooks(_) | RuntimeError::ContextFull(_) => libc::ENOSPC,
         RuntimeError::TornDown => libc::ESHUTDOWN,
+        // A region file another user made or can write, or a link (docs/security.md).
+        RuntimeError::UntrustedRegion { .. } => libc::EPERM,
         _ => libc::EINVAL,
     };
     set_error(&e.to_string());
