@@ -89,6 +89,7 @@ pub(crate) fn connect_mapped(
         }
         _ => address,
     };
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
     if path.is_empty() {
         return Err(ControlError::BadAddress {
             address: redact_address(address),
@@ -99,9 +100,34 @@ pub(crate) fn connect_mapped(
     if access == Access::ReadOnly {
         options = options.read_only();
     }
+    for uid in shm_trusted_owners(address, query)? {
+        options = options.trust_owner(uid);
+    }
     let shm = ShmTransport::open_with(path, &options)?;
     let local = shm.local();
     Ok((Box::new(shm), local))
+}
+
+/// The users a `shm:PATH?owner=UID[&owner=UID...]` address trusts besides this process's
+/// own user and root: the operator's explicit decision, recorded with the node, that a
+/// region owned by that user (a host running as a service user) is the node's.
+fn shm_trusted_owners(address: &str, query: &str) -> Result<Vec<u32>> {
+    let bad = |reason: String| ControlError::BadAddress {
+        address: redact_address(address),
+        reason,
+    };
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|part| match part.split_once('=') {
+            Some(("owner", uid)) => uid
+                .parse::<u32>()
+                .map_err(|_| bad(format!("owner {uid:?} is not a numeric user id"))),
+            _ => Err(bad(format!(
+                "unknown parameter {part:?} (shm addresses take owner=UID)"
+            ))),
+        })
+        .collect()
 }
 
 /// One exported symbol of the host.
@@ -371,6 +397,9 @@ mod tests {
             "fabric://h:1?timeout-ms=5&token=<redacted>&TOKEN=<redacted>"
         );
         assert_eq!(redact_address("shm:/dev/shm/x"), "shm:/dev/shm/x");
+        assert_eq!(shm_trusted_owners("a", "owner=7&owner=9").unwrap(), [7, 9]);
+        assert!(shm_trusted_owners("a", "owner=bob").is_err());
+        assert!(shm_trusted_owners("a", "mode=1").is_err());
         assert_eq!(
             redact_address("fabric://h:1?token-file=/etc/t"),
             "fabric://h:1?token-file=/etc/t"

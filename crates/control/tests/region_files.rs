@@ -156,12 +156,18 @@ fn the_control_plane_refuses_regions_of_other_users_and_writable_by_others() {
         create_codeflow_read_only(&host.address(), ExtSpec::default()).is_err(),
         "read-only attaches check the owner too"
     );
-    // A control plane told to trust that user accepts it.
+    // A control plane told to trust that user accepts it: in the library, and in the
+    // address the operator registers.
     ShmTransport::open_with(
         host.path(),
         &ShmOptions::default().trust_owner(stranger.uid()),
     )
     .expect("an explicitly trusted owner");
+    create_codeflow(
+        &format!("{}?owner={}", host.address(), stranger.uid()),
+        ExtSpec::default(),
+    )
+    .expect("an owner the address trusts");
 
     chown(host.path(), 0);
     for writable in [0o620, 0o602, 0o666] {
