@@ -89,6 +89,24 @@ fn a_symbolic_link_at_the_region_path_is_refused_and_its_target_untouched() {
     );
 }
 
+/// Another user can plant this link only where `fs.protected_hardlinks` is off (it is on in
+/// most distributions, and the kernel then refuses `ln` to a file one cannot write); the link
+/// is made here by the test itself so that the host's check runs on every machine.
+#[test]
+fn a_hard_link_to_another_hosts_region_at_the_path_is_refused_and_that_region_untouched() {
+    let victim = LocalHost::start("sec-hardlink-victim", &eim());
+    let before = std::fs::read(victim.path()).unwrap();
+    let region = ShmPath::new("sec-hardlink");
+    std::fs::hard_link(victim.path(), &region).unwrap();
+    let e = LocalHost::builder(&region, &eim()).build().unwrap_err();
+    assert_eq!(
+        untrusted_source(&e),
+        &UntrustedRegion::HardLinked { links: 2 }
+    );
+    assert_eq!(std::fs::read(victim.path()).unwrap(), before);
+    assert_eq!(victim.request(5), (0, 0), "the victim still serves");
+}
+
 #[test]
 fn default_region_names_cannot_be_taken_in_advance() {
     let Some(stranger) = Stranger::new("default region name capture") else {

@@ -86,12 +86,17 @@ fn open_region_file(path: &RegionPath) -> Result<(File, PathBuf), RuntimeError> 
                 })?;
                 // Only this user's own files: a host trusts no other user with its code,
                 // root included (a root-owned leftover is for a root host to reuse).
+                let stat_err = |source| RuntimeError::Io {
+                    what: "stat of",
+                    path: p.clone(),
+                    source,
+                };
                 region_file::check_open_file(&file, &TrustedOwners::only_own_user())
-                    .map_err(|source| RuntimeError::Io {
-                        what: "stat of",
-                        path: p.clone(),
-                        source,
-                    })?
+                    .map_err(stat_err)?
+                    .map_err(untrusted)?;
+                // It is about to be truncated: it must not be another region by another name.
+                region_file::check_single_link(&file)
+                    .map_err(stat_err)?
                     .map_err(untrusted)?;
                 Ok((file, p.clone()))
             }

@@ -22,6 +22,21 @@ pub enum UntrustedRegion {
     Owner { owner: u32, euid: u32 },
     #[error("its mode {mode:04o} lets group or others write it (regions must be 0600)")]
     Writable { mode: u32 },
+    #[error("it has {links} hard links: it may be another host's live region under a second name")]
+    HardLinked { links: u64 },
+}
+
+/// Refuses a file with more than one name. A host reusing a leftover at its chosen path
+/// truncates and rewrites it; if another user hard-linked a live region of another host of
+/// the same user there (possible wherever `fs.protected_hardlinks` is off), that would wipe
+/// the other host's region under it.
+pub fn check_single_link(file: &File) -> std::io::Result<Result<(), UntrustedRegion>> {
+    let links = file.metadata()?.nlink();
+    Ok(if links == 1 {
+        Ok(())
+    } else {
+        Err(UntrustedRegion::HardLinked { links })
+    })
 }
 
 /// The users whose region files a process accepts: its own effective user, by default root
