@@ -34,7 +34,7 @@ typedef uint64_t (*rdx_helper_fn)(uint64_t, uint64_t, uint64_t, uint64_t, uint64
 
 /* Options for rdx_init; zero fields take defaults. */
 typedef struct rdx_options {
-	const char *path;         /* region file; NULL = /dev/shm/rdx-<pid>-<n> */
+	const char *path;         /* region file; NULL = fresh /dev/shm/rdx-<pid>-<random> */
 	const uint8_t *eim;       /* EIM spec bytes stored in the region (may be NULL) */
 	size_t eim_len;
 	uint32_t max_hooks;       /* default 64 */

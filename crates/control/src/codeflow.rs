@@ -317,10 +317,18 @@ impl FallbackLayout {
 /// Attaches to the node at `address` (`shm:/dev/shm/rdx-...`): reads and checks its header,
 /// EIM spec and context table. Takes no lease yet.
 pub fn create_codeflow(address: &str, spec: ExtSpec) -> Result<CodeFlow> {
-    let (t, mapped) = node::connect_mapped(address)?;
+    let (t, mapped) = node::connect_mapped(address, node::Access::ReadWrite)?;
     let mut cf = CodeFlow::attach(t, address, spec)?;
     cf.mapped = mapped;
     Ok(cf)
+}
+
+/// [`create_codeflow`] for commands that only read the node (`rdx node add`, `rdx node
+/// show`): a shared-memory region is mapped read-only, so every operation that would write
+/// (lease, deploy, rollback) fails with a read-only error instead of touching the node.
+pub fn create_codeflow_read_only(address: &str, spec: ExtSpec) -> Result<CodeFlow> {
+    let (t, _) = node::connect_mapped(address, node::Access::ReadOnly)?;
+    CodeFlow::attach(t, address, spec)
 }
 
 /// One control plane's handle on one node.
@@ -347,7 +355,7 @@ pub struct CodeFlow {
 impl std::fmt::Debug for CodeFlow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CodeFlow")
-            .field("address", &self.address)
+            .field("address", &node::redact_address(&self.address))
             .field("holder", &self.lease.holder())
             .finish()
     }
@@ -668,8 +676,10 @@ impl CodeFlow {
         let key = self.cache_key(ext, checked);
         let budget = checked.facts.budget.unwrap_or(u64::MAX);
         if let Some(reg) = registry {
+            // `cached_artifact` has checked the bytes against their content hash.
             if let Some((hash, bytes)) = reg.cached_artifact(&key)? {
                 if let Ok(artifact) = Artifact::from_bytes(&bytes) {
+                    self.check_binding(&artifact, &hash, ext, checked)?;
                     return Ok(Compiled {
                         artifact,
                         artifact_hash: hash,
@@ -686,6 +696,62 @@ impl CodeFlow {
             reg.put_artifact(&key, &compiled.artifact_hash, &bytes)?;
         }
         Ok(compiled)
+    }
+
+    /// Checks that a cached artifact was built from `ext`'s bytecode for this node's
+    /// architecture, the verified hook and class and the metering the verifier asked for
+    /// (its metadata's source and options hashes), and is not an elite build: an artifact
+    /// whose bytes are intact but that was compiled from another program, or for another
+    /// class, is refused instead of deployed under this program's verdict.
+    fn check_binding(
+        &self,
+        artifact: &Artifact,
+        hash: &[u8; 32],
+        ext: &Extension,
+        checked: &Validated,
+    ) -> Result<()> {
+        let refuse = |what: &'static str| ControlError::ArtifactBinding {
+            hash: hex(hash),
+            what,
+        };
+        let source: [u8; 32] = Sha256::digest(raw_to_bytes(&encode(&ext.insns))).into();
+        if artifact.meta.source_hash != source {
+            return Err(refuse("another program's bytecode"));
+        }
+        if artifact.meta.arch != jit_arch(self.arch) {
+            return Err(refuse("another architecture"));
+        }
+        if artifact.meta.deoptimises() {
+            return Err(refuse("an elite (speculative) build"));
+        }
+        if artifact.meta.needs_budget() != checked.facts.needs_budget {
+            return Err(refuse("other metering than the verifier asked for"));
+        }
+        if artifact.meta.options_hash != self.compile_options(ext, checked, None, self.tier).hash()
+        {
+            return Err(refuse("another hook, class or set of compile options"));
+        }
+        Ok(())
+    }
+
+    /// The options `ext` is compiled with for `checked`'s hook and class.
+    fn compile_options(
+        &self,
+        ext: &Extension,
+        checked: &Validated,
+        speculation: Option<rdx_jit::Speculation>,
+        tier: Tier,
+    ) -> CompileOptions {
+        let mut opts = CompileOptions::new(jit_arch(self.arch));
+        opts.needs_budget = checked.facts.needs_budget;
+        opts.eim_class = format!("{}/{}", checked.hook, checked.class);
+        opts.verify_ir = false;
+        // Array lookups are inlined against the definitions' geometry: `maps_for` links
+        // only maps of exactly that shape (a live map of another shape is an error).
+        opts.inline_array_lookups(&ext.maps);
+        opts.speculation = speculation;
+        opts.pipeline = tier.pipeline();
+        opts
     }
 
     /// Compiles the elite (speculative) build of `ext`: the generic build's options plus
@@ -710,15 +776,7 @@ impl CodeFlow {
         speculation: Option<rdx_jit::Speculation>,
         tier: Tier,
     ) -> Result<(Compiled, Vec<u8>, rdx_jit::CompileStats)> {
-        let mut opts = CompileOptions::new(jit_arch(self.arch));
-        opts.needs_budget = checked.facts.needs_budget;
-        opts.eim_class = format!("{}/{}", checked.hook, checked.class);
-        opts.verify_ir = false;
-        // Array lookups are inlined against the definitions' geometry: `maps_for` links
-        // only maps of exactly that shape (a live map of another shape is an error).
-        opts.inline_array_lookups(&ext.maps);
-        opts.speculation = speculation;
-        opts.pipeline = tier.pipeline();
+        let opts = self.compile_options(ext, checked, speculation, tier);
         let compile_err = |e: rdx_jit::CompileError| match e {
             rdx_jit::CompileError::NotInBaseline { what } => ControlError::NotInBaseline { what },
             e => ControlError::Compile(e.to_string()),

@@ -88,6 +88,12 @@ pub enum ControlError {
     NothingToRollBack { hook: String },
     #[error("registry: {0}")]
     Registry(String),
+    /// An artifact's bytes in the registry do not hash to the key they are stored under.
+    #[error("registry artifact {stored}: content hash mismatch (its bytes hash to {actual}); the registry was corrupted or tampered with, refusing to use it (remove the state directory's registry.sqlite or the row to recompile)")]
+    ArtifactHashMismatch { stored: String, actual: String },
+    /// A cached artifact with intact bytes that was not built for what is being deployed.
+    #[error("registry artifact {hash} was built for {what}, not for the program, hook and class being deployed; the registry was tampered with, refusing to use it")]
+    ArtifactBinding { hash: String, what: &'static str },
     #[error("{0}")]
     Invalid(String),
 }

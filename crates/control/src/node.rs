@@ -5,9 +5,27 @@ use crate::error::{ControlError, Result};
 use rdx_region::geometry::{check_header, HeaderInfo};
 use rdx_region::layout::*;
 use rdx_transport::local::LocalRegion;
-use rdx_transport::shm::ShmTransport;
+use rdx_transport::shm::{ShmOptions, ShmTransport};
 use rdx_transport::Transport;
 use std::mem::size_of;
+
+/// `address` with the value of every `token` query parameter replaced by `<redacted>`: the
+/// form of a node address that messages, listings, JSON and `Debug` output show. Addresses
+/// of every scheme go through it, so a secret in one is never printed whatever transport
+/// it belongs to.
+pub fn redact_address(address: &str) -> String {
+    let Some((head, query)) = address.split_once('?') else {
+        return address.to_string();
+    };
+    let parts: Vec<String> = query
+        .split('&')
+        .map(|part| match part.split_once('=') {
+            Some((key, _)) if key.eq_ignore_ascii_case("token") => format!("{key}=<redacted>"),
+            _ => part.to_string(),
+        })
+        .collect();
+    format!("{head}?{}", parts.join("&"))
+}
 
 /// Opens a transport for an address of a registered scheme (`fabric:...`).
 pub type Connector = fn(&str) -> Result<Box<dyn Transport>>;
@@ -26,12 +44,30 @@ pub fn register_scheme(scheme: &'static str, connector: Connector) {
 /// Opens a transport to a node address. `shm:<path>` (or a bare path) maps a region file on
 /// this machine; schemes added with [`register_scheme`] go to their transport.
 pub fn connect(address: &str) -> Result<Box<dyn Transport>> {
-    Ok(connect_mapped(address)?.0)
+    Ok(connect_mapped(address, Access::ReadWrite)?.0)
+}
+
+/// [`connect`] for commands that only look: a shared-memory region is mapped read-only, so
+/// nothing such a command does can change the node. Transports of registered schemes (the
+/// fabric) have no read-only mode and connect as [`connect`] does.
+pub fn connect_read_only(address: &str) -> Result<Box<dyn Transport>> {
+    Ok(connect_mapped(address, Access::ReadOnly)?.0)
+}
+
+/// Whether a connection may change the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    ReadWrite,
+    ReadOnly,
 }
 
 /// [`connect`], also returning the region's mapping in this process when the address is a
-/// shared-memory one, so the control plane can link code straight into the code arena.
-pub(crate) fn connect_mapped(address: &str) -> Result<(Box<dyn Transport>, Option<LocalRegion>)> {
+/// shared-memory one opened read+write, so the control plane can link code straight into
+/// the code arena.
+pub(crate) fn connect_mapped(
+    address: &str,
+    access: Access,
+) -> Result<(Box<dyn Transport>, Option<LocalRegion>)> {
     if let Some((scheme, _)) = address.split_once(':') {
         let found = SCHEMES
             .read()
@@ -47,21 +83,51 @@ pub(crate) fn connect_mapped(address: &str) -> Result<(Box<dyn Transport>, Optio
         Some(("shm", path)) => path,
         Some((scheme, _)) if !address.starts_with('/') => {
             return Err(ControlError::BadAddress {
-                address: address.into(),
+                address: redact_address(address),
                 reason: format!("unknown transport scheme {scheme:?} (supported: shm)"),
             })
         }
         _ => address,
     };
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
     if path.is_empty() {
         return Err(ControlError::BadAddress {
-            address: address.into(),
+            address: redact_address(address),
             reason: "empty path".into(),
         });
     }
-    let shm = ShmTransport::open(path)?;
+    let mut options = ShmOptions::default();
+    if access == Access::ReadOnly {
+        options = options.read_only();
+    }
+    for uid in shm_trusted_owners(address, query)? {
+        options = options.trust_owner(uid);
+    }
+    let shm = ShmTransport::open_with(path, &options)?;
     let local = shm.local();
-    Ok((Box::new(shm), Some(local)))
+    Ok((Box::new(shm), local))
+}
+
+/// The users a `shm:PATH?owner=UID[&owner=UID...]` address trusts besides this process's
+/// own user and root: the operator's explicit decision, recorded with the node, that a
+/// region owned by that user (a host running as a service user) is the node's.
+fn shm_trusted_owners(address: &str, query: &str) -> Result<Vec<u32>> {
+    let bad = |reason: String| ControlError::BadAddress {
+        address: redact_address(address),
+        reason,
+    };
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|part| match part.split_once('=') {
+            Some(("owner", uid)) => uid
+                .parse::<u32>()
+                .map_err(|_| bad(format!("owner {uid:?} is not a numeric user id"))),
+            _ => Err(bad(format!(
+                "unknown parameter {part:?} (shm addresses take owner=UID)"
+            ))),
+        })
+        .collect()
 }
 
 /// One exported symbol of the host.
@@ -318,4 +384,25 @@ pub fn thread_epochs(t: &dyn Transport, info: &HeaderInfo) -> Result<Vec<(u32, u
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_hides_every_token_parameter_and_keeps_the_rest() {
+        assert_eq!(
+            redact_address("fabric://h:1?timeout-ms=5&token=abcd&TOKEN=ef"),
+            "fabric://h:1?timeout-ms=5&token=<redacted>&TOKEN=<redacted>"
+        );
+        assert_eq!(redact_address("shm:/dev/shm/x"), "shm:/dev/shm/x");
+        assert_eq!(shm_trusted_owners("a", "owner=7&owner=9").unwrap(), [7, 9]);
+        assert!(shm_trusted_owners("a", "owner=bob").is_err());
+        assert!(shm_trusted_owners("a", "mode=1").is_err());
+        assert_eq!(
+            redact_address("fabric://h:1?token-file=/etc/t"),
+            "fabric://h:1?token-file=/etc/t"
+        );
+    }
 }

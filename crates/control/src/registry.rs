@@ -18,6 +18,8 @@
 use crate::error::{ControlError, Result};
 use crate::tier::Tier;
 use rusqlite::{params, Connection, OptionalExtension};
+use sha2::{Digest, Sha256};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -36,12 +38,39 @@ pub fn default_state_dir() -> PathBuf {
     home.join(".local/state/rdx")
 }
 
-/// A known node.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+/// A known node. Its address may hold a secret (a fabric `token=`): `Debug` and the
+/// serialised form show it redacted ([`crate::node::redact_address`]), and so must anything
+/// that prints it ([`NodeEntry::shown_address`]).
+#[derive(Clone, PartialEq, Eq, serde::Serialize)]
 pub struct NodeEntry {
     pub name: String,
+    #[serde(serialize_with = "serialize_redacted")]
     pub address: String,
     pub added_ms: u64,
+}
+
+impl NodeEntry {
+    /// The address as it may be shown: any token redacted.
+    pub fn shown_address(&self) -> String {
+        crate::node::redact_address(&self.address)
+    }
+}
+
+impl std::fmt::Debug for NodeEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeEntry")
+            .field("name", &self.name)
+            .field("address", &self.shown_address())
+            .field("added_ms", &self.added_ms)
+            .finish()
+    }
+}
+
+fn serialize_redacted<S: serde::Serializer>(
+    address: &str,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&crate::node::redact_address(address))
 }
 
 /// One entry of a hook's deployment history.
@@ -79,19 +108,24 @@ fn db_err(e: rusqlite::Error) -> ControlError {
 
 impl Registry {
     /// Opens (creating if needed) the registry in `dir`.
+    ///
+    /// Whoever can write the registry chooses the code the next deploy from its cache runs
+    /// on every node, and reads any secret a node address holds, so: a directory this
+    /// creates is mode 0700, the database files are made 0600, and a directory or database
+    /// owned by another user or writable by group or others is refused
+    /// (`docs/security.md`, "State directory").
     pub fn open(dir: &Path) -> Result<Registry> {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            ControlError::Registry(format!(
-                "cannot create state directory {}: {e}",
-                dir.display()
-            ))
-        })?;
+        prepare_state_dir(dir)?;
         let path = dir.join("registry.sqlite");
+        prepare_database_files(&path)?;
         let conn = Connection::open(&path)
             .map_err(|e| ControlError::Registry(format!("{}: {e}", path.display())))?;
         conn.busy_timeout(Duration::from_secs(10)).map_err(db_err)?;
+        // secure_delete: rows deleted (a removed node's address, which may hold a token)
+        // are overwritten with zeros instead of lingering in free pages.
         conn.execute_batch(
-            "PRAGMA journal_mode=WAL;
+            "PRAGMA secure_delete=ON;
+             PRAGMA journal_mode=WAL;
              PRAGMA synchronous=NORMAL;
              CREATE TABLE IF NOT EXISTS artifacts(hash TEXT PRIMARY KEY, bytes BLOB NOT NULL, created_ms INTEGER NOT NULL);
              CREATE TABLE IF NOT EXISTS compile_cache(key TEXT PRIMARY KEY, hash TEXT NOT NULL);
@@ -116,7 +150,8 @@ impl Registry {
         &self.dir
     }
 
-    /// The artifact cached under a compile key, with its content hash.
+    /// The artifact cached under a compile key, with its content hash. The bytes are
+    /// checked against the hash on every load ([`ControlError::ArtifactHashMismatch`]).
     pub fn cached_artifact(&self, key: &str) -> Result<Option<([u8; 32], Vec<u8>)>> {
         let row: Option<(String, Vec<u8>)> = self
             .conn
@@ -127,7 +162,11 @@ impl Registry {
             )
             .optional()
             .map_err(db_err)?;
-        Ok(row.and_then(|(h, b)| unhex32(&h).map(|h| (h, b))))
+        let Some((stored, bytes)) = row else {
+            return Ok(None);
+        };
+        let hash = check_content_hash(&stored, &bytes)?;
+        Ok(Some((hash, bytes)))
     }
 
     /// Stores an artifact by content hash and points a compile key at it.
@@ -148,16 +187,25 @@ impl Registry {
         Ok(())
     }
 
-    /// An artifact by content hash (hex, or a unique prefix of it).
+    /// An artifact by content hash (hex, or a unique prefix of it), checked against its
+    /// hash like [`Registry::cached_artifact`].
     pub fn artifact(&self, hash_hex: &str) -> Result<Option<Vec<u8>>> {
-        self.conn
+        let row: Option<(String, Vec<u8>)> = self
+            .conn
             .query_row(
-                "SELECT bytes FROM artifacts WHERE hash LIKE ?1 || '%' LIMIT 1",
+                "SELECT hash, bytes FROM artifacts WHERE hash LIKE ?1 || '%' LIMIT 1",
                 params![hash_hex],
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .optional()
-            .map_err(db_err)
+            .map_err(db_err)?;
+        match row {
+            None => Ok(None),
+            Some((stored, bytes)) => {
+                check_content_hash(&stored, &bytes)?;
+                Ok(Some(bytes))
+            }
+        }
     }
 
     pub fn add_node(&self, name: &str, address: &str) -> Result<()> {
@@ -173,12 +221,39 @@ impl Registry {
         Ok(())
     }
 
+    /// Forgets a node. Its row is overwritten in the database (`secure_delete`) and the
+    /// write-ahead log, which still holds the pages as they were, is checkpointed and
+    /// truncated, so a token in the node's address does not outlive the node in the files.
     pub fn remove_node(&self, name: &str) -> Result<bool> {
-        Ok(self
+        let removed = self
             .conn
             .execute("DELETE FROM nodes WHERE name = ?1", params![name])
             .map_err(db_err)?
-            > 0)
+            > 0;
+        if removed {
+            self.wipe_log()?;
+        }
+        Ok(removed)
+    }
+
+    /// Copies the write-ahead log into the database and truncates it to zero bytes. Another
+    /// process reading at the same moment keeps the log from being reset; then the removed
+    /// row's old pages stay in the log until a later checkpoint overwrites them, which is
+    /// reported instead of being ignored.
+    fn wipe_log(&self) -> Result<()> {
+        let (busy, _, _): (i64, i64, i64) = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .map_err(db_err)?;
+        if busy != 0 {
+            return Err(ControlError::Registry(format!(
+                "the node was removed, but another rdx process kept the write-ahead log of {} from being truncated; run `rdx node rm` again when it is done",
+                self.dir.join("registry.sqlite").display()
+            )));
+        }
+        Ok(())
     }
 
     pub fn nodes(&self) -> Result<Vec<NodeEntry>> {
@@ -198,8 +273,9 @@ impl Registry {
         rows.collect::<std::result::Result<_, _>>().map_err(db_err)
     }
 
-    /// A node by name; a name that is not registered but looks like an address
-    /// (`shm:...` or a path) is used as one.
+    /// A node by name; a name that is not registered but looks like an address (`shm:...`,
+    /// a path, or `SCHEME://...`) is used as one, under its redacted form as its name (the
+    /// name is printed and recorded in the history).
     pub fn node(&self, name: &str) -> Result<NodeEntry> {
         let found = self
             .conn
@@ -218,14 +294,19 @@ impl Registry {
             .map_err(db_err)?;
         match found {
             Some(n) => Ok(n),
-            None if name.starts_with("shm:") || name.starts_with('/') => Ok(NodeEntry {
-                name: name.into(),
-                address: name.into(),
-                added_ms: 0,
-            }),
-            None => Err(ControlError::Invalid(format!(
-                "unknown node {name:?} (add it with `rdx node add {name} shm:/dev/shm/<region>`)"
-            ))),
+            None if name.starts_with("shm:") || name.starts_with('/') || name.contains("://") => {
+                Ok(NodeEntry {
+                    name: crate::node::redact_address(name),
+                    address: name.into(),
+                    added_ms: 0,
+                })
+            }
+            None => {
+                let name = crate::node::redact_address(name);
+                Err(ControlError::Invalid(format!(
+                    "unknown node {name:?} (add it with `rdx node add {name} shm:/dev/shm/<region>`)"
+                )))
+            }
         }
     }
 
@@ -329,6 +410,97 @@ fn add_tier_column(conn: &Connection) -> Result<()> {
     }
 }
 
+/// Checks that `bytes` hash (SHA-256) to `stored`, the hex key they are stored under.
+fn check_content_hash(stored: &str, bytes: &[u8]) -> Result<[u8; 32]> {
+    let actual: [u8; 32] = Sha256::digest(bytes).into();
+    match unhex32(stored) {
+        Some(h) if h == actual => Ok(h),
+        _ => Err(ControlError::ArtifactHashMismatch {
+            stored: stored.to_string(),
+            actual: crate::codeflow::hex(&actual),
+        }),
+    }
+}
+
+/// Creates the state directory (mode 0700) or checks the existing one: owned by this
+/// process's user, not writable by group or others.
+fn prepare_state_dir(dir: &Path) -> Result<()> {
+    let bad = |why: String| {
+        ControlError::Registry(format!("refusing state directory {}: {why}", dir.display()))
+    };
+    match std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
+        Ok(()) => {}
+        Err(e) => return Err(bad(format!("cannot create it: {e}"))),
+    }
+    let meta = std::fs::metadata(dir).map_err(|e| bad(format!("cannot stat it: {e}")))?;
+    check_private(&meta, "it").map_err(bad)
+}
+
+/// Whether a state file or directory is this user's and writable only by it.
+fn check_private(meta: &std::fs::Metadata, what: &str) -> std::result::Result<(), String> {
+    let euid = rdx_transport::region_file::effective_uid();
+    if meta.uid() != euid {
+        return Err(format!(
+            "{what} is owned by uid {}, not by this process's user (uid {euid})",
+            meta.uid()
+        ));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "{what} has mode {mode:04o}: group or others can write it (chmod go-w it)"
+        ));
+    }
+    Ok(())
+}
+
+/// Creates `registry.sqlite` with mode 0600 if missing (SQLite would use 0644), refuses one
+/// that is a link, another user's or writable by others, and takes group and other read
+/// access away from it and its `-wal` and `-shm` files (created with the database's mode).
+fn prepare_database_files(db: &Path) -> Result<()> {
+    let bad = |path: &Path, why: String| {
+        ControlError::Registry(format!("refusing registry file {}: {why}", path.display()))
+    };
+    let open = |path: &Path, create: bool| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+    };
+    for (suffix, create) in [("", true), ("-wal", false), ("-shm", false)] {
+        let mut name = db.as_os_str().to_owned();
+        name.push(suffix);
+        let path = PathBuf::from(name);
+        let file = match open(&path, create) {
+            Ok(f) => f,
+            Err(e) if !create && e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(bad(&path, "it is a symbolic link".into()))
+            }
+            Err(e) => return Err(bad(&path, format!("cannot open it: {e}"))),
+        };
+        let meta = file
+            .metadata()
+            .map_err(|e| bad(&path, format!("cannot stat it: {e}")))?;
+        if !meta.file_type().is_file() {
+            return Err(bad(&path, "it is not a regular file".into()));
+        }
+        check_private(&meta, "it").map_err(|why| bad(&path, why))?;
+        if meta.mode() & 0o077 != 0 {
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| bad(&path, format!("cannot make it 0600: {e}")))?;
+        }
+    }
+    Ok(())
+}
+
 fn unhex32(s: &str) -> Option<[u8; 32]> {
     if s.len() != 64 {
         return None;
@@ -353,13 +525,28 @@ mod tests {
         assert_eq!(r.node("kv").unwrap().address, "shm:/dev/shm/rdx-kv");
         assert!(r.node("nope").is_err());
         assert_eq!(r.node("shm:/x").unwrap().address, "shm:/x");
-        let h = [5u8; 32];
+        let h: [u8; 32] = Sha256::digest(b"bytes").into();
         r.put_artifact("k1", &h, b"bytes").unwrap();
         assert_eq!(
             r.cached_artifact("k1").unwrap(),
             Some((h, b"bytes".to_vec()))
         );
+        assert_eq!(
+            r.artifact(&crate::codeflow::hex(&h[..4])).unwrap(),
+            Some(b"bytes".to_vec())
+        );
         assert_eq!(r.cached_artifact("k2").unwrap(), None);
+        // Bytes that do not hash to their key are refused on every load.
+        let wrong = [5u8; 32];
+        r.put_artifact("k3", &wrong, b"bytes").unwrap();
+        assert!(matches!(
+            r.cached_artifact("k3"),
+            Err(ControlError::ArtifactHashMismatch { .. })
+        ));
+        assert!(matches!(
+            r.artifact(&crate::codeflow::hex(&wrong)),
+            Err(ControlError::ArtifactHashMismatch { .. })
+        ));
         let e = HistoryEntry {
             id: 0,
             node: "kv".into(),
@@ -396,6 +583,35 @@ mod tests {
         let b = Registry::open(&dir).unwrap();
         a.add_node("n2", "shm:/y").unwrap();
         assert_eq!(b.nodes().unwrap().len(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_removed_node_leaves_no_copy_of_its_address_in_the_files() {
+        let dir = std::env::temp_dir().join(format!("rdx-reg-wipe-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let secret = "5ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2";
+        let r = Registry::open(&dir).unwrap();
+        r.add_node("fab", &format!("fabric://h:1?token={secret}"))
+            .unwrap();
+        r.add_node("other", "shm:/dev/shm/x").unwrap();
+        let entry = r.node("fab").unwrap();
+        assert!(!format!("{entry:?}").contains(secret));
+        assert!(!serde_json::to_string(&entry).unwrap().contains(secret));
+        assert!(r.remove_node("fab").unwrap());
+        for name in [
+            "registry.sqlite",
+            "registry.sqlite-wal",
+            "registry.sqlite-shm",
+        ] {
+            if let Ok(bytes) = std::fs::read(dir.join(name)) {
+                assert!(
+                    !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                    "{name} still holds the removed node's token"
+                );
+            }
+        }
+        assert_eq!(r.nodes().unwrap().len(), 1);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

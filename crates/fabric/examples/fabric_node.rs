@@ -7,10 +7,11 @@
 //! ```text
 //! fabric_node --path /dev/shm/rdx-x --bind 10.0.0.2 --token-file FILE [--provider NAME] [--port N]
 //! stdout: "ready <bootstrap addr> <provider> <pid>" once serving
-//! stdin:  run VALUE -> "ret R0 out OUT";  quit
+//! stdin:  run VALUE -> "ret R0 out OUT";
+//!         rotate -> "rotated" (re-reads the token file, revokes every key handed out);  quit
 //! ```
 
-use rdx_fabric::{serve, ProgressThread, Provider, ServeConfig, Token};
+use rdx_fabric::{read_token_file, serve, ProgressThread, Provider, ServeConfig};
 use rdx_runtime::{HookSpec, Runtime};
 use std::io::{BufRead, Write};
 use std::time::Duration;
@@ -46,9 +47,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let path = path.ok_or("--path is required")?;
-    let token = Token::from_hex(&std::fs::read_to_string(
-        token_file.ok_or("--token-file is required")?,
-    )?)?;
+    let token_file = std::path::PathBuf::from(token_file.ok_or("--token-file is required")?);
+    // A token file others can read is refused: whoever reads it owns this node.
+    let token = read_token_file(&token_file)?;
     let rt = Runtime::builder()
         .path(&path)
         .eim_spec(EIM)
@@ -61,7 +62,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         )
         .build()?;
     rt.register()?;
-    let server = serve(
+    let mut server = serve(
         rt.path(),
         ServeConfig {
             bind: bind.ok_or("--bind is required")?,
@@ -94,6 +95,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 let r0 = hook.run(&mut ctx);
                 writeln!(out, "ret {r0} out {}", ctx.out)?;
             }
+            // The operator replaced the token file (a leak is suspected): serve the new
+            // token and revoke every key handed out under the old one.
+            ["rotate"] => match read_token_file(&token_file).map(|t| server.rotate(t)) {
+                Ok(Ok(())) => writeln!(out, "rotated")?,
+                Ok(Err(e)) | Err(e) => writeln!(out, "error {e}")?,
+            },
             ["quit"] => break,
             _ => writeln!(out, "error unknown command {line:?}")?,
         }

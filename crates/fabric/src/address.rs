@@ -127,14 +127,7 @@ impl FabricAddress {
 
     /// The node's token, from wherever the address says.
     pub fn token(&self) -> Result<Token, FabricError> {
-        let from_file = |path: &PathBuf| {
-            let text = std::fs::read_to_string(path).map_err(|e| FabricError::Io {
-                what: format!("reading token file {}", path.display()),
-                source: e,
-            })?;
-            Token::from_hex(&text)
-                .map_err(|e| FabricError::BadToken(format!("token file {}: {e}", path.display())))
-        };
+        let from_file = |path: &PathBuf| crate::auth::read_token_file(path);
         match &self.token {
             TokenSource::Inline(hex) => Token::from_hex(hex),
             TokenSource::File(path) => from_file(path),
@@ -252,11 +245,17 @@ mod tests {
         let good = dir.join("good");
         let token = Token::generate().unwrap();
         std::fs::write(&good, format!("{}\n", token.to_hex())).unwrap();
+        let private = |p: &std::path::Path| {
+            std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .unwrap()
+        };
+        private(&good);
         let a =
             FabricAddress::parse(&format!("fabric://h:1?token-file={}", good.display())).unwrap();
         assert_eq!(a.token().unwrap(), token);
         let bad = dir.join("bad");
         std::fs::write(&bad, "not hex").unwrap();
+        private(&bad);
         let e = FabricAddress::parse(&format!("fabric://h:1?token-file={}", bad.display()))
             .unwrap()
             .token()
@@ -269,6 +268,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(missing.contains("/nonexistent/rdx-token"), "{missing}");
+        // Readable by others: refused before its bytes are read.
+        for loose in [0o640, 0o604, 0o620] {
+            std::fs::set_permissions(&good, std::os::unix::fs::PermissionsExt::from_mode(loose))
+                .unwrap();
+            let e = FabricAddress::parse(&format!("fabric://h:1?token-file={}", good.display()))
+                .unwrap()
+                .token()
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("group or others"), "{loose:o}: {e}");
+            assert!(!e.contains(&token.to_hex()), "{e}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 

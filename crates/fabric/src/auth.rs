@@ -71,6 +71,45 @@ impl Token {
     }
 }
 
+/// Reads a token file, refusing one that another user owns or that group or others may read
+/// (or write): whoever reads a token owns the node, so a token file must be as private as an
+/// SSH key. The checks run on the opened file, so a file swapped in between cannot slip by.
+pub fn read_token_file(path: &std::path::Path) -> Result<Token, FabricError> {
+    use std::os::unix::fs::MetadataExt;
+    let io = |source| FabricError::Io {
+        what: format!("reading token file {}", path.display()),
+        source,
+    };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if !meta.file_type().is_file() {
+        return Err(FabricError::BadToken(format!(
+            "token file {} is not a regular file",
+            path.display()
+        )));
+    }
+    if meta.uid() != euid {
+        return Err(FabricError::BadToken(format!(
+            "token file {} is owned by uid {}, not by this process's user (uid {euid}); refusing a secret another user controls",
+            path.display(),
+            meta.uid()
+        )));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(FabricError::BadToken(format!(
+            "token file {} has mode {mode:04o}: group or others can read or write it (chmod 600 it)",
+            path.display()
+        )));
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(io)?;
+    Token::from_hex(&text)
+        .map_err(|e| FabricError::BadToken(format!("token file {}: {e}", path.display())))
+}
+
 pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;

@@ -94,9 +94,8 @@ fn parse_listen(text: &str) -> Result<(IpAddr, u16), String> {
 
 /// Reads the node's token, or creates the file with a fresh one readable only by its owner.
 fn load_or_create_token(path: &Path) -> Result<Token, FabricError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Token::from_hex(&text)
-            .map_err(|e| FabricError::BadToken(format!("token file {}: {e}", path.display()))),
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => crate::auth::read_token_file(path),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let token = Token::generate()?;
             let io = |source| FabricError::Io {

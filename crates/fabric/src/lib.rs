@@ -29,7 +29,7 @@ mod serve;
 mod sys;
 
 pub use address::{connect_address, FabricAddress};
-pub use auth::{Doorbell, Grant, Token};
+pub use auth::{read_token_file, Doorbell, Grant, Token};
 pub use client::{ConnectOptions, FabricTransport};
 pub use host::{serve_from_env, ENV_LISTEN, ENV_PROVIDER, ENV_TOKEN_FILE};
 pub use provider::{Provider, PREFERENCE};

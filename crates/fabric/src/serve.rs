@@ -17,7 +17,7 @@ use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -86,6 +86,14 @@ pub struct BootstrapStats {
     pub malformed: AtomicU64,
 }
 
+/// What the bootstrap listener hands out, and to whom: replaced as a whole by
+/// [`FabricServer::rotate`].
+struct BootstrapSecret {
+    token: Token,
+    /// The encoded grant (status byte included).
+    reply: Vec<u8>,
+}
+
 /// A region being served. Dropping it stops serving: the listener and progress thread end,
 /// the registration and endpoint close, the alias mapping goes away.
 pub struct FabricServer {
@@ -99,6 +107,7 @@ pub struct FabricServer {
     _alias: ShmTransport,
     bootstrap: SocketAddr,
     grant: Grant,
+    secret: Arc<RwLock<BootstrapSecret>>,
     manual_progress: bool,
     progress_thread: bool,
     stats: Arc<BootstrapStats>,
@@ -133,7 +142,12 @@ pub fn serve(path: impl AsRef<Path>, config: ServeConfig) -> Result<FabricServer
         message,
     };
     let requested_key = auth::random_u64()?;
-    let local = alias.local();
+    let local = alias.local().ok_or_else(|| FabricError::Region {
+        node: path.display().to_string(),
+        source: rdx_transport::TransportError::ReadOnly {
+            path: path.display().to_string(),
+        },
+    })?;
     // SAFETY: the alias mapping lives in the server until after the registration is closed
     // (field order and Drop below).
     let mr = unsafe {
@@ -214,14 +228,17 @@ pub fn serve(path: impl AsRef<Path>, config: ServeConfig) -> Result<FabricServer
     let stop = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(BootstrapStats::default());
     let endpoint = Arc::new(Mutex::new(endpoint));
+    let secret = Arc::new(RwLock::new(BootstrapSecret {
+        token: config.token,
+        reply: grant.encode(),
+    }));
     let mut threads = Vec::new();
     {
-        let (stop, stats, token, reply) =
-            (stop.clone(), stats.clone(), config.token, grant.encode());
+        let (stop, stats, secret) = (stop.clone(), stats.clone(), secret.clone());
         threads.push(
             std::thread::Builder::new()
                 .name("rdx-fabric-bootstrap".into())
-                .spawn(move || bootstrap_loop(listener, &token, &reply, &stop, &stats))
+                .spawn(move || bootstrap_loop(listener, &secret, &stop, &stats))
                 .map_err(|e| FabricError::Io {
                     what: "spawning the bootstrap thread".into(),
                     source: e,
@@ -262,6 +279,7 @@ pub fn serve(path: impl AsRef<Path>, config: ServeConfig) -> Result<FabricServer
         _alias: alias,
         bootstrap,
         grant,
+        secret,
         manual_progress,
         progress_thread,
         stats,
@@ -297,6 +315,71 @@ impl FabricServer {
     pub fn key(&self) -> u64 {
         self.grant.key
     }
+
+    /// Rotates the node's token and revokes every key handed out so far, without stopping
+    /// the host: the region (and the barrier doorbell) are registered anew under fresh
+    /// random keys, the bootstrap listener starts answering only `token` with the new keys
+    /// and a new session number, and then the old registrations are closed, so a control
+    /// plane holding an old key (or the old token) can no longer read or write the region.
+    /// Control planes that should keep access bootstrap again with the new token.
+    ///
+    /// Call it when a token may have leaked; `fabric_node` does on its `rotate` command.
+    pub fn rotate(&mut self, token: Token) -> Result<(), FabricError> {
+        let local = self._alias.local().ok_or_else(|| FabricError::Fabric {
+            what: "rotating keys".into(),
+            message: "the region alias is not writable".into(),
+        })?;
+        let endpoint = self._endpoint.lock().unwrap_or_else(|p| p.into_inner());
+        let fab = |what: &str, message: String| FabricError::Fabric {
+            what: format!("{what} ({})", endpoint.provider()),
+            message,
+        };
+        // SAFETY: the alias mapping lives in the server until after every registration of
+        // it is closed (field order and Drop), as for the first registration in `serve`.
+        let mr = unsafe {
+            endpoint
+                .register(
+                    local.base(),
+                    local.region_len() as usize,
+                    true,
+                    auth::random_u64()?,
+                )
+                .map_err(|m| fab("re-registering the region", m))?
+        };
+        let doorbell_mr = match self.doorbell_mr {
+            None => None,
+            // SAFETY: the doorbell allocation is kept by the server until after its
+            // registrations are closed, as in `serve`.
+            Some(_) => Some(unsafe {
+                endpoint
+                    .register(
+                        Arc::as_ptr(&self._doorbell).cast_mut().cast(),
+                        std::mem::size_of::<DoorbellWords>(),
+                        true,
+                        auth::random_u64()?,
+                    )
+                    .map_err(|m| fab("re-registering the barrier doorbell", m))?
+            }),
+        };
+        let mut grant = self.grant.clone();
+        grant.key = mr.key;
+        grant.session = auth::random_u64()?;
+        grant.barrier = match (grant.barrier, &doorbell_mr) {
+            (Some(d), Some(mr)) => Some(Doorbell { key: mr.key, ..d }),
+            _ => None,
+        };
+        // Hand out the new keys first, then close the old registrations (with the endpoint
+        // locked, so the progress thread is not inside the provider meanwhile).
+        *self.secret.write().unwrap_or_else(|p| p.into_inner()) = BootstrapSecret {
+            token,
+            reply: grant.encode(),
+        };
+        self.mr = Some(mr);
+        self.doorbell_mr = doorbell_mr;
+        drop(endpoint);
+        self.grant = grant;
+        Ok(())
+    }
 }
 
 impl Drop for FabricServer {
@@ -314,8 +397,7 @@ impl Drop for FabricServer {
 
 fn bootstrap_loop(
     listener: TcpListener,
-    token: &Token,
-    granted: &[u8],
+    secret: &RwLock<BootstrapSecret>,
     stop: &AtomicBool,
     stats: &BootstrapStats,
 ) {
@@ -336,21 +418,25 @@ fn bootstrap_loop(
         let _ = stream.set_nonblocking(false);
         let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
         let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
-        let reply: &[u8] = match auth::read_request(&stream) {
-            Ok(Some(presented)) if token.matches(&presented) => {
-                stats.granted.fetch_add(1, Ordering::Relaxed);
-                granted
-            }
-            Ok(Some(_)) => {
-                stats.refused.fetch_add(1, Ordering::Relaxed);
-                &[auth::STATUS_WRONG_TOKEN]
+        let reply: Vec<u8> = match auth::read_request(&stream) {
+            Ok(Some(presented)) => {
+                // The token and the grant are read together: a rotation never pairs the
+                // new token with the old keys or the other way round.
+                let current = secret.read().unwrap_or_else(|p| p.into_inner());
+                if current.token.matches(&presented) {
+                    stats.granted.fetch_add(1, Ordering::Relaxed);
+                    current.reply.clone()
+                } else {
+                    stats.refused.fetch_add(1, Ordering::Relaxed);
+                    vec![auth::STATUS_WRONG_TOKEN]
+                }
             }
             Ok(None) | Err(_) => {
                 stats.malformed.fetch_add(1, Ordering::Relaxed);
-                &[auth::STATUS_MALFORMED]
+                vec![auth::STATUS_MALFORMED]
             }
         };
-        let _ = auth::reply(&stream, reply);
+        let _ = auth::reply(&stream, &reply);
     }
 }
 

@@ -226,6 +226,50 @@ fn wrong_token_is_refused_and_keys_change_on_restart() {
 }
 
 #[test]
+fn rotation_revokes_the_old_token_and_every_key_handed_out_while_the_node_keeps_serving() {
+    let region = ShmPath::new("fabric-test-rotate");
+    let rt = runtime(&region);
+    let old = Token::generate().unwrap();
+    let mut server = serve(
+        rt.path(),
+        config("sockets", &old, ProgressThread::WhenNeeded),
+    )
+    .unwrap();
+    let holder = FabricTransport::connect(server.bootstrap_addr(), &old, &options()).unwrap();
+    let scratch = holder.info().section(SectionId::Scratch).offset;
+    holder.write_u64(scratch, 7).unwrap();
+    let (key, session) = (server.key(), server.session());
+
+    let new = Token::generate().unwrap();
+    server.rotate(new.clone()).unwrap();
+    assert_ne!(server.key(), key);
+    assert_ne!(server.session(), session);
+    // The old key no longer reaches the region, for reads or writes.
+    let started = Instant::now();
+    assert!(holder.read_u64(scratch).is_err(), "the old key still reads");
+    assert!(
+        holder.write_u64(scratch, 666).is_err(),
+        "the old key still writes"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // The old token is refused; the new one gets the new key and sees the region intact.
+    let r = FabricTransport::connect(server.bootstrap_addr(), &old, &options());
+    assert!(matches!(r, Err(FabricError::Refused { .. })), "{r:?}");
+    let fresh = FabricTransport::connect(server.bootstrap_addr(), &new, &options()).unwrap();
+    assert_eq!(fresh.session(), server.session());
+    assert_eq!(fresh.read_u64(scratch).unwrap(), 7);
+    fresh.write_u64(scratch, 8).unwrap();
+    let local = ShmTransport::open(rt.path()).unwrap();
+    assert_eq!(local.read_u64(scratch).unwrap(), 8);
+    drop((holder, fresh, server));
+    rt.unlink().unwrap();
+}
+
+#[test]
 fn a_node_that_stops_serving_gives_a_clear_error_quickly() {
     let region = ShmPath::new("fabric-test-dead");
     let rt = runtime(&region);

@@ -26,6 +26,12 @@ fn control_plane_drives_three_nodes_across_namespaces() {
     for i in 1..=NODES {
         let token = rdx_fabric::Token::generate().unwrap();
         let token_file = dir.write(&format!("token-{i}"), token.to_hex());
+        // Nodes refuse token files others can read.
+        std::fs::set_permissions(
+            &token_file,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
         let region = ShmPath::new(&format!("fabric-netns-{i}"));
         let mut cmd = exec_in(ns.spoke(i), example_bin("fabric_node"));
         cmd.arg("--path")

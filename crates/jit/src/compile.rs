@@ -200,7 +200,9 @@ impl CompileOptions {
         }
     }
 
-    pub(crate) fn hash(&self) -> [u8; 32] {
+    /// The artifact's `options_hash` for these options: a loader that takes an artifact from
+    /// a cache checks it against the options it would compile with (hook, class, metering).
+    pub fn hash(&self) -> [u8; 32] {
         // A stable textual rendering: the hash must not depend on Rust's Hash implementation.
         let mut text = format!(
             "arch={};budget={};helpers={:?};entry={:?};class={}",

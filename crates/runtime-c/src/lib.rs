@@ -44,7 +44,7 @@ pub struct RdxHook {
 /// `rdx_init` options; zero fields take defaults.
 #[repr(C)]
 pub struct RdxOptions {
-    /// Region file path (NUL-terminated) or null for `/dev/shm/rdx-<pid>-<n>`.
+    /// Region file path (NUL-terminated) or null for a fresh `/dev/shm/rdx-<pid>-<16 random hex digits>`.
     pub path: *const c_char,
     /// EIM spec bytes (may be null when `eim_len` is 0).
     pub eim: *const u8,
@@ -69,6 +69,8 @@ fn fail(e: RuntimeError) -> i32 {
         RuntimeError::NoSuchHook(_) => libc::ENOENT,
         RuntimeError::TooManyHooks(_) | RuntimeError::ContextFull(_) => libc::ENOSPC,
         RuntimeError::TornDown => libc::ESHUTDOWN,
+        // A region file another user made or can write, or a link (docs/security.md).
+        RuntimeError::UntrustedRegion { .. } => libc::EPERM,
         _ => libc::EINVAL,
     };
     set_error(&e.to_string());

@@ -66,6 +66,12 @@ pub enum RuntimeError {
     },
     #[error("region layout: {0}")]
     Layout(#[from] rdx_region::geometry::LayoutError),
+    #[error("refusing region file {path}: {source}")]
+    UntrustedRegion {
+        path: PathBuf,
+        #[source]
+        source: rdx_transport::region_file::UntrustedRegion,
+    },
     #[error("configuration: {0}")]
     Config(String),
     #[error("hook {0:?} is already declared")]

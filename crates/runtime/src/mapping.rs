@@ -4,9 +4,133 @@
 use crate::RuntimeError;
 use rdx_region::geometry::HeaderInfo;
 use rdx_region::layout::{offsets, SectionId, MAGIC};
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
+use rdx_transport::region_file::{self, OpenRefusal, TrustedOwners};
+use std::fs::{File, OpenOptions};
+use std::os::fd::IntoRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+/// Where a host's region file goes.
+#[derive(Clone, Debug)]
+pub(crate) enum RegionPath {
+    /// A path the host's operator chose. Created exclusively; a file already there is reused
+    /// (a restarted host keeps its region's incarnation count) only if it is a regular file
+    /// of this user that no one else can write.
+    Chosen(PathBuf),
+    /// A fresh `/dev/shm/rdx-<pid>-<random>` name: 64 random bits, so another local user
+    /// cannot create it first.
+    Fresh,
+}
+
+/// Names tried for [`RegionPath::Fresh`] before giving up: a clash of 64 random bits means
+/// something is wrong with the random source, not bad luck.
+const FRESH_NAME_ATTEMPTS: usize = 4;
+
+/// Opens the region file: `O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600, so that neither a file
+/// another user created at the path nor a symbolic link planted there is ever adopted or
+/// written through.
+fn open_region_file(path: &RegionPath) -> Result<(File, PathBuf), RuntimeError> {
+    let create = |p: &Path| {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(p)
+    };
+    match path {
+        RegionPath::Fresh => {
+            let mut last = None;
+            for _ in 0..FRESH_NAME_ATTEMPTS {
+                let p = PathBuf::from(format!(
+                    "/dev/shm/rdx-{}-{:016x}",
+                    std::process::id(),
+                    random_u64()?
+                ));
+                match create(&p) {
+                    Ok(f) => return Ok((f, p)),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some((p, e)),
+                    Err(source) => {
+                        return Err(RuntimeError::Io {
+                            what: "creating",
+                            path: p,
+                            source,
+                        })
+                    }
+                }
+            }
+            let (path, source) = last.expect("at least one attempt");
+            Err(RuntimeError::Io {
+                what: "creating (every fresh name was taken)",
+                path,
+                source,
+            })
+        }
+        RegionPath::Chosen(p) => match create(p) {
+            Ok(f) => Ok((f, p.clone())),
+            // O_EXCL fails on a symbolic link too (it never follows one); the open below
+            // tells a link from a file.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let untrusted = |source| RuntimeError::UntrustedRegion {
+                    path: p.clone(),
+                    source,
+                };
+                let file = region_file::open_existing(p, true).map_err(|e| match e {
+                    OpenRefusal::Untrusted(source) => untrusted(source),
+                    OpenRefusal::Io(source) => RuntimeError::Io {
+                        what: "opening the existing",
+                        path: p.clone(),
+                        source,
+                    },
+                })?;
+                // Only this user's own files: a host trusts no other user with its code,
+                // root included (a root-owned leftover is for a root host to reuse).
+                let stat_err = |source| RuntimeError::Io {
+                    what: "stat of",
+                    path: p.clone(),
+                    source,
+                };
+                region_file::check_open_file(&file, &TrustedOwners::only_own_user())
+                    .map_err(stat_err)?
+                    .map_err(untrusted)?;
+                // It is about to be truncated: it must not be another region by another name.
+                region_file::check_single_link(&file)
+                    .map_err(stat_err)?
+                    .map_err(untrusted)?;
+                Ok((file, p.clone()))
+            }
+            Err(source) => Err(RuntimeError::Io {
+                what: "creating",
+                path: p.clone(),
+                source,
+            }),
+        },
+    }
+}
+
+/// 64 bits from the kernel's random generator.
+fn random_u64() -> Result<u64, RuntimeError> {
+    let mut b = [0u8; 8];
+    let mut done = 0;
+    while done < b.len() {
+        // SAFETY: getrandom writes at most `b.len() - done` bytes into our buffer.
+        let rc = unsafe { libc::getrandom(b[done..].as_mut_ptr().cast(), b.len() - done, 0) };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(RuntimeError::Io {
+                what: "getrandom for a region name in",
+                path: PathBuf::from("/dev/shm"),
+                source: e,
+            });
+        }
+        done += rc as usize;
+    }
+    Ok(u64::from_le_bytes(b))
+}
 
 /// The host's mapping of its region. Unmapped (and the file left in place) on drop.
 pub(crate) struct Mapping {
@@ -31,27 +155,18 @@ fn os_err(what: &'static str, path: &Path) -> RuntimeError {
 }
 
 impl Mapping {
-    /// Creates (or reuses) the file at `path`, sizes it for `info`'s layout and maps it.
-    /// Returns the mapping and the previous incarnation counter found in the file, if any.
+    /// Creates the file at `path` (or reuses one this user made there before), sizes it for
+    /// the layout and maps it. Returns the mapping and the previous incarnation counter found
+    /// in the file, if any.
     pub fn create(
-        path: &Path,
+        path: &RegionPath,
         region_size: u64,
         code: (u64, u64),
         fixed_base: Option<u64>,
     ) -> Result<(Mapping, u64), RuntimeError> {
-        let cpath = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| RuntimeError::Config(format!("region path {path:?} contains NUL")))?;
-        // SAFETY: opening a path we own the string for; result checked.
-        let fd = unsafe {
-            libc::open(
-                cpath.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
-                0o600,
-            )
-        };
-        if fd < 0 {
-            return Err(os_err("creating", path));
-        }
+        let (file, path) = open_region_file(path)?;
+        let path = path.as_path();
+        let fd = file.into_raw_fd();
         let close = |e: RuntimeError| {
             // SAFETY: closing the fd we opened, on an error path.
             unsafe { libc::close(fd) };

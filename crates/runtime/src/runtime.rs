@@ -2,7 +2,7 @@
 
 use crate::helpers::HELPERS;
 use crate::hook::{Hook, HookSpec, HookStats};
-use crate::mapping::Mapping;
+use crate::mapping::{Mapping, RegionPath};
 use crate::RuntimeError;
 use rdx_region::abi::HelperFn;
 use rdx_region::geometry::{encode_header, plan, HeaderInfo, RegionParams};
@@ -52,7 +52,10 @@ impl Default for RuntimeBuilder {
 }
 
 impl RuntimeBuilder {
-    /// Region file; default `/dev/shm/rdx-<pid>-<n>`.
+    /// Region file; default a fresh `/dev/shm/rdx-<pid>-<16 random hex digits>` (read it back
+    /// with [`Runtime::path`]). The file is created exclusively with mode 0600 and never
+    /// through a symbolic link; a file already at a chosen path is reused only if it is a
+    /// regular file of this process's user that no one else can write (`docs/security.md`).
     pub fn path(mut self, path: impl AsRef<Path>) -> Self {
         self.path = Some(path.as_ref().to_path_buf());
         self
@@ -118,14 +121,10 @@ impl RuntimeBuilder {
     /// `ctx_init`: creates the region file, maps it (code arena read+execute), writes the
     /// header, EIM spec, helper table, context table and empty hook slots.
     pub fn build(self) -> Result<Runtime, RuntimeError> {
-        let path = self.path.clone().unwrap_or_else(|| {
-            static N: AtomicU64 = AtomicU64::new(0);
-            PathBuf::from(format!(
-                "/dev/shm/rdx-{}-{}",
-                std::process::id(),
-                N.fetch_add(1, Ordering::Relaxed)
-            ))
-        });
+        let path = match &self.path {
+            Some(p) => RegionPath::Chosen(p.clone()),
+            None => RegionPath::Fresh,
+        };
         let mut params = self.params.clone();
         params.eim_capacity = params.eim_capacity.max(self.eim.len() as u64);
         let trace_spec = MapSpec {

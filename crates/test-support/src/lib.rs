@@ -14,6 +14,7 @@
 //! - [`netns`]: network namespaces joined by veth pairs, deleted on drop.
 //! - [`c_host`]: C hosts compiled against `include/rdx.h` and the runtime's static library.
 //! - [`programs`]: generated eBPF programs for the verifier and deploy benches.
+//! - [`stranger`]: another, unprivileged local user, for the attack tests.
 //!
 //! **For tests and benches only.** This crate is a `[dev-dependencies]` entry and must never
 //! be a normal dependency of a library or binary: it panics instead of returning errors, and
@@ -28,6 +29,7 @@ pub mod process;
 pub mod programs;
 pub mod rdx;
 pub mod scratch;
+pub mod stranger;
 
 pub use eim::EimSpec;
 pub use host::{LocalHost, ValueOut};
@@ -35,6 +37,7 @@ pub use netns::NetnsStar;
 pub use process::{example_bin, HostProcess, LineProcess};
 pub use rdx::Rdx;
 pub use scratch::{ScratchDir, ShmPath};
+pub use stranger::Stranger;
 
 #[cfg(test)]
 mod tests {

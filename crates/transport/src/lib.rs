@@ -7,6 +7,8 @@
 //!   interchangeable.
 //! - [`shm::ShmTransport`]: the embedded default — maps a target's region file and checks
 //!   its header before anything else.
+//! - [`region_file`]: the owner, mode and link checks both planes run on a region file
+//!   before trusting it.
 //! - [`local::LocalRegion`]: the same operations on a region this process already mapped;
 //!   the data-plane runtime uses it so that its helpers run the same map code a control
 //!   plane runs remotely, except for the host-side fast paths (`xstate::hash::local`,
@@ -27,6 +29,7 @@
 
 pub mod context;
 pub mod local;
+pub mod region_file;
 pub mod shm;
 pub mod xstate;
 

@@ -1,20 +1,64 @@
 //! The shared-memory transport: the control plane maps the target's region file.
 
 use crate::local::LocalRegion;
+use crate::region_file::{self, OpenRefusal, TrustedOwners};
 use crate::{Transport, TransportError};
 use rdx_region::geometry::{check_header, HeaderInfo};
 use rdx_region::layout::{Arch, RegionHeader, HOST_FLAG_MEMBARRIER_EXPEDITED};
-use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-/// A control plane's read+write mapping of a target's region file, including its code arena
-/// (which the target itself maps read+execute only).
+/// A control plane's mapping of a target's region file, including its code arena (which the
+/// target itself maps read+execute only): read+write, or read-only for commands that only
+/// look ([`ShmOptions::read_only`]).
+///
+/// Only region files that [`region_file::check_open_file`] accepts are mapped: regular
+/// files, not reached through a symbolic link, owned by this process's user, root or a user
+/// named in [`ShmOptions::trust_owner`], and writable by no one but their owner.
 pub struct ShmTransport {
     region: LocalRegion,
     len: usize,
     info: HeaderInfo,
     path: PathBuf,
+    read_only: bool,
+}
+
+/// How [`ShmTransport::open_with`] opens a region.
+#[derive(Debug, Clone)]
+pub struct ShmOptions {
+    pub arch: Arch,
+    pub read_only: bool,
+    pub trusted: TrustedOwners,
+}
+
+impl Default for ShmOptions {
+    fn default() -> Self {
+        Self {
+            arch: Arch::HOST.expect("rdx supports x86_64 and aarch64 hosts"),
+            read_only: false,
+            trusted: TrustedOwners::own_user(),
+        }
+    }
+}
+
+impl ShmOptions {
+    /// Maps the region read-only: every write, compare-and-swap and fetch-and-add fails with
+    /// [`TransportError::ReadOnly`].
+    pub fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
+    }
+
+    /// Also accepts region files owned by `uid`.
+    pub fn trust_owner(mut self, uid: u32) -> Self {
+        self.trusted = self.trusted.and(uid);
+        self
+    }
+
+    pub fn arch(mut self, arch: Arch) -> Self {
+        self.arch = arch;
+        self
+    }
 }
 
 impl std::fmt::Debug for ShmTransport {
@@ -22,6 +66,7 @@ impl std::fmt::Debug for ShmTransport {
         f.debug_struct("ShmTransport")
             .field("path", &self.path)
             .field("len", &self.len)
+            .field("read_only", &self.read_only)
             .finish()
     }
 }
@@ -30,12 +75,22 @@ impl ShmTransport {
     /// Maps the region at `path` after checking its header against this build (magic,
     /// layout version, architecture of this machine, checksum, section bounds, file length).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, TransportError> {
-        let arch = Arch::HOST.expect("rdx supports x86_64 and aarch64 hosts");
-        Self::open_for(path, arch)
+        Self::open_with(path, &ShmOptions::default())
     }
 
     /// Like [`ShmTransport::open`], for a region whose host runs `arch`.
     pub fn open_for(path: impl AsRef<Path>, arch: Arch) -> Result<Self, TransportError> {
+        Self::open_with(path, &ShmOptions::default().arch(arch))
+    }
+
+    /// Like [`ShmTransport::open`], mapped read-only.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, TransportError> {
+        Self::open_with(path, &ShmOptions::default().read_only())
+    }
+
+    /// Opens (never through a symbolic link), checks owner and mode, maps and checks the
+    /// header of the region at `path`.
+    pub fn open_with(path: impl AsRef<Path>, options: &ShmOptions) -> Result<Self, TransportError> {
         let path = path.as_ref().to_path_buf();
         let shown = path.display().to_string();
         let io = |what, source| TransportError::Io {
@@ -43,11 +98,17 @@ impl ShmTransport {
             path: shown.clone(),
             source,
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| io("opening", e))?;
+        let untrusted = |source| TransportError::Untrusted {
+            path: shown.clone(),
+            source,
+        };
+        let file = region_file::open_existing(&path, !options.read_only).map_err(|e| match e {
+            OpenRefusal::Untrusted(source) => untrusted(source),
+            OpenRefusal::Io(e) => io("opening", e),
+        })?;
+        region_file::check_open_file(&file, &options.trusted)
+            .map_err(|e| io("stat of", e))?
+            .map_err(untrusted)?;
         let len = file.metadata().map_err(|e| io("stat of", e))?.len();
         let header_len = std::mem::size_of::<RegionHeader>() as u64;
         if len < header_len {
@@ -60,12 +121,18 @@ impl ShmTransport {
                 },
             });
         }
-        // SAFETY: mapping a file we opened read+write, shared; the result is checked.
+        let prot = if options.read_only {
+            libc::PROT_READ
+        } else {
+            libc::PROT_READ | libc::PROT_WRITE
+        };
+        // SAFETY: mapping a file we opened with the access `prot` asks for, shared; the
+        // result is checked.
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
+                prot,
                 libc::MAP_SHARED,
                 file.as_raw_fd(),
                 0,
@@ -74,7 +141,10 @@ impl ShmTransport {
         if base == libc::MAP_FAILED {
             return Err(io("mapping", std::io::Error::last_os_error()));
         }
-        // SAFETY: `base` maps `len` bytes until `Drop` unmaps them; mmap is page-aligned.
+        // SAFETY: `base` maps `len` bytes until `Drop` unmaps them; mmap is page-aligned. A
+        // read-only mapping is only ever read through it: `ShmTransport` refuses every
+        // writing operation before it reaches the region, and `local` hands it out only
+        // when the mapping is writable.
         let region = unsafe { LocalRegion::from_raw(base as *mut u8, len) };
         let unmap = || {
             // SAFETY: unmapping exactly what we mapped above, on an error path.
@@ -85,7 +155,7 @@ impl ShmTransport {
             unmap();
             return Err(e);
         }
-        let info = match check_header(&head, len, arch) {
+        let info = match check_header(&head, len, options.arch) {
             Ok(info) => info,
             Err(source) => {
                 unmap();
@@ -100,7 +170,21 @@ impl ShmTransport {
             len: len as usize,
             info,
             path,
+            read_only: options.read_only,
         })
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    fn writable(&self) -> Result<(), TransportError> {
+        if self.read_only {
+            return Err(TransportError::ReadOnly {
+                path: self.path.display().to_string(),
+            });
+        }
+        Ok(())
     }
 
     /// The header as it was checked at open.
@@ -112,9 +196,10 @@ impl ShmTransport {
         &self.path
     }
 
-    /// The local mapping (for tools that need pointers, e.g. to flush caches on aarch64).
-    pub fn local(&self) -> LocalRegion {
-        self.region
+    /// The local mapping (for tools that need pointers, e.g. to flush caches on aarch64);
+    /// `None` when the region is mapped read-only.
+    pub fn local(&self) -> Option<LocalRegion> {
+        (!self.read_only).then_some(self.region)
     }
 }
 
@@ -134,12 +219,14 @@ impl Transport for ShmTransport {
         self.region.read(offset, buf)
     }
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), TransportError> {
+        self.writable()?;
         self.region.write(offset, data)
     }
     fn read_u64(&self, offset: u64) -> Result<u64, TransportError> {
         self.region.read_u64(offset)
     }
     fn write_u64(&self, offset: u64, value: u64) -> Result<(), TransportError> {
+        self.writable()?;
         self.region.write_u64(offset, value)
     }
     fn compare_and_swap(
@@ -148,9 +235,11 @@ impl Transport for ShmTransport {
         expected: u64,
         new: u64,
     ) -> Result<u64, TransportError> {
+        self.writable()?;
         self.region.compare_and_swap(offset, expected, new)
     }
     fn fetch_and_add(&self, offset: u64, delta: u64) -> Result<u64, TransportError> {
+        self.writable()?;
         self.region.fetch_and_add(offset, delta)
     }
     fn fence(&self) -> Result<(), TransportError> {

@@ -24,6 +24,14 @@ pub enum TransportError {
         #[source]
         source: std::io::Error,
     },
+    #[error("refusing region file {path}: {source}")]
+    Untrusted {
+        path: String,
+        #[source]
+        source: crate::region_file::UntrustedRegion,
+    },
+    #[error("region {path} is mapped read-only; this operation writes")]
+    ReadOnly { path: String },
     #[error("region {path} is not ready (state {state}): {reason}")]
     NotReady {
         path: String,

@@ -15,8 +15,7 @@ use crate::{callee, XcallError, MAX_ARGS, MAX_EXPORTS, MAX_SLOTS};
 use rdx_region::geometry::{check_header, HeaderInfo};
 use rdx_region::layout::{Arch, HookSlot, SectionId, ThreadSlot};
 use rdx_transport::local::LocalRegion;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::IntoRawFd;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -90,15 +89,9 @@ pub fn attach(plan: &Plan, slot: u16) -> Result<&'static ServiceMap, XcallError>
     let info = plan.slot(slot)?;
     let addr = info.address;
     let path = info.path.clone();
-    let cpath = CString::new(path.as_os_str().as_bytes()).map_err(|_| XcallError::BadPlan {
-        path: plan.path().into(),
-        reason: format!("slot {slot}: region path contains NUL"),
-    })?;
-    // SAFETY: open on a NUL-terminated path; result checked.
-    let fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(os_err("opening", &path));
-    }
+    // The plan names the file; a plan is shared, so the file is checked like any region
+    // before it is mapped executable here.
+    let fd = crate::open_shared_file(&path, libc::O_RDWR)?.into_raw_fd();
     let r = map_region(plan, slot, fd, addr, &path);
     // SAFETY: closing our fd; mappings stay valid.
     unsafe { libc::close(fd) };

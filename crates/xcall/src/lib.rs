@@ -140,6 +140,60 @@ pub mod errno {
     pub const NO_HELPER: u64 = neg(libc::ENOSYS);
 }
 
+/// Opens a shared file of a plan (the plan itself or a region it lists) with `O_NOFOLLOW`
+/// and checks, on the open descriptor, that it is a regular file of this user (or root)
+/// that no one else can write: whoever controls either file controls code this process
+/// maps executable.
+pub(crate) fn open_shared_file(
+    path: &std::path::Path,
+    flags: libc::c_int,
+) -> Result<std::os::fd::OwnedFd, XcallError> {
+    use rdx_transport::region_file::{self, OpenRefusal, TrustedOwners};
+    use std::os::fd::{AsFd, FromRawFd};
+    use std::os::unix::ffi::OsStrExt;
+    let cpath =
+        std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| XcallError::BadPlan {
+            path: path.into(),
+            reason: "path contains NUL".into(),
+        })?;
+    // SAFETY: open on a NUL-terminated path we own; result checked.
+    let raw = unsafe {
+        libc::open(
+            cpath.as_ptr(),
+            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if raw < 0 {
+        return Err(
+            match region_file::classify_open_error(path, std::io::Error::last_os_error()) {
+                OpenRefusal::Untrusted(source) => XcallError::Untrusted {
+                    path: path.into(),
+                    source,
+                },
+                OpenRefusal::Io(source) => XcallError::Io {
+                    what: "opening",
+                    path: path.into(),
+                    source,
+                },
+            },
+        );
+    }
+    // SAFETY: `raw` is a descriptor we just opened and own from here on.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+    region_file::check_fd(fd.as_fd(), &TrustedOwners::own_user())
+        .map_err(|source| XcallError::Io {
+            what: "inspecting",
+            path: path.into(),
+            source,
+        })?
+        .map_err(|source| XcallError::Untrusted {
+            path: path.into(),
+            source,
+        })?;
+    Ok(fd)
+}
+
 /// Why a plan, service or attach operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum XcallError {
@@ -152,6 +206,13 @@ pub enum XcallError {
     },
     #[error("address plan {path}: {reason}")]
     BadPlan { path: PathBuf, reason: String },
+    /// A plan or region file another user made or can write, or a link (`docs/security.md`).
+    #[error("refusing {path}: {source}")]
+    Untrusted {
+        path: PathBuf,
+        #[source]
+        source: rdx_transport::region_file::UntrustedRegion,
+    },
     #[error("slot {slot} is outside the plan's {slots} slots")]
     NoSuchSlot { slot: u32, slots: u32 },
     #[error("slot {slot} is taken by {name:?} (pid {pid})")]

@@ -11,8 +11,7 @@
 //! acquire before trusting anything else in the entry.
 
 use crate::{XcallError, MAX_EXPORTS, MAX_SLOTS};
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::IntoRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -217,14 +216,10 @@ impl Plan {
     }
 
     fn map(path: &Path, create: Option<PlanSpec>) -> Result<Plan, XcallError> {
-        let cpath = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| bad(path, "path contains NUL"))?;
-        let flags = libc::O_RDWR | libc::O_CLOEXEC | create.map_or(0, |_| libc::O_CREAT);
-        // SAFETY: open on a NUL-terminated path we own; result checked.
-        let fd = unsafe { libc::open(cpath.as_ptr(), flags, 0o600) };
-        if fd < 0 {
-            return Err(io("opening", path)(std::io::Error::last_os_error()));
-        }
+        // Several sandboxes create-or-open one plan, so no O_EXCL; but never through a link,
+        // and never a file another user made or can write.
+        let flags = libc::O_RDWR | create.map_or(0, |_| libc::O_CREAT);
+        let fd = crate::open_shared_file(path, flags)?.into_raw_fd();
         let result = Self::map_fd(fd, path, create);
         // SAFETY: unlocking and closing our fd. The explicit unlock matters: the mapping keeps
         // the open file description (and so a flock) alive after close.

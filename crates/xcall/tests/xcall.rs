@@ -472,3 +472,56 @@ fn caller_threads_give_their_thread_slots_back() {
         }
     }
 }
+
+/// Another local user who can write the plan, or a region it lists, would choose code this
+/// process maps executable: both are refused (`docs/security.md`).
+#[test]
+fn plans_and_regions_of_another_user_are_refused() {
+    use rdx_transport::region_file::UntrustedRegion;
+    use rdx_xcall::plan::{Plan, PlanSpec};
+    let Some(stranger) = rdx_test_support::Stranger::new("xcall plan and region owner checks")
+    else {
+        return;
+    };
+    let planted = common::plan_path("planted");
+    let _ = std::fs::remove_file(&planted);
+    stranger.must(&format!(
+        "printf x > {} && chmod 0600 {0}",
+        planted.display()
+    ));
+    let e = Plan::create(&planted, PlanSpec::default()).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            XcallError::Untrusted {
+                source: UntrustedRegion::Owner { owner, .. },
+                ..
+            } if *owner == stranger.uid()
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read(&planted).unwrap(),
+        b"x",
+        "the planted file is untouched"
+    );
+    std::fs::remove_file(&planted).unwrap();
+
+    let storage = Storage::start("foreign-region", 12);
+    let region = storage.plan.slot(12).unwrap().path;
+    std::os::unix::fs::chown(&region, Some(stranger.uid()), None).unwrap();
+    let Err(e) = attach::attach(&storage.plan, 12) else {
+        panic!("a region of another user was attached");
+    };
+    assert!(
+        matches!(
+            &e,
+            XcallError::Untrusted {
+                source: UntrustedRegion::Owner { .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    std::os::unix::fs::chown(&region, Some(0), None).unwrap();
+}

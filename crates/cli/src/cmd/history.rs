@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::node::{attach, StateArgs};
+use super::node::{attach_read_only, StateArgs};
 
 /// Show the deployment history of a node (or one of its hooks).
 #[derive(clap::Args)]
@@ -37,7 +37,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let entries = registry.history_with_tiers(&node, args.hook.as_deref())?;
     // Held versions per hook, if the node answers.
     let mut held: BTreeMap<String, Vec<(u32, bool, rdx_control::Tier)>> = BTreeMap::new();
-    let reachable = match attach(&registry, &args.node) {
+    let reachable = match attach_read_only(&registry, &args.node) {
         Ok((_, cf)) => {
             for h in cf.view().hooks() {
                 let v = cf.versions_readonly(&h.name)?;

@@ -9,7 +9,7 @@ use rdx_control::CodeFlow;
 use rdx_transport::xstate::{self, Copies, MapInfo, UPDATE_ANY, UPDATE_EXIST, UPDATE_NOEXIST};
 use serde::Serialize;
 
-use super::node::{attach, StateArgs};
+use super::node::{attach, attach_read_only, StateArgs};
 
 /// Read and write a node's maps remotely.
 #[derive(clap::Args)]
@@ -192,7 +192,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let registry = args.state.registry()?;
     match args.command {
         MapCommand::Ls { node, json } => {
-            let (_, cf) = attach(&registry, &node)?;
+            let (_, cf) = attach_read_only(&registry, &node)?;
             let maps = xstate::list(cf.transport(), &cf.view().info)?;
             #[derive(Serialize)]
             struct Row {
@@ -233,7 +233,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
         MapCommand::Dump { node, map, json } => {
-            let (_, cf) = attach(&registry, &node)?;
+            let (_, cf) = attach_read_only(&registry, &node)?;
             let m = find_map(&cf, &map)?;
             if m.map.map_type == rdx_region::layout::MapType::RingBuf {
                 bail!(
@@ -269,7 +269,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             key,
             json,
         } => {
-            let (_, cf) = attach(&registry, &node)?;
+            let (_, cf) = attach_read_only(&registry, &node)?;
             let m = find_map(&cf, &map)?;
             let k = parse_bytes(&key, m.map.key_size, "key")?;
             match read_entry(&cf, &m, &k)? {

@@ -7,9 +7,9 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use rdx_control::node::{hook_status, HookStatus};
+use rdx_control::node::{hook_status, redact_address, HookStatus};
 use rdx_control::registry::{default_state_dir, Registry};
-use rdx_control::{create_codeflow, CodeFlow, ExtSpec, HeldVersion};
+use rdx_control::{create_codeflow, create_codeflow_read_only, CodeFlow, ExtSpec, HeldVersion};
 use rdx_region::layout::offsets;
 use serde::Serialize;
 
@@ -32,8 +32,27 @@ impl StateArgs {
 /// Attaches to a node by registered name or address.
 pub fn attach(registry: &Registry, node: &str) -> anyhow::Result<(String, CodeFlow)> {
     let entry = registry.node(node)?;
-    let cf = create_codeflow(&entry.address, ExtSpec::default())
-        .with_context(|| format!("cannot attach to node {} ({})", entry.name, entry.address))?;
+    let cf = create_codeflow(&entry.address, ExtSpec::default()).with_context(|| {
+        format!(
+            "cannot attach to node {} ({})",
+            entry.name,
+            entry.shown_address()
+        )
+    })?;
+    Ok((entry.name, cf))
+}
+
+/// [`attach`] for commands that only read the node: a shared-memory region is mapped
+/// read-only, so nothing such a command does can change it.
+pub fn attach_read_only(registry: &Registry, node: &str) -> anyhow::Result<(String, CodeFlow)> {
+    let entry = registry.node(node)?;
+    let cf = create_codeflow_read_only(&entry.address, ExtSpec::default()).with_context(|| {
+        format!(
+            "cannot attach to node {} ({})",
+            entry.name,
+            entry.shown_address()
+        )
+    })?;
     Ok((entry.name, cf))
 }
 
@@ -117,13 +136,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             address,
             no_check,
         } => {
+            // The address may carry a token: only its redacted form is ever printed.
+            let shown = redact_address(&address);
+            if address != shown {
+                eprintln!(
+                    "warning: the token in this address is stored in the registry ({}); prefer ?token-file=PATH",
+                    registry.dir().join("registry.sqlite").display()
+                );
+            }
             if !no_check {
-                let cf = create_codeflow(&address, ExtSpec::default()).with_context(|| {
-                    format!("cannot reach {address} (use --no-check to add it anyway)")
+                // Registering only reads the node: map it read-only.
+                let cf = create_codeflow_read_only(&address, ExtSpec::default()).with_context(|| {
+                    format!("cannot reach {shown} (use --no-check to add it anyway)")
                 })?;
                 let hooks: Vec<String> = cf.view().hooks().into_iter().map(|h| h.name).collect();
                 println!(
-                    "added {name}: {address} (pid {}, hooks: {})",
+                    "added {name}: {shown} (pid {}, hooks: {})",
                     cf.view().info.host_pid,
                     if hooks.is_empty() {
                         "none".into()
@@ -132,7 +160,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     }
                 );
             } else {
-                println!("added {name}: {address}");
+                println!("added {name}: {shown}");
             }
             registry.add_node(&name, &address)?;
         }
@@ -145,7 +173,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             } else {
                 println!("{:<20} ADDRESS", "NAME");
                 for n in nodes {
-                    println!("{:<20} {}", n.name, n.address);
+                    println!("{:<20} {}", n.name, n.shown_address());
                 }
             }
         }
@@ -157,8 +185,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         NodeCommand::Show { name, json } => {
             let entry = registry.node(&name)?;
-            let (name, cf) = attach(&registry, &name)?;
-            let report = report(&name, &entry.address, &cf)?;
+            let (name, cf) = attach_read_only(&registry, &name)?;
+            let report = report(&name, &entry.shown_address(), &cf)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
