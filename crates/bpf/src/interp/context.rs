@@ -289,7 +289,24 @@ impl ContextModel for SkBuff {
             size: size.bytes(),
         };
         let f = field_at(Self::FIELDS, offset, size.bytes()).ok_or(bad.clone())?;
-        // Only whole 32-bit fields may be written, as in the kernel.
+        // `cb[5]` is scratch memory: the kernel (and rdx's verifier) allow any aligned
+        // store of 1, 2, 4 or 8 bytes inside it.
+        if f.offset == Self::OFF_CB {
+            if !offset.is_multiple_of(size.bytes()) {
+                return Err(bad);
+            }
+            let mut cb = [0u8; 20];
+            for (i, w) in self.cb.iter().enumerate() {
+                cb[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+            }
+            let at = offset - Self::OFF_CB;
+            cb[at..at + size.bytes()].copy_from_slice(&value.to_le_bytes()[..size.bytes()]);
+            for (i, w) in self.cb.iter_mut().enumerate() {
+                *w = u32::from_le_bytes(cb[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+            }
+            return Ok(());
+        }
+        // Other fields may only be written whole (32 bits), as in the kernel.
         if !f.writable || size != Size::W || !offset.is_multiple_of(4) {
             return Err(bad);
         }
