@@ -607,7 +607,11 @@ fn embedding_catches_split_ids_and_leaked_addresses() {
         embedding::embedded_run(&vm, &set, &mut ctx, states, &d).unwrap();
         d.into_inner()
     };
-    assert_eq!(run(&v.states), None, "the untouched states describe the run");
+    assert_eq!(
+        run(&v.states),
+        None,
+        "the untouched states describe the run"
+    );
 
     // Before `mov %r4, %r2` (pc 4): r0 (5) and the slot at fp-8 (0) claimed to be copies.
     let mut wrong = v.states.clone();
