@@ -194,7 +194,7 @@ pub fn check_state(st: &State, obs: &Observation<'_>, world: &World<'_>) -> Resu
     // Values sharing an id: (kind, id) -> the number (scalars) or variable offset (packet
     // pointers) every one of them must hold, and where it was first seen.
     let mut shared: Vec<((u8, u32), u64, String)> = Vec::new();
-    let mut same = |v: &Value, x: u64, at: String| -> Result<(), String> {
+    let mut same = |v: &Value, x: u64, at: &dyn Fn() -> String| -> Result<(), String> {
         let key = match v {
             Value::Scalar { id, .. } if *id != 0 => ((0u8, *id), x),
             Value::Ptr(p)
@@ -215,12 +215,14 @@ pub fn check_state(st: &State, obs: &Observation<'_>, world: &World<'_>) -> Resu
         };
         match shared.iter().find(|(k, _, _)| *k == key.0) {
             Some((_, y, first)) if *y != key.1 => Err(format!(
-                "{at} = {v} shares id {} with {first}, but holds {:#x} where it holds {y:#x}",
-                key.0 .1, key.1
+                "{} = {v} shares id {} with {first}, but holds {:#x} where it holds {y:#x}",
+                at(),
+                key.0 .1,
+                key.1
             )),
             Some(_) => Ok(()),
             None => {
-                shared.push((key.0, key.1, at));
+                shared.push((key.0, key.1, at()));
                 Ok(())
             }
         }
@@ -233,7 +235,7 @@ pub fn check_state(st: &State, obs: &Observation<'_>, world: &World<'_>) -> Resu
             return Err(format!("r{r} = {v} but the run has no value in r{r}"));
         }
         value_contains(v, obs.regs[r], obs, world).map_err(|e| format!("r{r} = {v}: {e}"))?;
-        same(v, obs.regs[r], format!("r{r}"))?;
+        same(v, obs.regs[r], &|| format!("r{r}"))?;
     }
     for (k, fr) in st.frames.iter().enumerate() {
         let fp = obs.frame_pointer(k);
@@ -249,7 +251,7 @@ pub fn check_state(st: &State, obs: &Observation<'_>, world: &World<'_>) -> Resu
                         .ok_or_else(|| format!("frame {k} slot fp-{}: not stack", 8 * (j + 1)))?;
                     value_contains(v, x, obs, world)
                         .map_err(|e| format!("frame {k} spill at fp-{} = {v}: {e}", 8 * (j + 1)))?;
-                    same(v, x, format!("frame {k} fp-{}", 8 * (j + 1)))?;
+                    same(v, x, &|| format!("frame {k} fp-{}", 8 * (j + 1)))?;
                 }
                 Slot::Bytes(bytes) => {
                     for (i, b) in bytes.iter().enumerate() {
