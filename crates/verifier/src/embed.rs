@@ -20,7 +20,14 @@
 //!   there are at most [`MAX_ENUMERATED`]); nullable pointers are 0 or that;
 //! - a register the verifier holds initialised holds a value in the run;
 //! - spilled slots of every frame hold a value of the spilled abstract value; bytes known
-//!   zero are zero.
+//!   zero are zero;
+//! - values that share a nonzero id (scalar copies, packet pointers with one variable part)
+//!   hold the same number (the same variable offset): a comparison refines them all;
+//! - no number (a scalar register or spilled scalar) is an address of the run's stack, packet,
+//!   context or a map value, give or take [`ADDRESS_SLACK`] bytes: the verifier claims no
+//!   pointer ever becomes a number. This catches a leaked address even when its bounds are
+//!   unknown (an unknown scalar contains every value); a leak of only some of its bits (a
+//!   shifted or truncated address) is not caught.
 //!
 //! Map handles, ring-buffer records and host variables are not checked (their addresses are
 //! the runtime's, not a region the interpreter models).
@@ -56,6 +63,7 @@ pub fn run_embedded(
         data_end: p.addr + p.len,
         data_meta: p.addr,
     });
+    let map_address = |addr: u64| maps.value_access(addr, 1).is_some();
     let map_value = |m: u32, addr: u64| {
         maps.get(m as usize).is_some_and(|map| {
             map.value_access(addr, map.def().value_size as u64)
@@ -66,6 +74,7 @@ pub fn run_embedded(
         ctx: world_ctx,
         packet,
         map_value: &map_value,
+        map_address: &map_address,
     };
     let mut divergence = None;
     let out = vm.run_observed(Input::Context(ctx), &mut |obs| {
@@ -95,6 +104,44 @@ pub struct World<'a> {
     /// Whether `[addr, addr + size)` is exactly one value of map `map` (size is the map's
     /// value size); `None` when the map index is unknown.
     pub map_value: &'a dyn Fn(u32, u64) -> bool,
+    /// Whether `addr` is a byte of some map value.
+    pub map_address: &'a dyn Fn(u64) -> bool,
+}
+
+/// How far from a region a number still counts as its address (a leaked pointer with a
+/// small offset, or with its low byte overwritten).
+pub const ADDRESS_SLACK: u64 = 4096;
+
+/// Numbers below this are not taken for addresses.
+pub const MIN_ADDRESS: u64 = 1 << 20;
+
+impl World<'_> {
+    /// The region `x` is an address of (within [`ADDRESS_SLACK`]), if any.
+    fn address_of(&self, x: u64, obs: &Observation<'_>) -> Option<&'static str> {
+        // Small numbers are never addresses (an empty packet's "address" is a dangling 1).
+        if x < MIN_ADDRESS {
+            return None;
+        }
+        let near = |lo: u64, hi: u64| {
+            x >= lo.saturating_sub(ADDRESS_SLACK) && x <= hi.saturating_add(ADDRESS_SLACK)
+        };
+        let stack_lo = obs.stack_top - obs.stack.len() as u64;
+        if near(stack_lo, obs.stack_top) {
+            return Some("the stack");
+        }
+        if near(self.ctx, self.ctx) {
+            return Some("the context");
+        }
+        if let Some(p) = self.packet {
+            if near(p.data_meta.min(p.data), p.data_end) {
+                return Some("the packet");
+            }
+        }
+        if (self.map_address)(x) {
+            return Some("a map value");
+        }
+        None
+    }
 }
 
 /// Packet addresses of one run.
@@ -144,6 +191,42 @@ pub fn check_state(st: &State, obs: &Observation<'_>, world: &World<'_>) -> Resu
         ));
     }
     let cur = st.frames.last().expect("at least one frame");
+    // Values sharing an id: (kind, id) -> the number (scalars) or variable offset (packet
+    // pointers) every one of them must hold, and where it was first seen.
+    let mut shared: Vec<((u8, u32), u64, String)> = Vec::new();
+    let mut same = |v: &Value, x: u64, at: &dyn Fn() -> String| -> Result<(), String> {
+        let key = match v {
+            Value::Scalar { id, .. } if *id != 0 => ((0u8, *id), x),
+            Value::Ptr(p)
+                if p.id != 0 && matches!(p.kind, PtrKind::Packet | PtrKind::PacketMeta) =>
+            {
+                let Some(pk) = world.packet else {
+                    return Ok(());
+                };
+                let base = if p.kind == PtrKind::Packet {
+                    pk.data
+                } else {
+                    pk.data_meta
+                };
+                let tag = if p.kind == PtrKind::Packet { 1 } else { 2 };
+                ((tag, p.id), x.wrapping_sub(base).wrapping_sub(p.off as u64))
+            }
+            _ => return Ok(()),
+        };
+        match shared.iter().find(|(k, _, _)| *k == key.0) {
+            Some((_, y, first)) if *y != key.1 => Err(format!(
+                "{} = {v} shares id {} with {first}, but holds {:#x} where it holds {y:#x}",
+                at(),
+                key.0 .1,
+                key.1
+            )),
+            Some(_) => Ok(()),
+            None => {
+                shared.push((key.0, key.1, at()));
+                Ok(())
+            }
+        }
+    };
     for (r, v) in cur.regs.iter().enumerate() {
         if matches!(v, Value::Uninit) {
             continue;
@@ -152,6 +235,7 @@ pub fn check_state(st: &State, obs: &Observation<'_>, world: &World<'_>) -> Resu
             return Err(format!("r{r} = {v} but the run has no value in r{r}"));
         }
         value_contains(v, obs.regs[r], obs, world).map_err(|e| format!("r{r} = {v}: {e}"))?;
+        same(v, obs.regs[r], &|| format!("r{r}"))?;
     }
     for (k, fr) in st.frames.iter().enumerate() {
         let fp = obs.frame_pointer(k);
@@ -167,6 +251,7 @@ pub fn check_state(st: &State, obs: &Observation<'_>, world: &World<'_>) -> Resu
                         .ok_or_else(|| format!("frame {k} slot fp-{}: not stack", 8 * (j + 1)))?;
                     value_contains(v, x, obs, world)
                         .map_err(|e| format!("frame {k} spill at fp-{} = {v}: {e}", 8 * (j + 1)))?;
+                    same(v, x, &|| format!("frame {k} fp-{}", 8 * (j + 1)))?;
                 }
                 Slot::Bytes(bytes) => {
                     for (i, b) in bytes.iter().enumerate() {
@@ -197,11 +282,15 @@ fn value_contains(
     let p = match v {
         Value::Uninit => return Ok(()),
         Value::Scalar { val, .. } => {
-            return if val.contains_value(x) {
-                Ok(())
-            } else {
-                Err(format!("{x:#x} is not a member"))
+            if !val.contains_value(x) {
+                return Err(format!("{x:#x} is not a member"));
             }
+            return match world.address_of(x, obs) {
+                Some(r) => Err(format!(
+                    "{x:#x} is an address of {r}: a pointer became a number"
+                )),
+                None => Ok(()),
+            };
         }
         Value::Ptr(p) => p,
     };

@@ -1043,7 +1043,11 @@ impl<'a> Explorer<'a> {
                         (st.reg(i + 1), st.reg(size_arg + 1).as_scalar())
                     {
                         if let PtrKind::Stack { frame } = p.kind {
+                            // The helper writes `size` bytes, as few as `s.umin`: bytes past
+                            // that may keep what they held (a spilled pointer, uninitialised
+                            // memory), so only the first `s.umin` become initialised.
                             for b in 0..s.umax as i64 {
+                                let surely = (b as u64) < s.umin;
                                 let (k, bi) = Frame::locate(p.off + b);
                                 let fr = &mut st.frames[frame as usize];
                                 let slot = fr.slot_mut(k);
@@ -1057,7 +1061,9 @@ impl<'a> Explorer<'a> {
                                         *x = slot.byte(j);
                                     }
                                 }
-                                bytes[bi] = ByteState::Misc;
+                                if surely || bytes[bi] != ByteState::Invalid {
+                                    bytes[bi] = ByteState::Misc;
+                                }
                                 *slot = Slot::Bytes(bytes);
                             }
                             self.note_stack_depth(st);

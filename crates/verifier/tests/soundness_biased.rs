@@ -251,7 +251,8 @@ enum Block {
         off: i16,
         discard: bool,
     },
-    /// `skb_load_bytes(ctx, off, fp + at, len)` (socket filters), over spilled slots too.
+    /// `skb_load_bytes(ctx, off, fp + at, len)` (socket filters), over spilled slots too;
+    /// a negative `len` is a variable length `(skb->len & -len) + 1`.
     SkbLoad {
         at: i16,
         len: i32,
@@ -281,7 +282,7 @@ fn block() -> impl Strategy<Value = Block> {
         1 => (prop_oneof![3 => Just(2), 1 => 0i32..5], prop_oneof![Just(0), Just(3), Just(-1), Just(i32::MAX)]).prop_map(|(map, index)| Block::TailCall { map, index }),
         1 => (prop_oneof![3 => Just(3), 1 => 0i32..5], prop_oneof![3 => Just(8), 3 => Just(16), 1 => Just(0), 1 => Just(-8), 1 => Just(4096)], -2i16..20, any::<bool>())
             .prop_map(|(map, size, off, discard)| Block::Ringbuf { map, size, off, discard }),
-        2 => (-80i16..0, prop_oneof![Just(1), Just(4), Just(8), Just(16)]).prop_map(|(at, len)| Block::SkbLoad { at, len }),
+        2 => (prop_oneof![-80i16..0, (1i16..10).prop_map(|k| -8 * k)], prop_oneof![Just(1), Just(4), Just(8), Just(16), Just(-7), Just(-15)]).prop_map(|(at, len)| Block::SkbLoad { at, len }),
         4 => (width(), dst_reg(), cond(), prop_oneof![extreme32().prop_map(Operand::Imm), src_reg().prop_map(|r| Operand::Reg(Reg(r)))], 1u8..4)
             .prop_map(|(w, r, c, o, s)| Block::Branch(w, r, c, o, s)),
     ]
@@ -553,7 +554,14 @@ fn lower(kind: Kind, blocks: &[Block]) -> Vec<Insn> {
                 v.push(movi(2, 0));
                 v.push(mov(3, 10));
                 v.push(alu(Width::W64, AluOp::Add, 3, Operand::Imm(*at as i32)));
-                v.push(movi(4, *len));
+                if *len < 0 {
+                    // A variable length: `(skb->len & -len) + 1`, in [1, 1 - len].
+                    v.push(load(Size::W, false, 4, 6, 0));
+                    v.push(alu(Width::W64, AluOp::And, 4, Operand::Imm(-*len)));
+                    v.push(alu(Width::W64, AluOp::Add, 4, Operand::Imm(1)));
+                } else {
+                    v.push(movi(4, *len));
+                }
                 v.push(call(26));
                 reload(kind, &mut v);
             }

@@ -1,0 +1,20 @@
+# expect: accept
+# env: socket_filter
+# map: t array 4 16 1
+# A bound learnt on the spilled register reaches its slot (one id for both).
+ldxw %r6, [%r1+0]
+stxdw [%r10-8], %r6
+jgt %r6, 7, out
+stw [%r10-16], 0
+lddw %r1, map:t
+mov %r2, %r10
+add %r2, -16
+call 1
+jeq %r0, 0, out
+ldxdw %r7, [%r10-8]
+add %r0, %r7
+ldxb %r0, [%r0+0]
+exit
+out:
+mov %r0, 0
+exit
