@@ -766,7 +766,7 @@ fn accepted_biased_programs_embed() {
 /// The kernel verifier's reason in its log: the last line that is not its statistics, with
 /// numbers folded so that one kind of refusal is one bucket.
 fn kernel_reason(log: &str) -> String {
-    let line = log
+    let reason = log
         .lines()
         .rev()
         .map(str::trim)
@@ -774,6 +774,17 @@ fn kernel_reason(log: &str) -> String {
             !l.is_empty() && !l.starts_with("processed ") && !l.starts_with("verification time")
         })
         .unwrap_or_default();
+    // A log of statistics only: the kernel's verifier accepted, the load failed after it.
+    let after_verification;
+    let line = if reason.starts_with("--- verifier log") {
+        after_verification = format!(
+            "verifier accepted, load failed: {}",
+            log.lines().next().unwrap_or_default()
+        );
+        after_verification.as_str()
+    } else {
+        reason
+    };
     let mut out = String::new();
     let mut in_number = false;
     for c in line.chars() {
