@@ -218,8 +218,10 @@ struct {
 	__type(value, struct acl_rule);
 } acl_rules SEC(".maps");
 
-// What each rule decides, `policy << 8 | action`, indexed as `acl_rules`: a match reads 8
-// bytes instead of the rule's 224.
+// What each rule decides, `policy << 8 | 0x80 | action`, indexed as `acl_rules`: a match
+// reads 8 bytes instead of the rule's 224. Bit 7 marks a written slot (image.rs,
+// DECISION_WRITTEN); the low byte must be exactly ACL_DECISION_ALLOW to allow.
+#define ACL_DECISION_ALLOW 0x80
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 2 * ACL_BANK_RULES);
@@ -1398,12 +1400,17 @@ int acl_enforce(struct acl_ctx *ctx)
 		policy = NONE;
 		action = acl_ctl.default_deny;
 		if (hit != NONE) {
+			// A rule index past the rule count is an inconsistent image: fail closed.
+			if (hit >= acl_ctl.rule_count)
+				return 1;
 			__u32 rk = acl_ctl.rules + hit;
 			const __u64 *d = bpf_map_lookup_elem(&acl_decisions, &rk);
 			if (!d)
 				return 1;
 			policy = *d >> 8;
-			action = (*d & 0xff) == 1;
+			// Only a slot a control plane wrote as "allow" allows: an unwritten slot (the
+			// map starts zeroed, and action 0 is allow) or any other value denies.
+			action = (*d & 0xff) != ACL_DECISION_ALLOW;
 		}
 #pragma clang loop unroll(full)
 		for (int i = 0; i < 12; i++)

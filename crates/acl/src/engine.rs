@@ -226,19 +226,29 @@ impl Engine {
     /// The verdict of a classification, counted.
     fn verdict_of(&mut self, hit: Option<u32>) -> Verdict {
         let verdict = match hit {
-            Some(rule) => {
-                let r = &self.rules.rules[rule as usize];
-                if let Some(c) = self.counters.per_policy.get_mut(r.policy as usize) {
-                    *c += 1;
+            Some(rule) => match self.rules.rules.get(rule as usize) {
+                Some(r) => {
+                    if let Some(c) = self.counters.per_policy.get_mut(r.policy as usize) {
+                        *c += 1;
+                    }
+                    Verdict {
+                        action: r.action(),
+                        cause: Cause::Policy {
+                            policy: r.policy,
+                            rule,
+                        },
+                    }
                 }
-                Verdict {
-                    action: r.action(),
+                // A classifier answering a rule index past the table is inconsistent with
+                // it: deny, as the program does, rather than index out of bounds.
+                None => Verdict {
+                    action: Action::Deny,
                     cause: Cause::Policy {
-                        policy: r.policy,
+                        policy: u32::MAX,
                         rule,
                     },
-                }
-            }
+                },
+            },
             None => {
                 self.counters.default_hits += 1;
                 Verdict {
