@@ -333,6 +333,20 @@ mod tests {
         assert_eq!(burst.cm_counters(), one.cm_counters());
     }
 
+    /// A rule index past the table (a classifier inconsistent with the rules) denies, as in
+    /// the program, and a rule whose action byte is neither allow nor deny denies too.
+    #[test]
+    fn out_of_range_rules_and_unknown_actions_deny() {
+        let text = "policy open { predicate = any action = allow }\napply(open)\n";
+        let mut rules = compile(&crate::policy::parse(text).unwrap()).unwrap();
+        let mut e = Engine::new(rules.clone());
+        assert_eq!(e.verdict_of(Some(0)).action, Action::Allow);
+        let v = e.verdict_of(Some(rules.rules.len() as u32));
+        assert_eq!(v.action, Action::Deny, "{v:?}");
+        rules.rules[0].action = 7;
+        assert_eq!(rules.rules[0].action(), Action::Deny);
+    }
+
     #[test]
     fn batches_decide_as_one_frame_at_a_time_cm_included() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));

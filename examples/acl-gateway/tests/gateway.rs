@@ -223,6 +223,66 @@ fn long_leaves_agree_with_the_engine() {
     check_against_engine(&gw, &applier, &rules, 15, LinkType::Ethernet, &frames);
 }
 
+/// A decision slot a control plane never wrote (the maps start zeroed, and action 0 is
+/// allow), and a rule index at or past the control block's rule count, deny: an image
+/// inconsistent with its control block fails closed.
+#[test]
+fn unwritten_or_out_of_range_decisions_deny() {
+    let gw = Gateway::new(Some(&region("decisions"))).unwrap();
+    let mut applier = Applier::attach(gw.region_path());
+    let rules = compile(
+        &parse(
+            "policy open { predicate = match(dQPN = 0x100) action = allow }
+apply(open)
+default deny
+",
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let ep = craft::Endpoints {
+        sip: "10.0.1.7".parse().unwrap(),
+        dip: "10.0.1.105".parse().unwrap(),
+        sport: 50000,
+    };
+    let bth = craft::Bth {
+        opcode: 0x0a, // RDMA_WRITE_ONLY
+        dest_qp: 0x100,
+        psn: 1,
+    };
+    let frame = craft::roce(&ep, bth, &craft::reth(0x1000, 1, 8), &[0; 8]);
+    let hook = gw.hook().unwrap();
+
+    // Consistent: the rule allows.
+    applier.deploy_raw(&rules, 0, 1, |_| true, |_| ());
+    let d = Gateway::decide(&hook, LinkType::Ethernet, &frame);
+    assert_eq!(
+        (d.generation, d.outcome.action),
+        (1, Action::Allow),
+        "{d:?}"
+    );
+    // Bank 1 never had its decisions written: the matching rule's slot is zero.
+    applier.deploy_raw(
+        &rules,
+        1,
+        2,
+        |w| w.map != rdx_acl::enforce::DECISIONS_MAP,
+        |_| (),
+    );
+    let d = Gateway::decide(&hook, LinkType::Ethernet, &frame);
+    assert_eq!((d.generation, d.outcome.action), (2, Action::Deny), "{d:?}");
+    // Everything written, but the control block counts no rule: the match is out of range.
+    applier.deploy_raw(
+        &rules,
+        0,
+        3,
+        |_| true,
+        |ctl| ctl[32..36].copy_from_slice(&0u32.to_le_bytes()),
+    );
+    let d = Gateway::decide(&hook, LinkType::Ethernet, &frame);
+    assert_eq!((d.generation, d.outcome.action), (3, Action::Deny), "{d:?}");
+}
+
 /// Policies A and B of 100 rules each that disagree on every probe frame: under A, rule `i`
 /// (`dQPN = i`) allows even QPNs; under B the rules come in the opposite order and allow odd
 /// ones. A frame decided by half of each would carry one image's generation with the other's
