@@ -255,7 +255,7 @@ _Static_assert(S_COUNT <= 24, "stats size");
 struct acl_conn_key {
 	__u64 ep_hi, ep_lo;
 	__u32 comm_id;
-	__u32 pad;
+	__u32 kind; // EP_*
 };
 
 #define CONN_HAS_PASSIVE_COMM 1
@@ -268,7 +268,7 @@ struct acl_conn {
 	__u32 active_comm, passive_comm;
 	__u32 active_qpn, passive_qpn;
 	__u32 flags;
-	__u32 pad;
+	__u32 passive_kind; // EP_*
 };
 
 struct {
@@ -762,33 +762,44 @@ static __always_inline int parse_fast(const struct acl_ctx *ctx, struct acl_pkt 
 	return 1;
 }
 
-// CM endpoints: the IP address, else the GID, else the LID with the top bit set.
-static __always_inline void src_endpoint(const struct acl_pkt *p, __u64 *hi, __u64 *lo)
+// CM endpoints: the IP address, else the GID (kind EP_ADDRESS), else the LID (kind EP_LID).
+// The kind is part of the key (`acl_conn_key.kind`, `acl_conn.passive_kind`): a LID is not
+// folded into the GID space, where a sender choosing the GID 8000::<LID> would pass for it
+// (rdx_acl::packet::Endpoint).
+#define EP_NONE 0
+#define EP_ADDRESS 1
+#define EP_LID 2
+
+static __always_inline __u32 src_endpoint(const struct acl_pkt *p, __u64 *hi, __u64 *lo)
 {
 	if (p->has_ip || p->has_gid) {
 		*hi = p->sgid_hi;
 		*lo = p->sgid_lo;
-	} else if (p->has_lid) {
-		*hi = 1ull << 63;
-		*lo = p->slid;
-	} else {
-		*hi = 0;
-		*lo = 0;
+		return EP_ADDRESS;
 	}
+	*hi = 0;
+	if (p->has_lid) {
+		*lo = p->slid;
+		return EP_LID;
+	}
+	*lo = 0;
+	return EP_NONE;
 }
 
-static __always_inline void dst_endpoint(const struct acl_pkt *p, __u64 *hi, __u64 *lo)
+static __always_inline __u32 dst_endpoint(const struct acl_pkt *p, __u64 *hi, __u64 *lo)
 {
 	if (p->has_ip || p->has_gid) {
 		*hi = p->dgid_hi;
 		*lo = p->dgid_lo;
-	} else if (p->has_lid) {
-		*hi = 1ull << 63;
-		*lo = p->dlid;
-	} else {
-		*hi = 0;
-		*lo = 0;
+		return EP_ADDRESS;
 	}
+	*hi = 0;
+	if (p->has_lid) {
+		*lo = p->dlid;
+		return EP_LID;
+	}
+	*lo = 0;
+	return EP_NONE;
 }
 
 #define SIDE_NONE 0
@@ -799,25 +810,27 @@ static __always_inline void dst_endpoint(const struct acl_pkt *p, __u64 *hi, __u
 static __noinline int cm_lookup(const struct acl_pkt *p, struct acl_conn_key *key)
 {
 	__u64 src_hi, src_lo, dst_hi, dst_lo;
-	src_endpoint(p, &src_hi, &src_lo);
-	dst_endpoint(p, &dst_hi, &dst_lo);
+	__u32 src_kind = src_endpoint(p, &src_hi, &src_lo);
+	__u32 dst_kind = dst_endpoint(p, &dst_hi, &dst_lo);
 	__u32 local = p->cm_local, remote = p->cm_remote;
-	key->pad = 0;
 	if (p->cm_type != CM_REP) {
 		key->ep_hi = src_hi;
 		key->ep_lo = src_lo;
 		key->comm_id = local;
+		key->kind = src_kind;
 		struct acl_conn *c = bpf_map_lookup_elem(&acl_cm, key);
 		if (c) {
 			int remote_ok = (c->flags & CONN_HAS_PASSIVE_COMM) ? c->passive_comm == remote
 									   : remote == 0;
-			if (c->passive_hi == dst_hi && c->passive_lo == dst_lo && remote_ok)
+			if (c->passive_hi == dst_hi && c->passive_lo == dst_lo &&
+			    c->passive_kind == dst_kind && remote_ok)
 				return SIDE_ACTIVE;
 		}
 	}
 	key->ep_hi = dst_hi;
 	key->ep_lo = dst_lo;
 	key->comm_id = remote;
+	key->kind = dst_kind;
 	struct acl_conn *c = bpf_map_lookup_elem(&acl_cm, key);
 	if (c) {
 		int local_ok;
@@ -825,7 +838,8 @@ static __noinline int cm_lookup(const struct acl_pkt *p, struct acl_conn_key *ke
 			local_ok = c->passive_comm == local;
 		else
 			local_ok = p->cm_type == CM_REP || p->cm_type == CM_REJ;
-		if (c->passive_hi == src_hi && c->passive_lo == src_lo && local_ok)
+		if (c->passive_hi == src_hi && c->passive_lo == src_lo &&
+		    c->passive_kind == src_kind && local_ok)
 			return SIDE_PASSIVE;
 	}
 	return SIDE_NONE;
@@ -842,9 +856,8 @@ static __always_inline int cm_resolve(struct acl_pkt *p, struct acl_conn_key *ke
 			p->lqpn = p->cm_qpn & 0xffffff;
 			p->present |= BIT(F_LQPN);
 		}
-		src_endpoint(p, &key->ep_hi, &key->ep_lo);
+		key->kind = src_endpoint(p, &key->ep_hi, &key->ep_lo);
 		key->comm_id = p->cm_local;
-		key->pad = 0;
 		return SIDE_ACTIVE;
 	}
 	if (kind != CM_REP && kind != CM_RTU && kind != CM_REJ && kind != CM_DREQ &&
@@ -900,7 +913,7 @@ static __noinline int cm_commit(const struct acl_pkt *p, const struct acl_conn_k
 		struct acl_conn c = {};
 		c.active_hi = key->ep_hi;
 		c.active_lo = key->ep_lo;
-		dst_endpoint(p, &c.passive_hi, &c.passive_lo);
+		c.passive_kind = dst_endpoint(p, &c.passive_hi, &c.passive_lo);
 		c.active_comm = key->comm_id;
 		c.active_qpn = p->cm_qpn;
 		if (bpf_map_update_elem(&acl_cm, key, &c, BPF_ANY) == 0)

@@ -211,17 +211,56 @@ pub struct PacketInfo {
 
 impl PacketInfo {
     /// The address identifying the sender for CM state: IP, else GID, else LID.
-    pub fn src_endpoint(&self) -> u128 {
-        self.sip
-            .or(self.sgid)
-            .unwrap_or_else(|| self.slid.map_or(0, |l| (1u128 << 127) | l as u128))
+    pub fn src_endpoint(&self) -> Endpoint {
+        Endpoint::of(self.sip.or(self.sgid), self.slid)
     }
 
     /// The address identifying the receiver.
-    pub fn dst_endpoint(&self) -> u128 {
-        self.dip
-            .or(self.dgid)
-            .unwrap_or_else(|| self.dlid.map_or(0, |l| (1u128 << 127) | l as u128))
+    pub fn dst_endpoint(&self) -> Endpoint {
+        Endpoint::of(self.dip.or(self.dgid), self.dlid)
+    }
+}
+
+/// What identifies a side of a CM exchange: its IP address (RoCEv2) or GID (InfiniBand with
+/// a GRH), else its LID. The kind is part of the identity: LID 5 and the GID `8000::5` are
+/// different endpoints (a LID folded into the 128-bit address space would be forgeable by
+/// any sender choosing that GID).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Endpoint {
+    /// Which address space `addr` lives in.
+    pub kind: EndpointKind,
+    /// The IP address or GID (IPv4 as `::ffff:a.b.c.d`), or the LID.
+    pub addr: u128,
+}
+
+/// The address space of an [`Endpoint`] (the codes are the program's, `enforce.c`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum EndpointKind {
+    /// The packet carries no address at all.
+    None = 0,
+    /// An IP address or GID.
+    Address = 1,
+    /// An InfiniBand LID (no GRH).
+    Lid = 2,
+}
+
+impl Endpoint {
+    fn of(address: Option<u128>, lid: Option<u16>) -> Endpoint {
+        match (address, lid) {
+            (Some(addr), _) => Endpoint {
+                kind: EndpointKind::Address,
+                addr,
+            },
+            (None, Some(l)) => Endpoint {
+                kind: EndpointKind::Lid,
+                addr: l as u128,
+            },
+            (None, None) => Endpoint {
+                kind: EndpointKind::None,
+                addr: 0,
+            },
+        }
     }
 }
 

@@ -223,6 +223,63 @@ fn long_leaves_agree_with_the_engine() {
     check_against_engine(&gw, &applier, &rules, 15, LinkType::Ethernet, &frames);
 }
 
+/// A native InfiniBand CM message from LID `slid` to LID `dlid`, with a GRH when `gids` is
+/// given.
+fn ib_cm(
+    slid: u16,
+    dlid: u16,
+    gids: Option<(u128, u128)>,
+    kind: rdx_acl::field::CmType,
+    local: u32,
+    remote: u32,
+    qpn: u32,
+) -> Vec<u8> {
+    let bth = craft::Bth {
+        opcode: 0x64, // UD SEND_ONLY to QP1
+        dest_qp: 1,
+        psn: 0,
+    };
+    craft::infiniband(
+        slid,
+        dlid,
+        gids,
+        bth,
+        &craft::deth(craft::GSI_QKEY, 1),
+        &craft::cm_mad(kind, local, remote, qpn),
+    )
+}
+
+/// A connection set up between LIDs 5 and 7 (no GRH) is not found by a third party whose GRH
+/// names the GIDs `8000::5` and `8000::7`: its RTU and DREQ are of no known connection and
+/// denied, in the program as in the engine.
+#[test]
+fn lid_connections_are_not_found_by_a_gid_of_the_same_bits() {
+    use rdx_acl::field::CmType;
+    let gw = Gateway::new(Some(&region("ib-collision"))).unwrap();
+    let mut applier = Applier::attach(gw.region_path());
+    let rules = compile(
+        &parse(
+            "policy orphan { predicate = match(type in {RTU, DREQ, DREP}) & !match(lQPN in [0, 0xffffff]) action = deny }\n\
+             apply(orphan)\ndefault allow\n",
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    applier.apply(&rules, 5);
+    let forged = Some(((1u128 << 127) | 5, (1u128 << 127) | 7));
+    let frames = vec![
+        ib_cm(5, 7, None, CmType::ConnectRequest, 7, 0, 0x100),
+        ib_cm(7, 5, None, CmType::ConnectReply, 9, 7, 0x200),
+        ib_cm(66, 7, forged, CmType::ReadyToUse, 7, 9, 0),
+        ib_cm(66, 7, forged, CmType::DisconnectRequest, 7, 9, 0x200),
+        ib_cm(5, 7, None, CmType::ReadyToUse, 7, 9, 0),
+    ];
+    let outcomes = check_against_engine(&gw, &applier, &rules, 5, LinkType::InfiniBand, &frames);
+    let actions: Vec<Action> = outcomes.iter().map(|o| o.action).collect();
+    use Action::{Allow, Deny};
+    assert_eq!(actions, [Allow, Allow, Deny, Deny, Allow], "{outcomes:?}");
+}
+
 /// A decision slot a control plane never wrote (the maps start zeroed, and action 0 is
 /// allow), and a rule index at or past the control block's rule count, deny: an image
 /// inconsistent with its control block fails closed.
