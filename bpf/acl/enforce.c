@@ -271,9 +271,13 @@ struct acl_conn {
 	__u32 passive_kind; // EP_*
 };
 
+// As many connections as the native engine's table (rdx_acl::engine::DEFAULT_CM_CAPACITY):
+// past it both count the REQ as `table_full` and keep no state.
+#define ACL_CM_CAPACITY 65536
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
+	__uint(max_entries, ACL_CM_CAPACITY);
 	__type(key, struct acl_conn_key);
 	__type(value, struct acl_conn);
 } acl_cm SEC(".maps");
@@ -910,13 +914,17 @@ static __noinline int cm_commit(const struct acl_pkt *p, const struct acl_conn_k
 	if (kind == CM_REQ) {
 		if (!p->has_cm_qpn)
 			return 0;
+		// A REQ for a connection already held (a retransmission or a replay) changes
+		// nothing: resetting it would undo the allowed REP and RTU.
+		if (bpf_map_lookup_elem(&acl_cm, key))
+			return 0;
 		struct acl_conn c = {};
 		c.active_hi = key->ep_hi;
 		c.active_lo = key->ep_lo;
 		c.passive_kind = dst_endpoint(p, &c.passive_hi, &c.passive_lo);
 		c.active_comm = key->comm_id;
 		c.active_qpn = p->cm_qpn;
-		if (bpf_map_update_elem(&acl_cm, key, &c, BPF_ANY) == 0)
+		if (bpf_map_update_elem(&acl_cm, key, &c, BPF_NOEXIST) == 0)
 			return S_CM_CREATED;
 		return S_CM_TABLE_FULL;
 	}

@@ -223,7 +223,13 @@ impl CmTable {
                 let Some(qpn) = cm.qpn else {
                     return;
                 };
-                if !self.conns.contains_key(&key) && self.conns.len() >= self.capacity {
+                // A REQ for a connection the table already holds (a retransmission, or a
+                // copy replayed by someone else) changes nothing: resetting it would undo
+                // an allowed REP and RTU, and deny the legitimate RTU and DREQ after it.
+                if self.conns.contains_key(&key) {
+                    return;
+                }
+                if self.conns.len() >= self.capacity {
                     self.counters.table_full += 1;
                     return;
                 }
@@ -426,6 +432,29 @@ mod tests {
             step(&mut t, &ib_cm(5, 7, None, CmType::ReadyToUse, 7, 9, 0)),
             (Some(0x100), Some(0x200))
         );
+    }
+
+    /// A REQ retransmitted after the REP leaves the connection as it was: the RTU and a DREQ
+    /// still find it with both QPNs.
+    #[test]
+    fn a_retransmitted_req_does_not_reset_the_connection() {
+        let mut t = CmTable::new(16);
+        step(&mut t, &cm(1, 2, CmType::ConnectRequest, 7, 0, 0x100));
+        step(&mut t, &cm(2, 1, CmType::ConnectReply, 9, 7, 0x200));
+        assert_eq!(
+            step(&mut t, &cm(1, 2, CmType::ConnectRequest, 7, 0, 0x100)),
+            (Some(0x100), None)
+        );
+        assert_eq!(
+            step(&mut t, &cm(1, 2, CmType::ReadyToUse, 7, 9, 0)),
+            (Some(0x100), Some(0x200))
+        );
+        assert_eq!(
+            step(&mut t, &cm(2, 1, CmType::DisconnectRequest, 9, 7, 0x100)),
+            (Some(0x200), Some(0x100))
+        );
+        assert_eq!(t.counters().created, 1);
+        assert_eq!(t.counters().unknown_connection, 0);
     }
 
     #[test]

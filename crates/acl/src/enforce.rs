@@ -59,6 +59,9 @@ pub const MAX_LEAF: u32 = 4096;
 pub const HOT_ENTRIES: usize = 1024;
 /// The connection-state map (a hash map reused across versions).
 pub const CM_MAP: &str = "acl_cm";
+/// Connections the program's [`CM_MAP`] holds (`ACL_CM_CAPACITY`): the native engine's
+/// default, so that both refuse the same REQs when full.
+pub const CM_CAPACITY: usize = crate::engine::DEFAULT_CM_CAPACITY;
 /// The per-thread map holding the counters: each thread's value (`struct acl_thread`: the
 /// counters, the parse result, the hot-flow table) starts with its [`STATS_SIZE`] bytes of
 /// counters, so the program needs one per-thread lookup per frame. Read the first

@@ -37,7 +37,7 @@ fn region(tag: &str) -> PathBuf {
 }
 
 /// CM capacity of the program's `acl_cm` map, so that the oracle's table fills alike.
-const CM_CAPACITY: usize = 4096;
+const CM_CAPACITY: usize = rdx_acl::enforce::CM_CAPACITY;
 
 /// The large rule set of the tests (the benchmark uses 300,000).
 const BIG: usize = 20_000;
@@ -278,6 +278,77 @@ fn lid_connections_are_not_found_by_a_gid_of_the_same_bits() {
     let actions: Vec<Action> = outcomes.iter().map(|o| o.action).collect();
     use Action::{Allow, Deny};
     assert_eq!(actions, [Allow, Allow, Deny, Deny, Allow], "{outcomes:?}");
+}
+
+/// The program's connection table holds as many connections as the engine's: past 4,096
+/// (the program's old size) both still create connections, and past the capacity both
+/// count the REQ as table-full. A REQ retransmitted after the REP does not reset the
+/// connection: the RTU after it finds both QPNs.
+#[test]
+fn cm_tables_fill_alike_and_retransmitted_reqs_keep_the_connection() {
+    use rdx_acl::field::CmType;
+    let gw = Gateway::new(Some(&region("cm-capacity"))).unwrap();
+    let mut applier = Applier::attach(gw.region_path());
+    let rules = compile(
+        &parse(
+            "policy orphan { predicate = match(type in {RTU, DREQ, DREP}) & !match(lQPN in [0, 0xffffff]) action = deny }\n\
+             apply(orphan)\ndefault allow\n",
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    applier.apply(&rules, 6);
+    let ep = |from: u32, to: u32| craft::Endpoints {
+        sip: std::net::Ipv4Addr::from(0x0a00_0000 + from).into(),
+        dip: std::net::Ipv4Addr::from(0x0a00_0000 + to).into(),
+        sport: 4791,
+    };
+    let mad = |from: u32, to: u32, kind: CmType, local: u32, remote: u32, qpn: u32| {
+        let bth = craft::Bth {
+            opcode: 0x64,
+            dest_qp: 1,
+            psn: 0,
+        };
+        craft::roce(
+            &ep(from, to),
+            bth,
+            &craft::deth(craft::GSI_QKEY, 1),
+            &craft::cm_mad(kind, local, remote, qpn),
+        )
+    };
+    let mut frames = vec![
+        mad(1, 2, CmType::ConnectRequest, 7, 0, 0x100),
+        mad(2, 1, CmType::ConnectReply, 9, 7, 0x200),
+        mad(1, 2, CmType::ConnectRequest, 7, 0, 0x100),
+        mad(1, 2, CmType::ReadyToUse, 7, 9, 0),
+    ];
+    let connections = CM_CAPACITY as u32 + 8;
+    for c in 0..connections {
+        frames.push(mad(3, 2, CmType::ConnectRequest, 1000 + c, 0, 0x300));
+    }
+    // An RTU for a connection past 4,096 (created by both), one past the capacity (by none).
+    let (late, refused) = (4_500, connections - 1);
+    frames.push(mad(2, 3, CmType::ConnectReply, 50, 1000 + late, 0x400));
+    frames.push(mad(3, 2, CmType::ReadyToUse, 1000 + late, 50, 0));
+    frames.push(mad(2, 3, CmType::ConnectReply, 51, 1000 + refused, 0x400));
+    frames.push(mad(3, 2, CmType::ReadyToUse, 1000 + refused, 51, 0));
+    let outcomes = check_against_engine(&gw, &applier, &rules, 6, LinkType::Ethernet, &frames);
+    assert_eq!(outcomes[3].action, Action::Allow, "{:?}", outcomes[3]);
+    let n = outcomes.len();
+    assert_eq!(
+        outcomes[n - 3].action,
+        Action::Allow,
+        "{:?}",
+        outcomes[n - 3]
+    );
+    assert_eq!(
+        outcomes[n - 1].action,
+        Action::Deny,
+        "{:?}",
+        outcomes[n - 1]
+    );
+    // The first connection and CM_CAPACITY + 8 more: 9 REQs found the table full.
+    assert_eq!(applier.stats().cm_table_full, 9);
 }
 
 /// A decision slot a control plane never wrote (the maps start zeroed, and action 0 is
