@@ -87,6 +87,10 @@ enum {
 #define P_RDMA 0
 #define P_NOT_RDMA 1
 #define P_MALFORMED 2
+// Traffic that may carry RDMA the parser does not look into (RoCE v1, VXLAN, IPsec, IPv6
+// extension headers it does not walk): the policy's default decides it
+// (rdx_acl::packet::Parsed::Uninspected).
+#define P_UNINSPECTED 64
 
 // Field bits, as rdx_acl::field::Field.
 enum {
@@ -243,6 +247,7 @@ enum {
 	S_CM_UNKNOWN,
 	S_CM_CREATED,
 	S_CM_REMOVED,
+	S_UNINSPECTED,
 	S_COUNT,
 };
 
@@ -568,7 +573,9 @@ static __noinline int parse_ethernet(const struct acl_ctx *ctx, struct acl_pkt *
 	__u16 ethertype = be16(eth + 12);
 	__u32 off = 14;
 	for (int tags = 0; tags < 3; tags++) {
-		if (ethertype != 0x8100 && ethertype != 0x88a8)
+		// 802.1Q, 802.1ad and the pre-standard service-tag TPIDs.
+		if (ethertype != 0x8100 && ethertype != 0x88a8 && ethertype != 0x9100 &&
+		    ethertype != 0x9200 && ethertype != 0x9300)
 			break;
 		if (tags == 2)
 			return P_MALFORMED + M_TRUNCATED_L2;
@@ -583,6 +590,8 @@ static __noinline int parse_ethernet(const struct acl_ctx *ctx, struct acl_pkt *
 		__u32 total = be16(ip + 2);
 		if ((ip[0] >> 4) != 4 || ihl < 20 || total < ihl || off + total > buflen)
 			return P_MALFORMED + M_BAD_IP_HEADER;
+		if (ip[9] == 50 || ip[9] == 51) // ESP, AH
+			return P_UNINSPECTED;
 		if (ip[9] != 17)
 			return P_NOT_RDMA;
 		if (be16(ip + 6) & 0x3fff)
@@ -609,14 +618,22 @@ static __noinline int parse_ethernet(const struct acl_ctx *ctx, struct acl_pkt *
 		for (int exts = 0; exts < 5; exts++) {
 			if (next == 17)
 				break;
-			if (next == 0 || next == 43 || next == 60) {
+			if (next == 0 || next == 43 || next == 60 || next == 51) {
 				if (exts == 4)
 					return P_MALFORMED + M_BAD_IP_HEADER;
 				FETCH(h, at, 8, end6, P_MALFORMED + M_BAD_IP_HEADER);
+				// AH (51) counts its length in 4-byte units less 2, the others in
+				// 8-byte units less 1.
+				if (next == 51)
+					at += ((__u32)h[1] + 2) * 4;
+				else
+					at += ((__u32)h[1] + 1) * 8;
 				next = h[0];
-				at += ((__u32)h[1] + 1) * 8;
 			} else if (next == 44) {
 				return P_MALFORMED + M_IP_FRAGMENT;
+			} else if (next == 50 || next == 135 || next == 139 || next == 140 ||
+				   next == 253 || next == 254) {
+				return P_UNINSPECTED; // ESP, Mobility, HIP, Shim6, experimental
 			} else {
 				return P_NOT_RDMA;
 			}
@@ -625,6 +642,8 @@ static __noinline int parse_ethernet(const struct acl_ctx *ctx, struct acl_pkt *
 			return P_MALFORMED + M_BAD_IP_HEADER;
 		udp_at = at;
 		ip_end = end6;
+	} else if (ethertype == 0x8915) {
+		return P_UNINSPECTED; // RoCE v1
 	} else {
 		return P_NOT_RDMA;
 	}
@@ -634,6 +653,8 @@ static __noinline int parse_ethernet(const struct acl_ctx *ctx, struct acl_pkt *
 	if (udp_len < 8 || udp_at + udp_len > ip_end)
 		return P_MALFORMED + M_BAD_UDP_LENGTH;
 	__u16 dport = be16(udp + 2);
+	if (dport == 4789)
+		return P_UNINSPECTED; // VXLAN: the inner frame is not parsed
 	if (dport != 4791)
 		return P_NOT_RDMA;
 	p->sport = be16(udp);
@@ -1374,6 +1395,17 @@ int acl_enforce(struct acl_ctx *ctx)
 			parsed = parse_transport(ctx, p);
 		if (parsed == P_RDMA && p->has_mad)
 			parsed = parse_cm_mad(ctx, p);
+		if (parsed == P_UNINSPECTED) {
+			ctx->cause = ACL_CAUSE_DEFAULT;
+			st->n[S_UNINSPECTED]++;
+			st->n[S_DEFAULT]++;
+			if (acl_ctl.default_deny) {
+				st->n[S_DENIED]++;
+				return 1;
+			}
+			st->n[S_ALLOWED]++;
+			return 0;
+		}
 		if (parsed == P_NOT_RDMA) {
 			ctx->cause = ACL_CAUSE_NOT_RDMA;
 			st->n[S_NOT_RDMA]++;

@@ -293,7 +293,7 @@ mod tests {
         );
         match parse(LinkType::Ethernet, &f).unwrap() {
             Parsed::Rdma(i) => i,
-            Parsed::NotRdma => unreachable!(),
+            Parsed::NotRdma | Parsed::Uninspected(_) => unreachable!(),
         }
     }
 
@@ -395,7 +395,7 @@ mod tests {
         );
         match parse(LinkType::InfiniBand, &f).unwrap() {
             Parsed::Rdma(i) => i,
-            Parsed::NotRdma => unreachable!(),
+            Parsed::NotRdma | Parsed::Uninspected(_) => unreachable!(),
         }
     }
 

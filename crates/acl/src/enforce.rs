@@ -219,6 +219,9 @@ pub struct Stats {
     pub cm_created: u64,
     /// Connections removed.
     pub cm_removed: u64,
+    /// Traffic that may carry RDMA the parser does not look into, decided by the default
+    /// action ([`crate::packet::Parsed::Uninspected`]; also counted in `default_hits`).
+    pub uninspected: u64,
 }
 
 /// Size of one thread's copy of the counters (`struct acl_stats`, at offset 0 of the
@@ -248,6 +251,7 @@ impl Stats {
             cm_unknown_connection: w(base + 1),
             cm_created: w(base + 2),
             cm_removed: w(base + 3),
+            uninspected: w(base + 4),
         })
     }
 
@@ -265,6 +269,7 @@ impl Stats {
         self.cm_unknown_connection += o.cm_unknown_connection;
         self.cm_created += o.cm_created;
         self.cm_removed += o.cm_removed;
+        self.uninspected += o.uninspected;
     }
 }
 

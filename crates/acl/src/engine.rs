@@ -60,6 +60,10 @@ pub struct Counters {
     pub default_hits: u64,
     /// Malformed packets by [`MalformedReason`] index.
     pub malformed: [u64; MalformedReason::COUNT],
+    /// Traffic that may carry RDMA the parser does not look into (RoCE v1, VXLAN, IPsec,
+    /// unwalked IPv6 extension headers), decided by the default action (and counted in
+    /// `default_hits` too).
+    pub uninspected: u64,
     /// Packets decided per policy (apply order).
     pub per_policy: Vec<u64>,
 }
@@ -204,6 +208,10 @@ impl Engine {
     ) -> Result<packet::PacketInfo, Verdict> {
         match packet::parse(link, bytes) {
             Ok(Parsed::Rdma(info)) => Ok(info),
+            Ok(Parsed::Uninspected(_)) => {
+                self.counters.uninspected += 1;
+                Err(self.verdict_of(None))
+            }
             Ok(Parsed::NotRdma) => {
                 self.counters.not_rdma += 1;
                 self.counters.allowed += 1;
@@ -288,6 +296,7 @@ impl fmt::Display for Counters {
         writeln!(f, "denied       {}", self.denied)?;
         writeln!(f, "not_rdma     {}", self.not_rdma)?;
         writeln!(f, "default      {}", self.default_hits)?;
+        writeln!(f, "uninspected  {}", self.uninspected)?;
         for r in MalformedReason::ALL {
             let n = self.malformed[r as usize];
             if n != 0 {

@@ -87,6 +87,7 @@ fn check_against_engine(
         cm.unknown_connection
     );
     assert_eq!(after.cm_table_full - before.cm_table_full, cm.table_full);
+    assert_eq!(after.uninspected - before.uninspected, c.uninspected);
     outcomes
 }
 
@@ -349,6 +350,96 @@ fn cm_tables_fill_alike_and_retransmitted_reqs_keep_the_connection() {
     );
     // The first connection and CM_CAPACITY + 8 more: 9 REQs found the table full.
     assert_eq!(applier.stats().cm_table_full, 9);
+}
+
+/// RDMA in the shapes that used to pass as "not RDMA": behind legacy TPIDs and IPv6 AH the
+/// rules see it (a `WRITE` deny denies it); RoCE v1, VXLAN, IPsec and unwalked IPv6
+/// extension headers are decided by the policy's default. The program decides every shape
+/// as the engine does.
+#[test]
+fn evasive_shapes_are_decided_by_the_rules_or_the_default() {
+    use craft::evasion;
+    let gw = Gateway::new(Some(&region("evasion"))).unwrap();
+    let mut applier = Applier::attach(gw.region_path());
+    let bth = craft::Bth {
+        opcode: 0x0a, // RDMA_WRITE_ONLY
+        dest_qp: 0x77,
+        psn: 1,
+    };
+    let ep = |sip: &str, dip: &str| craft::Endpoints {
+        sip: sip.parse().unwrap(),
+        dip: dip.parse().unwrap(),
+        sport: 49152,
+    };
+    let v4 = craft::roce(
+        &ep("10.0.1.7", "10.0.1.105"),
+        bth,
+        &craft::reth(0x5000, 2, 8),
+        &[0; 8],
+    );
+    let v6 = craft::roce(
+        &ep("fe80::1", "fe80::2"),
+        bth,
+        &craft::reth(0x5000, 2, 8),
+        &[0; 8],
+    );
+    let inspected = vec![
+        evasion::tagged(&v4, 0x9100),
+        evasion::tagged(&v4, 0x9200),
+        evasion::tagged(&v4, 0x9300),
+        evasion::ipv6_extension(&v6, 51, 16),
+    ];
+    let uninspected = vec![
+        evasion::roce_v1(&v4),
+        evasion::vxlan(&v4),
+        evasion::ipv4_protocol(&v4, 50),
+        evasion::ipv4_protocol(&v4, 51),
+        evasion::ipv6_extension(&v6, 50, 8),
+        evasion::ipv6_extension(&v6, 135, 8),
+        evasion::ipv6_extension(&v6, 139, 16),
+        evasion::ipv6_extension(&v6, 254, 8),
+    ];
+    let frames: Vec<Vec<u8>> = inspected.iter().chain(&uninspected).cloned().collect();
+    for (generation, default) in [(7, "deny"), (8, "allow")] {
+        let rules = compile(
+            &parse(&format!(
+                "policy no_writes {{ predicate = match(opcode in {{WRITE}}) action = deny }}\n\
+                 apply(no_writes)\ndefault {default}\n"
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        applier.apply(&rules, generation);
+        let outcomes = check_against_engine(
+            &gw,
+            &applier,
+            &rules,
+            generation,
+            LinkType::Ethernet,
+            &frames,
+        );
+        for (i, o) in outcomes.iter().enumerate() {
+            if i < inspected.len() {
+                assert_eq!(
+                    o.cause,
+                    rdx_acl::enforce::OutcomeCause::Policy { policy: 0, rule: 0 },
+                    "frame {i}"
+                );
+            } else {
+                assert_eq!(
+                    o.cause,
+                    rdx_acl::enforce::OutcomeCause::Default,
+                    "frame {i}"
+                );
+                let want = if default == "deny" {
+                    Action::Deny
+                } else {
+                    Action::Allow
+                };
+                assert_eq!(o.action, want, "frame {i}");
+            }
+        }
+    }
 }
 
 /// A decision slot a control plane never wrote (the maps start zeroed, and action 0 is

@@ -380,16 +380,18 @@ fn stats(node: &str, json: bool, state: &StateArgs) -> anyhow::Result<()> {
             "cm_unknown_connection": s.cm_unknown_connection,
             "cm_created": s.cm_created,
             "cm_removed": s.cm_removed,
+            "uninspected": s.uninspected,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!(
-            "{node}: packets {} allowed {} denied {} not_rdma {} default {} malformed {} cm_created {} cm_removed {} cm_unknown_connection {} cm_table_full {} ({threads} threads)",
+            "{node}: packets {} allowed {} denied {} not_rdma {} default {} uninspected {} malformed {} cm_created {} cm_removed {} cm_unknown_connection {} cm_table_full {} ({threads} threads)",
             s.packets,
             s.allowed,
             s.denied,
             s.not_rdma,
             s.default_hits,
+            s.uninspected,
             s.malformed.iter().sum::<u64>(),
             s.cm_created,
             s.cm_removed,
