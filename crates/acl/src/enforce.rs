@@ -285,16 +285,141 @@ pub enum EnforceError {
         /// Section size.
         size: usize,
     },
+    /// A frame could need more instructions than a run may spend: the run would be stopped
+    /// and the frame denied, whatever the policy says.
+    #[error(
+        "a frame could need about {} instructions, more than the acl class's budget of {BUDGET}: \
+         tier {} tree {} has a leaf of {} rules that a frame can reach and check one by one \
+         ({} trees walked in all); rules that differ only in opcode sets or CM types share \
+         leaves, and a frame with an opcode of 64 or more (CNP, UD SEND) checks each in full. \
+         Split such rules by an address, QPN or port range, or merge their opcode sets",
+        .0.instructions, .0.longest_leaf.1, .0.longest_leaf.2, .0.longest_leaf.0, .0.trees
+    )]
+    OverBudget(WorstCase),
     /// A counters value of the wrong size.
     #[error("counters value of {0} bytes, expected at least {STATS_SIZE}")]
     StatsSize(usize),
 }
 
-/// The classifier of a rule set and its image for the program.
+/// The classifier of a rule set and its image for the program; refused when the image does
+/// not fit a bank or when a frame could need more instructions than the class's budget
+/// ([`worst_case`]).
 pub fn image(set: &RuleSet) -> Result<(CutTree, TreeImage), EnforceError> {
     let tree = CutTree::new(set.rules.clone());
+    let worst = worst_case(&tree);
+    if worst.instructions > BUDGET {
+        return Err(EnforceError::OverBudget(worst));
+    }
     let img = TreeImage::build(&tree, set, BANK)?;
     Ok((tree, img))
+}
+
+/// The instruction budget of one run of the program (the `acl` class of
+/// `bpf/acl/acl.yaml`). A run that spends it is stopped and the frame denied (the hook's
+/// default), whatever the policy says.
+pub const BUDGET: u64 = 2_000_000;
+
+/// Upper bounds of what the program's parts cost in metered instructions, for
+/// [`worst_case`]. Checked against the program by the gateway's tests (a frame built to
+/// take the worst path through a leaf at the bound must finish within the budget).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Costs {
+    /// Everything but the classification: parsing (every stage), CM lookup and commit, the
+    /// hot-flow table, the counters.
+    pub frame: u64,
+    /// Starting a tree: its walk's setup and the tier and tree loops' turns.
+    pub tree: u64,
+    /// One level of a walk (a node and its child reference).
+    pub level: u64,
+    /// One leaf entry: the scan loop's turn and the compact checks.
+    pub entry: u64,
+    /// One full rule check and the scan's restart after it.
+    pub full_check: u64,
+}
+
+/// The current program's costs, from the sizes of `enforce.o`'s functions (instruction
+/// slots), which bound what one turn of a loop in them runs (a turn runs each instruction
+/// of its body at most once): `scan_leaf` 230 (an entry; a scan restarted after a full
+/// check runs its prologue and one turn, still within the function), `full_match` 699 plus
+/// the caller's loop turn (a full check), `leaf_of` 153 (a level), the entry function 878
+/// plus every parser stage, their loops unrolled to their bounds (the frame). Measured: a
+/// CNP frame over one leaf of 2,000 opcode-only rules finishes, over 2,200 it spends the
+/// budget (about 950 instructions per entry checked in full).
+pub const COSTS: Costs = Costs {
+    frame: 4_000,
+    tree: 600,
+    level: 160,
+    entry: 240,
+    full_check: 800,
+};
+
+/// Where a frame's worst case lies, and what it costs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorstCase {
+    /// Metered instructions the worst frame can need (an upper bound).
+    pub instructions: u64,
+    /// The longest leaf (entries) any tree holds, and where: tier, tree.
+    pub longest_leaf: (u32, usize, usize),
+    /// Trees walked in all (a frame that matches nothing walks every tree of every tier).
+    pub trees: usize,
+}
+
+/// An upper bound of the instructions one frame can cost the program over `tree`'s image:
+/// a frame that matches no rule walks every tree of every tier to its deepest leaf and
+/// checks every entry of the longest leaf it can reach, each by its full rule (a frame with
+/// an opcode of 64 or more — CNP, UD SEND — needs the full rule of every entry whose compact
+/// checks pass). Priced with [`COSTS`].
+pub fn worst_case(tree: &CutTree) -> WorstCase {
+    use crate::classify::LEAF_REF;
+    let c = COSTS;
+    let mut total = c.frame;
+    let mut longest = (0, 0, 0);
+    let mut trees = 0;
+    for t in 0..tree.tier_count() {
+        let view = tree.tier_view(t);
+        // Per node: (levels of the deepest walk from it, longest leaf it reaches), memoised
+        // (the walk is at most 26 levels deep, so the recursion is too).
+        fn visit(
+            view: &crate::classify::TierView<'_>,
+            r: u32,
+            memo: &mut Vec<Option<(u32, u32)>>,
+        ) -> (u32, u32) {
+            if r & LEAF_REF != 0 {
+                return (0, view.leaf((r & !LEAF_REF) as usize).1);
+            }
+            if let Some(Some(done)) = memo.get(r as usize) {
+                return *done;
+            }
+            let node = view.node(r as usize);
+            let first = node.children as usize;
+            let count = (1usize << node.bits) + 2;
+            let mut worst = (0u32, 0u32);
+            for i in first..first + count {
+                let Some(&child) = view.refs().get(i) else {
+                    continue;
+                };
+                let (depth, leaf) = visit(view, child, memo);
+                worst = (worst.0.max(depth), worst.1.max(leaf));
+            }
+            let done = (worst.0 + 1, worst.1);
+            memo[r as usize] = Some(done);
+            done
+        }
+        let mut memo = vec![None; view.node_count()];
+        for (g, (root, _)) in view.groups().enumerate() {
+            let (depth, leaf) = visit(&view, root, &mut memo);
+            trees += 1;
+            total += c.tree + depth as u64 * c.level + leaf as u64 * (c.entry + c.full_check);
+            if leaf > longest.0 {
+                longest = (leaf, t, g);
+            }
+        }
+    }
+    WorstCase {
+        instructions: total,
+        longest_leaf: longest,
+        trees,
+    }
 }
 
 /// Element indices where bank `bank` of each array starts.

@@ -125,6 +125,7 @@ fn apply_deploys_the_policy_into_a_running_hook() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let c = &report.counters;
     assert_eq!(v["packets"], trace.packets.len() as u64, "{out}");
+    assert_eq!(v["budget_exhausted"], 0, "{out}");
     assert_eq!(v["allowed"], c.allowed, "{out}");
     assert_eq!(v["denied"], c.denied, "{out}");
     for (r, n) in rdx_acl::packet::MalformedReason::ALL

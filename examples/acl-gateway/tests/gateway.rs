@@ -224,6 +224,100 @@ fn long_leaves_agree_with_the_engine() {
     check_against_engine(&gw, &applier, &rules, 15, LinkType::Ethernet, &frames);
 }
 
+/// `n` rules that differ only in their opcode (so they share one leaf per tier).
+fn opcode_only_rules(n: u32) -> RuleSet {
+    let mut text = String::new();
+    let mut names = Vec::new();
+    for i in 0..n {
+        text.push_str(&format!(
+            "policy p{i} {{ predicate = match(opcode = {}) action = allow }}\n",
+            i % 0x15
+        ));
+        names.push(format!("p{i}"));
+    }
+    text.push_str(&format!("apply({})\ndefault deny\n", names.join(", ")));
+    compile(&parse(&text).unwrap()).unwrap()
+}
+
+/// A CNP frame (opcode 0x81): its opcode is past the compact entries' 64, so every entry
+/// of a leaf it reaches needs the full rule check.
+fn cnp_frame() -> Vec<u8> {
+    let ep = craft::Endpoints {
+        sip: "10.0.1.7".parse().unwrap(),
+        dip: "10.0.1.105".parse().unwrap(),
+        sport: 50000,
+    };
+    let bth = craft::Bth {
+        opcode: 0x81,
+        dest_qp: 0x42,
+        psn: 0,
+    };
+    craft::roce(&ep, bth, &[], &[0; 16])
+}
+
+/// The worst case a policy can cost per frame is bounded when it is deployed: the longest
+/// opcode-only leaf the bound accepts is decided within the budget even by a CNP frame
+/// (every entry checked in full), and a longer one is refused with the reason. Deployed
+/// anyway, such a leaf makes the run spend its budget: the frame is denied by the hook's
+/// default and counted as budget-exhausted (the hook's failed runs, `rdx acl stats`).
+#[test]
+fn worst_case_frames_fit_the_budget_or_the_policy_is_refused() {
+    use rdx_acl::enforce::{self, EnforceError};
+    let gw = Gateway::new(Some(&region("budget"))).unwrap();
+    let mut applier = Applier::attach(gw.region_path());
+    let hook = gw.hook().unwrap();
+    let frame = cnp_frame();
+    // Compiled once; the first `n` rules are the policy of `n` rules.
+    let all = opcode_only_rules(2500);
+    let first = |n: u32| RuleSet {
+        rules: all.rules[..n as usize].to_vec(),
+        policy_names: all.policy_names[..n as usize].to_vec(),
+        default: all.default,
+    };
+    let bound = |n: u32| {
+        let tree = rdx_acl::classify::CutTree::new(first(n).rules);
+        enforce::worst_case(&tree).instructions
+    };
+    // The largest accepted leaf, by bisection on the bound.
+    let (mut lo, mut hi) = (1u32, 2500u32);
+    while lo + 1 < hi {
+        let mid = (lo + hi) / 2;
+        if bound(mid) <= enforce::BUDGET {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    assert!(lo > 1000, "the bound accepts only {lo} opcode-only rules");
+    let accepted = first(lo);
+    applier.apply(&accepted, 21);
+    let d = Gateway::decide(&hook, LinkType::Ethernet, &frame);
+    assert_eq!(
+        (d.generation, d.outcome.cause),
+        (21, rdx_acl::enforce::OutcomeCause::Default),
+        "a frame at the bound ({lo} rules) ran out of budget: the costs are too low"
+    );
+    let before = applier.budget_exhausted();
+
+    let refused = all;
+    let err = enforce::image(&refused).map(|_| ()).unwrap_err();
+    assert!(matches!(err, EnforceError::OverBudget(_)), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("budget of 2000000") && msg.contains("leaf of"),
+        "{msg}"
+    );
+    applier.deploy_raw(&refused, 0, 22, |_| true, |_| ());
+    let d = Gateway::decide(&hook, LinkType::Ethernet, &frame);
+    assert_eq!(d.outcome.action, Action::Deny);
+    assert_eq!(
+        d.outcome.cause,
+        rdx_acl::enforce::OutcomeCause::Unknown(u32::MAX),
+        "{d:?}"
+    );
+    assert_eq!(applier.budget_exhausted(), before + 1);
+}
+
 /// A native InfiniBand CM message from LID `slid` to LID `dlid`, with a GRH when `gids` is
 /// given.
 fn ib_cm(

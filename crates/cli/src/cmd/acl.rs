@@ -360,6 +360,11 @@ fn stats(node: &str, json: bool, state: &StateArgs) -> anyhow::Result<()> {
     let registry = state.registry()?;
     let (node, cf) = attach(&registry, node)?;
     let (s, threads) = read_stats(&cf)?;
+    // Runs that spent their instruction budget: the runtime stops them and the hook's
+    // default (deny) decides the frame; the program cannot count them itself.
+    let hook = cf.view().hook(enforce::HOOK)?;
+    let status = rdx_control::node::hook_status(cf.transport(), &cf.view().info, hook.index)?;
+    let budget_exhausted = status.failures.saturating_sub(status.deopts);
     let malformed: serde_json::Map<String, serde_json::Value> =
         rdx_acl::packet::MalformedReason::ALL
             .iter()
@@ -381,11 +386,12 @@ fn stats(node: &str, json: bool, state: &StateArgs) -> anyhow::Result<()> {
             "cm_created": s.cm_created,
             "cm_removed": s.cm_removed,
             "uninspected": s.uninspected,
+            "budget_exhausted": budget_exhausted,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!(
-            "{node}: packets {} allowed {} denied {} not_rdma {} default {} uninspected {} malformed {} cm_created {} cm_removed {} cm_unknown_connection {} cm_table_full {} ({threads} threads)",
+            "{node}: packets {} allowed {} denied {} not_rdma {} default {} uninspected {} malformed {} cm_created {} cm_removed {} cm_unknown_connection {} cm_table_full {} budget_exhausted {budget_exhausted} ({threads} threads)",
             s.packets,
             s.allowed,
             s.denied,

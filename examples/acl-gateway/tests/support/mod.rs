@@ -262,7 +262,10 @@ impl Applier {
         patch: impl FnOnce(&mut Vec<u8>),
     ) -> Published {
         self.shadow = None;
-        let (_, image) = enforce::image(rules).expect("the rule set fits the program");
+        // Built without `enforce::image`'s budget check: these tests deploy what a control
+        // plane would refuse.
+        let tree = CutTree::new(rules.rules.clone());
+        let image = TreeImage::build(&tree, rules, enforce::BANK).expect("the image fits a bank");
         self.tag += 1;
         let mut control =
             enforce::control_section(&image, bank, generation, self.tag, self.section_size)
@@ -281,6 +284,15 @@ impl Applier {
         let published = self.cf.tx(vec![prepared]).unwrap().remove(0);
         self.cf.reclaim(0).expect("old versions released");
         published
+    }
+
+    /// Runs of the hook that spent their budget (as `rdx acl stats` reports them).
+    pub fn budget_exhausted(&self) -> u64 {
+        let hook = self.cf.view().hook(enforce::HOOK).unwrap();
+        let s =
+            rdx_control::node::hook_status(self.cf.transport(), &self.cf.view().info, hook.index)
+                .unwrap();
+        s.failures - s.deopts
     }
 
     /// The program's counters, summed over the host's threads: the first
