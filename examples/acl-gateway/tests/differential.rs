@@ -366,9 +366,14 @@ struct Conn {
     passive_qpn: Option<u32>,
 }
 
+/// A side's endpoint: (kind, value); kind 1 an address or GID, 2 a LID.
+type Endpoint = (u8, u128);
+/// A connection's key: the active side's endpoint and comm ID.
+type ConnKey = (Endpoint, u32);
+
 #[derive(Default)]
 struct Table {
-    conns: BTreeMap<((u8, u128), u32), Conn>,
+    conns: BTreeMap<ConnKey, Conn>,
 }
 
 enum Side {
@@ -378,7 +383,7 @@ enum Side {
 
 impl Table {
     /// The connection a message belongs to, and which side sent it.
-    fn find(&self, m: &Cm) -> Option<(((u8, u128), u32), Side)> {
+    fn find(&self, m: &Cm) -> Option<(ConnKey, Side)> {
         const REP: u16 = 0x13;
         const REJ: u16 = 0x12;
         if m.attr != REP {
@@ -406,7 +411,7 @@ impl Table {
 
     /// Fills lQPN and dQPN (the document's table) and returns what an allowed message
     /// would change.
-    fn resolve(&self, m: &Cm, f: &mut Fields) -> Option<((u8, u128), u32)> {
+    fn resolve(&self, m: &Cm, f: &mut Fields) -> Option<ConnKey> {
         match m.attr {
             0x10 => {
                 f.insert(F::Lqpn, m.qpn as u128);
@@ -444,7 +449,7 @@ impl Table {
 
     /// "The table changes only for allowed messages (REQ creates, REP completes, RTU
     /// establishes, REJ and DREP remove)"; a REQ for a connection held changes nothing.
-    fn commit(&mut self, m: &Cm, key: ((u8, u128), u32)) {
+    fn commit(&mut self, m: &Cm, key: ConnKey) {
         match m.attr {
             0x10 => {
                 self.conns.entry(key).or_insert(Conn {

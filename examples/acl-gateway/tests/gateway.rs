@@ -477,13 +477,13 @@ fn evasive_shapes_are_decided_by_the_rules_or_the_default() {
         &craft::reth(0x5000, 2, 8),
         &[0; 8],
     );
-    let inspected = vec![
+    let inspected = [
         evasion::tagged(&v4, 0x9100),
         evasion::tagged(&v4, 0x9200),
         evasion::tagged(&v4, 0x9300),
         evasion::ipv6_extension(&v6, 51, 16),
     ];
-    let uninspected = vec![
+    let uninspected = [
         evasion::roce_v1(&v4),
         evasion::vxlan(&v4),
         evasion::ipv4_protocol(&v4, 50),
