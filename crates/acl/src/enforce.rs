@@ -289,11 +289,12 @@ pub enum EnforceError {
     /// and the frame denied, whatever the policy says.
     #[error(
         "a frame could need about {} instructions, more than the acl class's budget of {BUDGET}: \
-         tier {} tree {} has a leaf of {} rules that a frame can reach and check one by one \
-         ({} trees walked in all); rules that differ only in opcode sets or CM types share \
-         leaves, and a frame with an opcode of 64 or more (CNP, UD SEND) checks each in full. \
-         Split such rules by an address, QPN or port range, or merge their opcode sets",
-        .0.instructions, .0.longest_leaf.1, .0.longest_leaf.2, .0.longest_leaf.0, .0.trees
+         tier {} tree {} has a leaf of {} rules, {} of which one frame can pass the compact \
+         checks of and must then check in full ({} trees walked in all); rules that differ \
+         only in opcode sets or CM types share leaves, and a frame with an opcode of 64 or \
+         more (CNP, UD SEND) checks each in full. Split such rules by an address, QPN or port \
+         range, or merge their opcode sets",
+        .0.instructions, .0.leaf.tier, .0.leaf.tree, .0.leaf.entries, .0.leaf.full_checks, .0.trees
     )]
     OverBudget(WorstCase),
     /// A counters value of the wrong size.
@@ -358,34 +359,135 @@ pub const COSTS: Costs = Costs {
 pub struct WorstCase {
     /// Metered instructions the worst frame can need (an upper bound).
     pub instructions: u64,
-    /// The longest leaf (entries) any tree holds, and where: tier, tree.
-    pub longest_leaf: (u32, usize, usize),
+    /// The costliest leaf: its tier, tree, entries, and how many of them one frame can pass
+    /// the compact checks of (each then checked in full).
+    pub leaf: LeafWork,
     /// Trees walked in all (a frame that matches nothing walks every tree of every tier).
     pub trees: usize,
 }
 
+/// A leaf's share of a worst case.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeafWork {
+    /// Tier.
+    pub tier: usize,
+    /// Tree of the tier.
+    pub tree: usize,
+    /// Entries scanned.
+    pub entries: u32,
+    /// Entries one frame can pass the compact checks of, at most.
+    pub full_checks: u32,
+}
+
+impl LeafWork {
+    fn cost(&self) -> u64 {
+        self.entries as u64 * COSTS.entry + self.full_checks as u64 * COSTS.full_check
+    }
+}
+
+/// How many of `entries` one frame can pass the compact checks of, at most: a frame that
+/// passes an entry has each field in the entry's range (or lacks it where the entry allows
+/// that), so for every field the count is at most the most ranges one value lies in (or
+/// the entries allowing the field absent). The opcode is no bound: a frame with an opcode
+/// of 64 or more passes every entry's opcode test, and then needs every full rule.
+fn passable(entries: &[crate::classify::EntryView]) -> u32 {
+    use crate::classify::{ENTRY_DIP_ANY, ENTRY_DIP_V4, ENTRY_SIP_ANY, ENTRY_SIP_V4};
+    use crate::field::Field;
+    /// The most inclusive ranges any one value lies in.
+    fn stab(ranges: impl Iterator<Item = (u64, u64)>) -> u32 {
+        let mut events: Vec<(u64, i32)> = Vec::new();
+        for (lo, hi) in ranges.filter(|(lo, hi)| lo <= hi) {
+            events.push((lo, 1));
+            if hi < u64::MAX {
+                events.push((hi + 1, -1));
+            }
+        }
+        // At one coordinate the ends (the range before closed) count before the starts.
+        events.sort_unstable();
+        let (mut depth, mut most) = (0i32, 0i32);
+        for (_, d) in events {
+            depth += d;
+            most = most.max(depth);
+        }
+        most as u32
+    }
+    let absent_ok = |f: Field| {
+        entries
+            .iter()
+            .filter(|e| e.absent_ok & (1 << f.index()) != 0)
+            .count() as u32
+    };
+    let ranged = |f: Field, range: fn(&crate::classify::EntryView) -> (u64, u64)| {
+        stab(entries.iter().map(range)).max(absent_ok(f))
+    };
+    let address =
+        |f: Field, v4: u16, any: u16, range: fn(&crate::classify::EntryView) -> (u64, u64)| {
+            // Entries for `any` or a range that is not IPv4 pass every present address here.
+            let open = entries
+                .iter()
+                .filter(|e| e.flags & any != 0 || e.flags & v4 == 0)
+                .count() as u32;
+            let v4_ranges = entries
+                .iter()
+                .filter(|e| e.flags & any == 0 && e.flags & v4 != 0)
+                .map(range);
+            (stab(v4_ranges) + open).max(absent_ok(f))
+        };
+    let bounds = [
+        ranged(Field::DQpn, |e| (e.dqpn_lo as u64, e.dqpn_hi as u64)),
+        ranged(Field::Sport, |e| (e.sport_lo as u64, e.sport_hi as u64)),
+        ranged(Field::Dport, |e| (e.dport_lo as u64, e.dport_hi as u64)),
+        ranged(Field::Va, |e| (e.va_lo, e.va_hi)),
+        address(Field::Sip, ENTRY_SIP_V4, ENTRY_SIP_ANY, |e| {
+            (e.sip_lo as u64, e.sip_hi as u64)
+        }),
+        address(Field::Dip, ENTRY_DIP_V4, ENTRY_DIP_ANY, |e| {
+            (e.dip_lo as u64, e.dip_hi as u64)
+        }),
+    ];
+    bounds
+        .into_iter()
+        .min()
+        .unwrap_or(0)
+        .min(entries.len() as u32)
+}
+
 /// An upper bound of the instructions one frame can cost the program over `tree`'s image:
-/// a frame that matches no rule walks every tree of every tier to its deepest leaf and
-/// checks every entry of the longest leaf it can reach, each by its full rule (a frame with
-/// an opcode of 64 or more — CNP, UD SEND — needs the full rule of every entry whose compact
-/// checks pass). Priced with [`COSTS`].
+/// a frame that matches no rule walks every tree of every tier to its deepest level, scans
+/// its costliest leaf and checks in full every entry whose compact checks it can pass (a
+/// frame with an opcode of 64 or more — CNP, UD SEND — needs the full rule of each of
+/// those). Priced with [`COSTS`].
 pub fn worst_case(tree: &CutTree) -> WorstCase {
-    use crate::classify::LEAF_REF;
+    use crate::classify::{TierView, LEAF_REF};
     let c = COSTS;
     let mut total = c.frame;
-    let mut longest = (0, 0, 0);
+    let mut costliest = LeafWork::default();
     let mut trees = 0;
     for t in 0..tree.tier_count() {
         let view = tree.tier_view(t);
-        // Per node: (levels of the deepest walk from it, longest leaf it reaches), memoised
-        // (the walk is at most 26 levels deep, so the recursion is too).
+        // Per node: (levels of the deepest walk from it, its costliest leaf), memoised (the
+        // walk is at most 26 levels deep, so the recursion is too).
         fn visit(
-            view: &crate::classify::TierView<'_>,
+            view: &TierView<'_>,
             r: u32,
-            memo: &mut Vec<Option<(u32, u32)>>,
-        ) -> (u32, u32) {
+            memo: &mut [Option<(u32, LeafWork)>],
+            leaves: &mut std::collections::HashMap<u32, LeafWork>,
+        ) -> (u32, LeafWork) {
             if r & LEAF_REF != 0 {
-                return (0, view.leaf((r & !LEAF_REF) as usize).1);
+                let leaf = r & !LEAF_REF;
+                let work = *leaves.entry(leaf).or_insert_with(|| {
+                    let (start, len) = view.leaf(leaf as usize);
+                    let entries: Vec<_> = (start..start + len)
+                        .filter(|&i| (i as usize) < view.entry_count())
+                        .map(|i| view.entry(i as usize))
+                        .collect();
+                    LeafWork {
+                        entries: len,
+                        full_checks: passable(&entries),
+                        ..LeafWork::default()
+                    }
+                });
+                return (0, work);
             }
             if let Some(Some(done)) = memo.get(r as usize) {
                 return *done;
@@ -393,31 +495,36 @@ pub fn worst_case(tree: &CutTree) -> WorstCase {
             let node = view.node(r as usize);
             let first = node.children as usize;
             let count = (1usize << node.bits) + 2;
-            let mut worst = (0u32, 0u32);
+            let (mut depth, mut worst) = (0u32, LeafWork::default());
             for i in first..first + count {
                 let Some(&child) = view.refs().get(i) else {
                     continue;
                 };
-                let (depth, leaf) = visit(view, child, memo);
-                worst = (worst.0.max(depth), worst.1.max(leaf));
+                let (d, leaf) = visit(view, child, memo, leaves);
+                depth = depth.max(d);
+                if leaf.cost() > worst.cost() {
+                    worst = leaf;
+                }
             }
-            let done = (worst.0 + 1, worst.1);
+            let done = (depth + 1, worst);
             memo[r as usize] = Some(done);
             done
         }
         let mut memo = vec![None; view.node_count()];
+        let mut leaves = std::collections::HashMap::new();
         for (g, (root, _)) in view.groups().enumerate() {
-            let (depth, leaf) = visit(&view, root, &mut memo);
+            let (depth, mut leaf) = visit(&view, root, &mut memo, &mut leaves);
+            (leaf.tier, leaf.tree) = (t, g);
             trees += 1;
-            total += c.tree + depth as u64 * c.level + leaf as u64 * (c.entry + c.full_check);
-            if leaf > longest.0 {
-                longest = (leaf, t, g);
+            total += c.tree + depth as u64 * c.level + leaf.cost();
+            if leaf.cost() > costliest.cost() {
+                costliest = leaf;
             }
         }
     }
     WorstCase {
         instructions: total,
-        longest_leaf: longest,
+        leaf: costliest,
         trees,
     }
 }
@@ -629,6 +736,74 @@ mod tests {
         t.rules.truncate(3);
         t.rules[1] = t.rules[2];
         assert_eq!(rule_updates(&s, &t).unwrap().len(), 1);
+    }
+
+    /// The bound on entries one frame passes is never below what some frame passes: every
+    /// frame built from the entries' range ends (or lacking the field) is tried, with the
+    /// compact checks as the program makes them.
+    #[test]
+    fn passable_bounds_every_frame() {
+        use crate::classify::{EntryView, ENTRY_SIP_ANY, ENTRY_SIP_V4};
+        use crate::field::Field;
+        let mut rng = crate::synth::Rng::new(9);
+        for _ in 0..200 {
+            let n = 1 + rng.below(12) as usize;
+            let entries: Vec<EntryView> = (0..n)
+                .map(|_| {
+                    let r = |rng: &mut crate::synth::Rng| {
+                        let a = rng.below(6) as u32;
+                        (a, a + rng.below(4) as u32)
+                    };
+                    let (q0, q1) = r(&mut rng);
+                    let (p0, p1) = r(&mut rng);
+                    let (s0, s1) = r(&mut rng);
+                    let mut absent_ok = 0u16;
+                    if rng.chance(20) {
+                        absent_ok |= 1 << Field::DQpn.index();
+                    }
+                    EntryView {
+                        dqpn_lo: q0,
+                        dqpn_hi: q1,
+                        sport_lo: p0 as u16,
+                        sport_hi: p1 as u16,
+                        dport_hi: u16::MAX,
+                        va_hi: u64::MAX,
+                        sip_lo: s0,
+                        sip_hi: s1,
+                        flags: if rng.chance(30) {
+                            ENTRY_SIP_ANY
+                        } else {
+                            ENTRY_SIP_V4
+                        },
+                        dip_hi: u32::MAX,
+                        absent_ok,
+                        ..EntryView::default()
+                    }
+                })
+                .collect();
+            let bound = passable(&entries);
+            let values: Vec<Option<u32>> = (0..12).map(Some).chain([None]).collect();
+            for dqpn in &values {
+                for sport in 0..12u32 {
+                    for sip in 0..12u32 {
+                        let passes = entries
+                            .iter()
+                            .filter(|e| {
+                                let q = match dqpn {
+                                    Some(q) => e.dqpn_lo <= *q && *q <= e.dqpn_hi,
+                                    None => e.absent_ok & (1 << Field::DQpn.index()) != 0,
+                                };
+                                let p = e.sport_lo as u32 <= sport && sport <= e.sport_hi as u32;
+                                let a = e.flags & ENTRY_SIP_ANY != 0
+                                    || (e.sip_lo <= sip && sip <= e.sip_hi);
+                                q && p && a
+                            })
+                            .count() as u32;
+                        assert!(passes <= bound, "{passes} > {bound} for {entries:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
