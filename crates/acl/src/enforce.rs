@@ -290,10 +290,12 @@ pub enum EnforceError {
     #[error(
         "a frame could need about {} instructions, more than the acl class's budget of {BUDGET}: \
          tier {} tree {} has a leaf of {} rules, {} of which one frame can pass the compact \
-         checks of and must then check in full ({} trees walked in all); rules that differ \
-         only in opcode sets or CM types share leaves, and a frame with an opcode of 64 or \
-         more (CNP, UD SEND) checks each in full. Split such rules by an address, QPN or port \
-         range, or merge their opcode sets",
+         checks of and must then check in full ({} trees walked in all). Rules that differ \
+         only in opcode sets or CM types share leaves, and their full rules are checked one \
+         by one: by a frame with an opcode of 64 or more (CNP, UD SEND), and by every frame \
+         when they test what the compact copies lack (CM types, LIDs, GIDs, IPv6 ranges). \
+         Split such rules by an address, QPN or port range, or merge their opcode and type \
+         sets",
         .0.instructions, .0.leaf.tier, .0.leaf.tree, .0.leaf.entries, .0.leaf.full_checks, .0.trees
     )]
     OverBudget(WorstCase),

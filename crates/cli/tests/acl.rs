@@ -177,6 +177,53 @@ fn apply_deploys_the_policy_into_a_running_hook() {
     hook.run(&mut ctx);
     assert_eq!(ctx.generation, 77);
 
+    // A policy whose worst frame would spend the instruction budget: 2,500 rules that
+    // differ only in opcode and CM type share one leaf, and a CM frame checks each in full.
+    // `compile` warns, `apply` refuses saying why, and the node keeps its version.
+    let mut cubes = Vec::new();
+    for op in 0..=255u32 {
+        for t in [
+            "REQ", "REP", "RTU", "REJ", "DREQ", "DREP", "MRA", "LAP", "APR", "SIDR_REQ",
+        ] {
+            cubes.push(format!("(match(opcode = {op}) & match(type = {t}))"));
+        }
+    }
+    cubes.truncate(2500);
+    let wide = std::env::temp_dir().join(format!("rdx-acl-wide-{}.acl", std::process::id()));
+    std::fs::write(
+        &wide,
+        format!(
+            "policy wide {{\n predicate = {}\n action = allow\n}}\napply(wide)\ndefault deny\n",
+            cubes.join(" |\n ")
+        ),
+    )
+    .unwrap();
+    let (ok, out, err) = rdx(&["acl", "compile", wide.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("rdx acl apply would refuse this policy"),
+        "{out}"
+    );
+    let (ok, _, err) = rdx(&[
+        "acl",
+        "apply",
+        wide.to_str().unwrap(),
+        "--node",
+        &node,
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("instructions, more than the acl class's budget")
+            && err.contains("leaf of 1476 rules"),
+        "{err}"
+    );
+    let mut ctx = AclContext::for_frame(LinkType::Ethernet, benign);
+    hook.run(&mut ctx);
+    assert_eq!(ctx.generation, 77);
+
+    let _ = std::fs::remove_file(&wide);
     let _ = std::fs::remove_file(&deny_all);
     let _ = std::fs::remove_dir_all(&state);
     let _ = rt.teardown(std::time::Duration::from_millis(200));
