@@ -217,7 +217,9 @@ fn clear_tombstones<T: Transport + ?Sized>(t: &T, m: &MapRef, idx: u64) -> Resul
         if state(start + q)? == ELEM_LIVE {
             let d = home_distance(q, &mut key)?;
             if d > q {
-                wrapped = wrapped.min(len - (d - q));
+                // Saturating: only a corrupt map places an element before its home in a
+                // cluster; it must give errors, not panics.
+                wrapped = wrapped.min(len.saturating_sub(d - q));
             }
         }
     }
