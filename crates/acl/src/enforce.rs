@@ -43,7 +43,8 @@ pub const WORDS_MAP: &str = "acl_words";
 pub const ENTRIES_MAP: &str = "acl_entries";
 /// The rules (224 bytes per element).
 pub const RULES_MAP: &str = "acl_rules";
-/// What each rule decides (8 bytes per element: `policy << 8 | action`), indexed as the rules.
+/// What each rule decides (8 bytes per element: `policy << 8 | 0x80 | action`, see
+/// [`crate::classify::image::DECISION_ALLOW`]), indexed as the rules.
 pub const DECISIONS_MAP: &str = "acl_decisions";
 /// One bank of each array (`ACL_BANK_*` in `enforce.c`; the maps hold two): words,
 /// entries, rules. Rule sets up to 320K rules fit.
