@@ -87,6 +87,10 @@ enum {
 #define P_RDMA 0
 #define P_NOT_RDMA 1
 #define P_MALFORMED 2
+// Traffic that may carry RDMA the parser does not look into (RoCE v1, VXLAN, IPsec, IPv6
+// extension headers it does not walk): the policy's default decides it
+// (rdx_acl::packet::Parsed::Uninspected).
+#define P_UNINSPECTED 64
 
 // Field bits, as rdx_acl::field::Field.
 enum {
@@ -218,8 +222,10 @@ struct {
 	__type(value, struct acl_rule);
 } acl_rules SEC(".maps");
 
-// What each rule decides, `policy << 8 | action`, indexed as `acl_rules`: a match reads 8
-// bytes instead of the rule's 224.
+// What each rule decides, `policy << 8 | 0x80 | action`, indexed as `acl_rules`: a match
+// reads 8 bytes instead of the rule's 224. Bit 7 marks a written slot (image.rs,
+// DECISION_WRITTEN); the low byte must be exactly ACL_DECISION_ALLOW to allow.
+#define ACL_DECISION_ALLOW 0x80
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 2 * ACL_BANK_RULES);
@@ -241,6 +247,7 @@ enum {
 	S_CM_UNKNOWN,
 	S_CM_CREATED,
 	S_CM_REMOVED,
+	S_UNINSPECTED,
 	S_COUNT,
 };
 
@@ -253,7 +260,7 @@ _Static_assert(S_COUNT <= 24, "stats size");
 struct acl_conn_key {
 	__u64 ep_hi, ep_lo;
 	__u32 comm_id;
-	__u32 pad;
+	__u32 kind; // EP_*
 };
 
 #define CONN_HAS_PASSIVE_COMM 1
@@ -266,12 +273,16 @@ struct acl_conn {
 	__u32 active_comm, passive_comm;
 	__u32 active_qpn, passive_qpn;
 	__u32 flags;
-	__u32 pad;
+	__u32 passive_kind; // EP_*
 };
+
+// As many connections as the native engine's table (rdx_acl::engine::DEFAULT_CM_CAPACITY):
+// past it both count the REQ as `table_full` and keep no state.
+#define ACL_CM_CAPACITY 65536
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
+	__uint(max_entries, ACL_CM_CAPACITY);
 	__type(key, struct acl_conn_key);
 	__type(value, struct acl_conn);
 } acl_cm SEC(".maps");
@@ -562,7 +573,9 @@ static __noinline int parse_ethernet(const struct acl_ctx *ctx, struct acl_pkt *
 	__u16 ethertype = be16(eth + 12);
 	__u32 off = 14;
 	for (int tags = 0; tags < 3; tags++) {
-		if (ethertype != 0x8100 && ethertype != 0x88a8)
+		// 802.1Q, 802.1ad and the pre-standard service-tag TPIDs.
+		if (ethertype != 0x8100 && ethertype != 0x88a8 && ethertype != 0x9100 &&
+		    ethertype != 0x9200 && ethertype != 0x9300)
 			break;
 		if (tags == 2)
 			return P_MALFORMED + M_TRUNCATED_L2;
@@ -577,6 +590,8 @@ static __noinline int parse_ethernet(const struct acl_ctx *ctx, struct acl_pkt *
 		__u32 total = be16(ip + 2);
 		if ((ip[0] >> 4) != 4 || ihl < 20 || total < ihl || off + total > buflen)
 			return P_MALFORMED + M_BAD_IP_HEADER;
+		if (ip[9] == 50 || ip[9] == 51) // ESP, AH
+			return P_UNINSPECTED;
 		if (ip[9] != 17)
 			return P_NOT_RDMA;
 		if (be16(ip + 6) & 0x3fff)
@@ -603,14 +618,22 @@ static __noinline int parse_ethernet(const struct acl_ctx *ctx, struct acl_pkt *
 		for (int exts = 0; exts < 5; exts++) {
 			if (next == 17)
 				break;
-			if (next == 0 || next == 43 || next == 60) {
+			if (next == 0 || next == 43 || next == 60 || next == 51) {
 				if (exts == 4)
 					return P_MALFORMED + M_BAD_IP_HEADER;
 				FETCH(h, at, 8, end6, P_MALFORMED + M_BAD_IP_HEADER);
+				// AH (51) counts its length in 4-byte units less 2, the others in
+				// 8-byte units less 1.
+				if (next == 51)
+					at += ((__u32)h[1] + 2) * 4;
+				else
+					at += ((__u32)h[1] + 1) * 8;
 				next = h[0];
-				at += ((__u32)h[1] + 1) * 8;
 			} else if (next == 44) {
 				return P_MALFORMED + M_IP_FRAGMENT;
+			} else if (next == 50 || next == 135 || next == 139 || next == 140 ||
+				   next == 253 || next == 254) {
+				return P_UNINSPECTED; // ESP, Mobility, HIP, Shim6, experimental
 			} else {
 				return P_NOT_RDMA;
 			}
@@ -619,6 +642,8 @@ static __noinline int parse_ethernet(const struct acl_ctx *ctx, struct acl_pkt *
 			return P_MALFORMED + M_BAD_IP_HEADER;
 		udp_at = at;
 		ip_end = end6;
+	} else if (ethertype == 0x8915) {
+		return P_UNINSPECTED; // RoCE v1
 	} else {
 		return P_NOT_RDMA;
 	}
@@ -628,6 +653,8 @@ static __noinline int parse_ethernet(const struct acl_ctx *ctx, struct acl_pkt *
 	if (udp_len < 8 || udp_at + udp_len > ip_end)
 		return P_MALFORMED + M_BAD_UDP_LENGTH;
 	__u16 dport = be16(udp + 2);
+	if (dport == 4789)
+		return P_UNINSPECTED; // VXLAN: the inner frame is not parsed
 	if (dport != 4791)
 		return P_NOT_RDMA;
 	p->sport = be16(udp);
@@ -760,33 +787,44 @@ static __always_inline int parse_fast(const struct acl_ctx *ctx, struct acl_pkt 
 	return 1;
 }
 
-// CM endpoints: the IP address, else the GID, else the LID with the top bit set.
-static __always_inline void src_endpoint(const struct acl_pkt *p, __u64 *hi, __u64 *lo)
+// CM endpoints: the IP address, else the GID (kind EP_ADDRESS), else the LID (kind EP_LID).
+// The kind is part of the key (`acl_conn_key.kind`, `acl_conn.passive_kind`): a LID is not
+// folded into the GID space, where a sender choosing the GID 8000::<LID> would pass for it
+// (rdx_acl::packet::Endpoint).
+#define EP_NONE 0
+#define EP_ADDRESS 1
+#define EP_LID 2
+
+static __always_inline __u32 src_endpoint(const struct acl_pkt *p, __u64 *hi, __u64 *lo)
 {
 	if (p->has_ip || p->has_gid) {
 		*hi = p->sgid_hi;
 		*lo = p->sgid_lo;
-	} else if (p->has_lid) {
-		*hi = 1ull << 63;
-		*lo = p->slid;
-	} else {
-		*hi = 0;
-		*lo = 0;
+		return EP_ADDRESS;
 	}
+	*hi = 0;
+	if (p->has_lid) {
+		*lo = p->slid;
+		return EP_LID;
+	}
+	*lo = 0;
+	return EP_NONE;
 }
 
-static __always_inline void dst_endpoint(const struct acl_pkt *p, __u64 *hi, __u64 *lo)
+static __always_inline __u32 dst_endpoint(const struct acl_pkt *p, __u64 *hi, __u64 *lo)
 {
 	if (p->has_ip || p->has_gid) {
 		*hi = p->dgid_hi;
 		*lo = p->dgid_lo;
-	} else if (p->has_lid) {
-		*hi = 1ull << 63;
-		*lo = p->dlid;
-	} else {
-		*hi = 0;
-		*lo = 0;
+		return EP_ADDRESS;
 	}
+	*hi = 0;
+	if (p->has_lid) {
+		*lo = p->dlid;
+		return EP_LID;
+	}
+	*lo = 0;
+	return EP_NONE;
 }
 
 #define SIDE_NONE 0
@@ -797,25 +835,27 @@ static __always_inline void dst_endpoint(const struct acl_pkt *p, __u64 *hi, __u
 static __noinline int cm_lookup(const struct acl_pkt *p, struct acl_conn_key *key)
 {
 	__u64 src_hi, src_lo, dst_hi, dst_lo;
-	src_endpoint(p, &src_hi, &src_lo);
-	dst_endpoint(p, &dst_hi, &dst_lo);
+	__u32 src_kind = src_endpoint(p, &src_hi, &src_lo);
+	__u32 dst_kind = dst_endpoint(p, &dst_hi, &dst_lo);
 	__u32 local = p->cm_local, remote = p->cm_remote;
-	key->pad = 0;
 	if (p->cm_type != CM_REP) {
 		key->ep_hi = src_hi;
 		key->ep_lo = src_lo;
 		key->comm_id = local;
+		key->kind = src_kind;
 		struct acl_conn *c = bpf_map_lookup_elem(&acl_cm, key);
 		if (c) {
 			int remote_ok = (c->flags & CONN_HAS_PASSIVE_COMM) ? c->passive_comm == remote
 									   : remote == 0;
-			if (c->passive_hi == dst_hi && c->passive_lo == dst_lo && remote_ok)
+			if (c->passive_hi == dst_hi && c->passive_lo == dst_lo &&
+			    c->passive_kind == dst_kind && remote_ok)
 				return SIDE_ACTIVE;
 		}
 	}
 	key->ep_hi = dst_hi;
 	key->ep_lo = dst_lo;
 	key->comm_id = remote;
+	key->kind = dst_kind;
 	struct acl_conn *c = bpf_map_lookup_elem(&acl_cm, key);
 	if (c) {
 		int local_ok;
@@ -823,7 +863,8 @@ static __noinline int cm_lookup(const struct acl_pkt *p, struct acl_conn_key *ke
 			local_ok = c->passive_comm == local;
 		else
 			local_ok = p->cm_type == CM_REP || p->cm_type == CM_REJ;
-		if (c->passive_hi == src_hi && c->passive_lo == src_lo && local_ok)
+		if (c->passive_hi == src_hi && c->passive_lo == src_lo &&
+		    c->passive_kind == src_kind && local_ok)
 			return SIDE_PASSIVE;
 	}
 	return SIDE_NONE;
@@ -840,9 +881,8 @@ static __always_inline int cm_resolve(struct acl_pkt *p, struct acl_conn_key *ke
 			p->lqpn = p->cm_qpn & 0xffffff;
 			p->present |= BIT(F_LQPN);
 		}
-		src_endpoint(p, &key->ep_hi, &key->ep_lo);
+		key->kind = src_endpoint(p, &key->ep_hi, &key->ep_lo);
 		key->comm_id = p->cm_local;
-		key->pad = 0;
 		return SIDE_ACTIVE;
 	}
 	if (kind != CM_REP && kind != CM_RTU && kind != CM_REJ && kind != CM_DREQ &&
@@ -895,13 +935,17 @@ static __noinline int cm_commit(const struct acl_pkt *p, const struct acl_conn_k
 	if (kind == CM_REQ) {
 		if (!p->has_cm_qpn)
 			return 0;
+		// A REQ for a connection already held (a retransmission or a replay) changes
+		// nothing: resetting it would undo the allowed REP and RTU.
+		if (bpf_map_lookup_elem(&acl_cm, key))
+			return 0;
 		struct acl_conn c = {};
 		c.active_hi = key->ep_hi;
 		c.active_lo = key->ep_lo;
-		dst_endpoint(p, &c.passive_hi, &c.passive_lo);
+		c.passive_kind = dst_endpoint(p, &c.passive_hi, &c.passive_lo);
 		c.active_comm = key->comm_id;
 		c.active_qpn = p->cm_qpn;
-		if (bpf_map_update_elem(&acl_cm, key, &c, BPF_ANY) == 0)
+		if (bpf_map_update_elem(&acl_cm, key, &c, BPF_NOEXIST) == 0)
 			return S_CM_CREATED;
 		return S_CM_TABLE_FULL;
 	}
@@ -1351,6 +1395,17 @@ int acl_enforce(struct acl_ctx *ctx)
 			parsed = parse_transport(ctx, p);
 		if (parsed == P_RDMA && p->has_mad)
 			parsed = parse_cm_mad(ctx, p);
+		if (parsed == P_UNINSPECTED) {
+			ctx->cause = ACL_CAUSE_DEFAULT;
+			st->n[S_UNINSPECTED]++;
+			st->n[S_DEFAULT]++;
+			if (acl_ctl.default_deny) {
+				st->n[S_DENIED]++;
+				return 1;
+			}
+			st->n[S_ALLOWED]++;
+			return 0;
+		}
 		if (parsed == P_NOT_RDMA) {
 			ctx->cause = ACL_CAUSE_NOT_RDMA;
 			st->n[S_NOT_RDMA]++;
@@ -1398,12 +1453,17 @@ int acl_enforce(struct acl_ctx *ctx)
 		policy = NONE;
 		action = acl_ctl.default_deny;
 		if (hit != NONE) {
+			// A rule index past the rule count is an inconsistent image: fail closed.
+			if (hit >= acl_ctl.rule_count)
+				return 1;
 			__u32 rk = acl_ctl.rules + hit;
 			const __u64 *d = bpf_map_lookup_elem(&acl_decisions, &rk);
 			if (!d)
 				return 1;
 			policy = *d >> 8;
-			action = (*d & 0xff) == 1;
+			// Only a slot a control plane wrote as "allow" allows: an unwritten slot (the
+			// map starts zeroed, and action 0 is allow) or any other value denies.
+			action = (*d & 0xff) != ACL_DECISION_ALLOW;
 		}
 #pragma clang loop unroll(full)
 		for (int i = 0; i < 12; i++)

@@ -131,12 +131,30 @@ pub struct CompileReport {
     pub rules: RuleSet,
     /// The serialised image (what goes into XState).
     pub image: Vec<u8>,
+    /// Why `rdx acl apply` would refuse the policy, if it would ([`enforcement_refusal`]).
+    pub enforcement: Option<String>,
+}
+
+/// Why the enforcement program (`rdx acl apply`) would refuse `rules` — its classifier
+/// does not fit a bank, a leaf is longer than the program scans, or a frame could need more
+/// than the class's instruction budget — or `None` when it would take them. `check`,
+/// `compile` and `test` say so too, so that a policy they accept is not refused only at
+/// deployment.
+pub fn enforcement_refusal(rules: &RuleSet) -> Option<String> {
+    crate::enforce::image(rules).err().map(|e| e.to_string())
 }
 
 impl fmt::Display for CompileReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for w in &self.warnings {
             writeln!(f, "{}:{w}", self.path.display())?;
+        }
+        if let Some(why) = &self.enforcement {
+            writeln!(
+                f,
+                "{}: warning: rdx acl apply would refuse this policy: {why}",
+                self.path.display()
+            )?;
         }
         writeln!(
             f,
@@ -168,6 +186,7 @@ pub fn compile_file(path: &Path) -> Result<CompileReport, AclError> {
         path: path.to_owned(),
         warnings: set.warnings,
         image: RuleImage::to_bytes(&rules),
+        enforcement: enforcement_refusal(&rules),
         rules,
     })
 }
@@ -196,6 +215,8 @@ pub struct TestReport {
     pub cm: CmCounters,
     /// Policy names in apply order (for the per-policy counters).
     pub policy_names: Vec<String>,
+    /// Why `rdx acl apply` would refuse the policy, if it would.
+    pub enforcement: Option<String>,
 }
 
 impl fmt::Display for TestReport {
@@ -212,7 +233,11 @@ impl fmt::Display for TestReport {
             f,
             "cm.created {}  cm.removed {}  cm.unknown_connection {}  cm.table_full {}",
             self.cm.created, self.cm.removed, self.cm.unknown_connection, self.cm.table_full
-        )
+        )?;
+        if let Some(why) = &self.enforcement {
+            writeln!(f, "warning: rdx acl apply would refuse this policy: {why}")?;
+        }
+        Ok(())
     }
 }
 
@@ -223,7 +248,9 @@ pub fn test(policy_path: &Path, trace_path: &Path) -> Result<TestReport, AclErro
         path: trace_path.to_owned(),
         source,
     })?;
-    Ok(run_trace(compiled.rules, &trace))
+    let mut report = run_trace(compiled.rules, &trace);
+    report.enforcement = compiled.enforcement;
+    Ok(report)
 }
 
 /// Runs a trace through an engine over `rules`.
@@ -249,5 +276,40 @@ pub fn run_trace(rules: RuleSet, trace: &pcap::Trace) -> TestReport {
         counters: engine.counters().clone(),
         cm: engine.cm_counters(),
         policy_names,
+        enforcement: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `compile` and `test` say when `rdx acl apply` would refuse a policy they accept: here
+    /// 2,500 rules that differ only in their opcode share one leaf, which a CNP frame
+    /// checks rule by rule past the instruction budget.
+    #[test]
+    fn reports_say_when_apply_would_refuse() {
+        let one = compile(
+            &crate::policy::parse(
+                "policy p { predicate = match(opcode = SEND_ONLY) action = allow }\napply(p)\n",
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(enforcement_refusal(&one), None);
+        let mut many = one.clone();
+        many.rules = (0..2500u32)
+            .map(|i| {
+                let mut r = one.rules[0];
+                r.priority = i;
+                r
+            })
+            .collect();
+        let why = enforcement_refusal(&many).expect("over the budget");
+        assert!(why.contains("budget") && why.contains("leaf of"), "{why}");
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/acl-traffic/policies");
+        let report = compile_file(&root.join("server.acl")).unwrap();
+        assert_eq!(report.enforcement, None);
+        assert!(!report.to_string().contains("would refuse"));
     }
 }

@@ -29,16 +29,16 @@
 use rustc_hash::FxHashMap;
 
 use crate::field::{CmType, Field};
-use crate::packet::PacketInfo;
+use crate::packet::{Endpoint, PacketInfo};
 use crate::rule::PacketKey;
 
 /// One connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Connection {
-    /// Endpoint address of the active side (REQ sender).
-    pub active: u128,
-    /// Endpoint address of the passive side.
-    pub passive: u128,
+    /// Endpoint of the active side (REQ sender).
+    pub active: Endpoint,
+    /// Endpoint of the passive side.
+    pub passive: Endpoint,
     /// Active side's communication ID.
     pub active_comm_id: u32,
     /// Passive side's communication ID, once a REP was allowed.
@@ -74,14 +74,14 @@ enum Side {
 /// The lookup result carried from [`CmTable::resolve`] to [`CmTable::commit`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Resolution {
-    key: Option<(u128, u32)>,
+    key: Option<(Endpoint, u32)>,
     sender: Option<Side>,
 }
 
 /// The per-connection state table.
 #[derive(Clone, Debug)]
 pub struct CmTable {
-    conns: FxHashMap<(u128, u32), Connection>,
+    conns: FxHashMap<(Endpoint, u32), Connection>,
     capacity: usize,
     counters: CmCounters,
 }
@@ -112,7 +112,7 @@ impl CmTable {
     }
 
     /// The connection of an active endpoint and comm ID.
-    pub fn get(&self, active: u128, active_comm_id: u32) -> Option<&Connection> {
+    pub fn get(&self, active: Endpoint, active_comm_id: u32) -> Option<&Connection> {
         self.conns.get(&(active, active_comm_id))
     }
 
@@ -123,7 +123,7 @@ impl CmTable {
         kind: CmType,
         local: u32,
         remote: u32,
-    ) -> Option<((u128, u32), Side)> {
+    ) -> Option<((Endpoint, u32), Side)> {
         let (src, dst) = (p.src_endpoint(), p.dst_endpoint());
         // Sent by the active side: keyed by (sender, local comm ID).
         if kind != CmType::ConnectReply {
@@ -223,7 +223,13 @@ impl CmTable {
                 let Some(qpn) = cm.qpn else {
                     return;
                 };
-                if !self.conns.contains_key(&key) && self.conns.len() >= self.capacity {
+                // A REQ for a connection the table already holds (a retransmission, or a
+                // copy replayed by someone else) changes nothing: resetting it would undo
+                // an allowed REP and RTU, and deny the legitimate RTU and DREQ after it.
+                if self.conns.contains_key(&key) {
+                    return;
+                }
+                if self.conns.len() >= self.capacity {
                     self.counters.table_full += 1;
                     return;
                 }
@@ -287,7 +293,7 @@ mod tests {
         );
         match parse(LinkType::Ethernet, &f).unwrap() {
             Parsed::Rdma(i) => i,
-            Parsed::NotRdma => unreachable!(),
+            Parsed::NotRdma | Parsed::Uninspected(_) => unreachable!(),
         }
     }
 
@@ -315,9 +321,15 @@ mod tests {
             (Some(0x100), Some(0x200))
         );
         assert!(
-            t.get(u128::from(Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped()), 7)
-                .unwrap()
-                .established
+            t.get(
+                Endpoint {
+                    kind: crate::packet::EndpointKind::Address,
+                    addr: u128::from(Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped())
+                },
+                7
+            )
+            .unwrap()
+            .established
         );
         // Passive side disconnects: DREQ carries the active QPN as remote QPN.
         assert_eq!(
@@ -356,6 +368,93 @@ mod tests {
             (None, Some(0x300))
         );
         assert_eq!(t.len(), 1);
+    }
+
+    /// A CM message over native InfiniBand from LID `slid` to LID `dlid`, with a GRH when
+    /// `gids` is given.
+    fn ib_cm(
+        slid: u16,
+        dlid: u16,
+        gids: Option<(u128, u128)>,
+        kind: CmType,
+        local: u32,
+        remote: u32,
+        qpn: u32,
+    ) -> PacketInfo {
+        let f = craft::infiniband(
+            slid,
+            dlid,
+            gids,
+            Bth {
+                opcode: 0x64,
+                dest_qp: 1,
+                psn: 0,
+            },
+            &craft::deth(craft::GSI_QKEY, 1),
+            &craft::cm_mad(kind, local, remote, qpn),
+        );
+        match parse(LinkType::InfiniBand, &f).unwrap() {
+            Parsed::Rdma(i) => i,
+            Parsed::NotRdma | Parsed::Uninspected(_) => unreachable!(),
+        }
+    }
+
+    /// A connection between LIDs 5 and 7 (no GRH) is not found by a third party whose GRH
+    /// names the GIDs `8000::5` and `8000::7`: a LID endpoint is not an address.
+    #[test]
+    fn lid_endpoints_are_not_gids() {
+        let mut t = CmTable::new(16);
+        step(
+            &mut t,
+            &ib_cm(5, 7, None, CmType::ConnectRequest, 7, 0, 0x100),
+        );
+        step(
+            &mut t,
+            &ib_cm(7, 5, None, CmType::ConnectReply, 9, 7, 0x200),
+        );
+        let forged = Some(((1u128 << 127) | 5, (1u128 << 127) | 7));
+        assert_eq!(
+            step(&mut t, &ib_cm(66, 7, forged, CmType::ReadyToUse, 7, 9, 0)),
+            (None, None),
+            "a third party's RTU from GID 8000::5 found the LID connection"
+        );
+        assert_eq!(
+            step(
+                &mut t,
+                &ib_cm(66, 7, forged, CmType::DisconnectRequest, 7, 9, 0x200)
+            ),
+            (None, Some(0x200)),
+            "a third party's DREQ from GID 8000::5 found the LID connection"
+        );
+        assert_eq!(t.counters().unknown_connection, 2);
+        // The real active side, by LID, still finds it.
+        assert_eq!(
+            step(&mut t, &ib_cm(5, 7, None, CmType::ReadyToUse, 7, 9, 0)),
+            (Some(0x100), Some(0x200))
+        );
+    }
+
+    /// A REQ retransmitted after the REP leaves the connection as it was: the RTU and a DREQ
+    /// still find it with both QPNs.
+    #[test]
+    fn a_retransmitted_req_does_not_reset_the_connection() {
+        let mut t = CmTable::new(16);
+        step(&mut t, &cm(1, 2, CmType::ConnectRequest, 7, 0, 0x100));
+        step(&mut t, &cm(2, 1, CmType::ConnectReply, 9, 7, 0x200));
+        assert_eq!(
+            step(&mut t, &cm(1, 2, CmType::ConnectRequest, 7, 0, 0x100)),
+            (Some(0x100), None)
+        );
+        assert_eq!(
+            step(&mut t, &cm(1, 2, CmType::ReadyToUse, 7, 9, 0)),
+            (Some(0x100), Some(0x200))
+        );
+        assert_eq!(
+            step(&mut t, &cm(2, 1, CmType::DisconnectRequest, 9, 7, 0x100)),
+            (Some(0x200), Some(0x100))
+        );
+        assert_eq!(t.counters().created, 1);
+        assert_eq!(t.counters().unknown_connection, 0);
     }
 
     #[test]

@@ -437,7 +437,8 @@ mod tests {
         assert_eq!((rs.rules[0].dqpn_lo, rs.rules[0].dqpn_hi), (200, 200));
         assert_eq!((rs.rules[1].dqpn_lo, rs.rules[1].dqpn_hi), (500, 500));
         assert_eq!(rs.rules[0].sip.prefix_len(), Some(104));
-        assert_eq!(rs.rules[0].opcode_mask[0].count_ones(), 11);
+        // READ (5) and WRITE (6 Reliable Connection, 6 Unreliable Connection).
+        assert_eq!(rs.rules[0].opcode_mask[0].count_ones(), 17);
         assert_eq!(rs.default, Action::Deny);
     }
 

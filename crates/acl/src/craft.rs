@@ -250,3 +250,77 @@ mod tests {
         }
     }
 }
+
+/// Frames that carry RDMA in shapes a parser might take for something else — the shapes
+/// of `docs/acl.md`'s "Traffic the parser does not inspect" — built from an untagged
+/// RoCEv2 frame over IPv4 (`v4`) and one over IPv6 (`v6`), both as [`roce`] makes them.
+pub mod evasion {
+    /// `frame` behind one VLAN-style tag with this TPID (0x8100, 0x88a8, 0x9100, ...).
+    pub fn tagged(frame: &[u8], tpid: u16) -> Vec<u8> {
+        let mut f = frame[..12].to_vec();
+        f.extend_from_slice(&tpid.to_be_bytes());
+        f.extend_from_slice(&0x0005u16.to_be_bytes()); // VLAN 5
+        f.extend_from_slice(&frame[12..]);
+        f
+    }
+
+    /// The IPv6 frame `v6` with one extension header (`next_header` code, `len` bytes,
+    /// a multiple of 8 and at least 8) between the fixed header and UDP.
+    pub fn ipv6_extension(v6: &[u8], next_header: u8, len: usize) -> Vec<u8> {
+        let mut f = v6[..54].to_vec();
+        let payload = u16::from_be_bytes([f[18], f[19]]) + len as u16;
+        f[18..20].copy_from_slice(&payload.to_be_bytes());
+        f[20] = next_header;
+        let mut h = vec![0u8; len];
+        h[0] = 17; // then UDP
+        h[1] = if next_header == 51 {
+            (len / 4 - 2) as u8 // AH: 4-byte units, less 2
+        } else {
+            (len / 8 - 1) as u8
+        };
+        f.extend_from_slice(&h);
+        f.extend_from_slice(&v6[54..]);
+        f
+    }
+
+    /// The IPv4 frame `v4` with its IP protocol replaced (50 ESP, 51 AH).
+    pub fn ipv4_protocol(v4: &[u8], protocol: u8) -> Vec<u8> {
+        let mut f = v4.to_vec();
+        f[23] = protocol;
+        f
+    }
+
+    /// RoCE v1: the ethertype 0x8915, a GRH and the BTH of `v4` onwards.
+    pub fn roce_v1(v4: &[u8]) -> Vec<u8> {
+        let mut f = v4[..12].to_vec();
+        f.extend_from_slice(&0x8915u16.to_be_bytes());
+        let mut grh = [0u8; 40];
+        grh[0] = 0x60;
+        let len = (v4.len() - 42) as u16;
+        grh[4..6].copy_from_slice(&len.to_be_bytes());
+        grh[6] = 0x1b; // BTH next
+        grh[7] = 64;
+        grh[8..24].copy_from_slice(&(0xffff_0a00_0107u128).to_be_bytes());
+        grh[24..40].copy_from_slice(&(0xffff_0a00_0169u128).to_be_bytes());
+        f.extend_from_slice(&grh);
+        f.extend_from_slice(&v4[42..]);
+        f
+    }
+
+    /// The whole frame `inner` in a VXLAN packet (outer IPv4, UDP port 4789, VNI 42).
+    pub fn vxlan(inner: &[u8]) -> Vec<u8> {
+        let udp_len = 8 + 8 + inner.len();
+        let mut f = vec![0x02, 0, 0, 0, 0, 0x03, 0x02, 0, 0, 0, 0, 0x04];
+        f.extend_from_slice(&0x0800u16.to_be_bytes());
+        f.extend_from_slice(&[0x45, 0]);
+        f.extend_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0, 192, 168, 0, 1, 192, 168, 0, 2]);
+        f.extend_from_slice(&50_000u16.to_be_bytes());
+        f.extend_from_slice(&crate::packet::VXLAN_PORT.to_be_bytes());
+        f.extend_from_slice(&(udp_len as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 0]);
+        f.extend_from_slice(&[0x08, 0, 0, 0, 0, 0, 42, 0]);
+        f.extend_from_slice(inner);
+        f
+    }
+}

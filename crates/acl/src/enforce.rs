@@ -43,7 +43,8 @@ pub const WORDS_MAP: &str = "acl_words";
 pub const ENTRIES_MAP: &str = "acl_entries";
 /// The rules (224 bytes per element).
 pub const RULES_MAP: &str = "acl_rules";
-/// What each rule decides (8 bytes per element: `policy << 8 | action`), indexed as the rules.
+/// What each rule decides (8 bytes per element: `policy << 8 | 0x80 | action`, see
+/// [`crate::classify::image::DECISION_ALLOW`]), indexed as the rules.
 pub const DECISIONS_MAP: &str = "acl_decisions";
 /// One bank of each array (`ACL_BANK_*` in `enforce.c`; the maps hold two): words,
 /// entries, rules. Rule sets up to 320K rules fit.
@@ -59,6 +60,9 @@ pub const MAX_LEAF: u32 = 4096;
 pub const HOT_ENTRIES: usize = 1024;
 /// The connection-state map (a hash map reused across versions).
 pub const CM_MAP: &str = "acl_cm";
+/// Connections the program's [`CM_MAP`] holds (`ACL_CM_CAPACITY`): the native engine's
+/// default, so that both refuse the same REQs when full.
+pub const CM_CAPACITY: usize = crate::engine::DEFAULT_CM_CAPACITY;
 /// The per-thread map holding the counters: each thread's value (`struct acl_thread`: the
 /// counters, the parse result, the hot-flow table) starts with its [`STATS_SIZE`] bytes of
 /// counters, so the program needs one per-thread lookup per frame. Read the first
@@ -216,6 +220,9 @@ pub struct Stats {
     pub cm_created: u64,
     /// Connections removed.
     pub cm_removed: u64,
+    /// Traffic that may carry RDMA the parser does not look into, decided by the default
+    /// action ([`crate::packet::Parsed::Uninspected`]; also counted in `default_hits`).
+    pub uninspected: u64,
 }
 
 /// Size of one thread's copy of the counters (`struct acl_stats`, at offset 0 of the
@@ -245,6 +252,7 @@ impl Stats {
             cm_unknown_connection: w(base + 1),
             cm_created: w(base + 2),
             cm_removed: w(base + 3),
+            uninspected: w(base + 4),
         })
     }
 
@@ -262,6 +270,7 @@ impl Stats {
         self.cm_unknown_connection += o.cm_unknown_connection;
         self.cm_created += o.cm_created;
         self.cm_removed += o.cm_removed;
+        self.uninspected += o.uninspected;
     }
 }
 
@@ -277,16 +286,250 @@ pub enum EnforceError {
         /// Section size.
         size: usize,
     },
+    /// A frame could need more instructions than a run may spend: the run would be stopped
+    /// and the frame denied, whatever the policy says.
+    #[error(
+        "a frame could need about {} instructions, more than the acl class's budget of {BUDGET}: \
+         tier {} tree {} has a leaf of {} rules, {} of which one frame can pass the compact \
+         checks of and must then check in full ({} trees walked in all). Rules that differ \
+         only in opcode sets or CM types share leaves, and their full rules are checked one \
+         by one: by a frame with an opcode of 64 or more (CNP, UD SEND), and by every frame \
+         when they test what the compact copies lack (CM types, LIDs, GIDs, IPv6 ranges). \
+         Split such rules by an address, QPN or port range, or merge their opcode and type \
+         sets",
+        .0.instructions, .0.leaf.tier, .0.leaf.tree, .0.leaf.entries, .0.leaf.full_checks, .0.trees
+    )]
+    OverBudget(WorstCase),
     /// A counters value of the wrong size.
     #[error("counters value of {0} bytes, expected at least {STATS_SIZE}")]
     StatsSize(usize),
 }
 
-/// The classifier of a rule set and its image for the program.
+/// The classifier of a rule set and its image for the program; refused when the image does
+/// not fit a bank or when a frame could need more instructions than the class's budget
+/// ([`worst_case`]).
 pub fn image(set: &RuleSet) -> Result<(CutTree, TreeImage), EnforceError> {
     let tree = CutTree::new(set.rules.clone());
+    let worst = worst_case(&tree);
+    if worst.instructions > BUDGET {
+        return Err(EnforceError::OverBudget(worst));
+    }
     let img = TreeImage::build(&tree, set, BANK)?;
     Ok((tree, img))
+}
+
+/// The instruction budget of one run of the program (the `acl` class of
+/// `bpf/acl/acl.yaml`). A run that spends it is stopped and the frame denied (the hook's
+/// default), whatever the policy says.
+pub const BUDGET: u64 = 2_000_000;
+
+/// Upper bounds of what the program's parts cost in metered instructions, for
+/// [`worst_case`]. Checked against the program by the gateway's tests (a frame built to
+/// take the worst path through a leaf at the bound must finish within the budget).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Costs {
+    /// Everything but the classification: parsing (every stage), CM lookup and commit, the
+    /// hot-flow table, the counters.
+    pub frame: u64,
+    /// Starting a tree: its walk's setup and the tier and tree loops' turns.
+    pub tree: u64,
+    /// One level of a walk (a node and its child reference).
+    pub level: u64,
+    /// One leaf entry: the scan loop's turn and the compact checks.
+    pub entry: u64,
+    /// One full rule check and the scan's restart after it.
+    pub full_check: u64,
+}
+
+/// The current program's costs, from the sizes of `enforce.o`'s functions (instruction
+/// slots), which bound what one turn of a loop in them runs (a turn runs each instruction
+/// of its body at most once): `scan_leaf` 230 (an entry; a scan restarted after a full
+/// check runs its prologue and one turn, still within the function), `full_match` 699 plus
+/// the caller's loop turn (a full check), `leaf_of` 153 (a level), the entry function 878
+/// plus every parser stage, their loops unrolled to their bounds (the frame). Measured: a
+/// CNP frame over one leaf of 2,000 opcode-only rules finishes, over 2,200 it spends the
+/// budget (about 950 instructions per entry checked in full).
+pub const COSTS: Costs = Costs {
+    frame: 4_000,
+    tree: 600,
+    level: 160,
+    entry: 240,
+    full_check: 800,
+};
+
+/// Where a frame's worst case lies, and what it costs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorstCase {
+    /// Metered instructions the worst frame can need (an upper bound).
+    pub instructions: u64,
+    /// The costliest leaf: its tier, tree, entries, and how many of them one frame can pass
+    /// the compact checks of (each then checked in full).
+    pub leaf: LeafWork,
+    /// Trees walked in all (a frame that matches nothing walks every tree of every tier).
+    pub trees: usize,
+}
+
+/// A leaf's share of a worst case.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeafWork {
+    /// Tier.
+    pub tier: usize,
+    /// Tree of the tier.
+    pub tree: usize,
+    /// Entries scanned.
+    pub entries: u32,
+    /// Entries one frame can pass the compact checks of, at most.
+    pub full_checks: u32,
+}
+
+impl LeafWork {
+    fn cost(&self) -> u64 {
+        self.entries as u64 * COSTS.entry + self.full_checks as u64 * COSTS.full_check
+    }
+}
+
+/// How many of `entries` one frame can pass the compact checks of, at most: a frame that
+/// passes an entry has each field in the entry's range (or lacks it where the entry allows
+/// that), so for every field the count is at most the most ranges one value lies in (or
+/// the entries allowing the field absent). The opcode is no bound: a frame with an opcode
+/// of 64 or more passes every entry's opcode test, and then needs every full rule.
+fn passable(entries: &[crate::classify::EntryView]) -> u32 {
+    use crate::classify::{ENTRY_DIP_ANY, ENTRY_DIP_V4, ENTRY_SIP_ANY, ENTRY_SIP_V4};
+    use crate::field::Field;
+    /// The most inclusive ranges any one value lies in.
+    fn stab(ranges: impl Iterator<Item = (u64, u64)>) -> u32 {
+        let mut events: Vec<(u64, i32)> = Vec::new();
+        for (lo, hi) in ranges.filter(|(lo, hi)| lo <= hi) {
+            events.push((lo, 1));
+            if hi < u64::MAX {
+                events.push((hi + 1, -1));
+            }
+        }
+        // At one coordinate the ends (the range before closed) count before the starts.
+        events.sort_unstable();
+        let (mut depth, mut most) = (0i32, 0i32);
+        for (_, d) in events {
+            depth += d;
+            most = most.max(depth);
+        }
+        most as u32
+    }
+    let absent_ok = |f: Field| {
+        entries
+            .iter()
+            .filter(|e| e.absent_ok & (1 << f.index()) != 0)
+            .count() as u32
+    };
+    let ranged = |f: Field, range: fn(&crate::classify::EntryView) -> (u64, u64)| {
+        stab(entries.iter().map(range)).max(absent_ok(f))
+    };
+    let address =
+        |f: Field, v4: u16, any: u16, range: fn(&crate::classify::EntryView) -> (u64, u64)| {
+            // Entries for `any` or a range that is not IPv4 pass every present address here.
+            let open = entries
+                .iter()
+                .filter(|e| e.flags & any != 0 || e.flags & v4 == 0)
+                .count() as u32;
+            let v4_ranges = entries
+                .iter()
+                .filter(|e| e.flags & any == 0 && e.flags & v4 != 0)
+                .map(range);
+            (stab(v4_ranges) + open).max(absent_ok(f))
+        };
+    let bounds = [
+        ranged(Field::DQpn, |e| (e.dqpn_lo as u64, e.dqpn_hi as u64)),
+        ranged(Field::Sport, |e| (e.sport_lo as u64, e.sport_hi as u64)),
+        ranged(Field::Dport, |e| (e.dport_lo as u64, e.dport_hi as u64)),
+        ranged(Field::Va, |e| (e.va_lo, e.va_hi)),
+        address(Field::Sip, ENTRY_SIP_V4, ENTRY_SIP_ANY, |e| {
+            (e.sip_lo as u64, e.sip_hi as u64)
+        }),
+        address(Field::Dip, ENTRY_DIP_V4, ENTRY_DIP_ANY, |e| {
+            (e.dip_lo as u64, e.dip_hi as u64)
+        }),
+    ];
+    bounds
+        .into_iter()
+        .min()
+        .unwrap_or(0)
+        .min(entries.len() as u32)
+}
+
+/// An upper bound of the instructions one frame can cost the program over `tree`'s image:
+/// a frame that matches no rule walks every tree of every tier to its deepest level, scans
+/// its costliest leaf and checks in full every entry whose compact checks it can pass (a
+/// frame with an opcode of 64 or more — CNP, UD SEND — needs the full rule of each of
+/// those). Priced with [`COSTS`].
+pub fn worst_case(tree: &CutTree) -> WorstCase {
+    use crate::classify::{TierView, LEAF_REF};
+    let c = COSTS;
+    let mut total = c.frame;
+    let mut costliest = LeafWork::default();
+    let mut trees = 0;
+    for t in 0..tree.tier_count() {
+        let view = tree.tier_view(t);
+        // Per node: (levels of the deepest walk from it, its costliest leaf), memoised (the
+        // walk is at most 26 levels deep, so the recursion is too).
+        fn visit(
+            view: &TierView<'_>,
+            r: u32,
+            memo: &mut [Option<(u32, LeafWork)>],
+            leaves: &mut std::collections::HashMap<u32, LeafWork>,
+        ) -> (u32, LeafWork) {
+            if r & LEAF_REF != 0 {
+                let leaf = r & !LEAF_REF;
+                let work = *leaves.entry(leaf).or_insert_with(|| {
+                    let (start, len) = view.leaf(leaf as usize);
+                    let entries: Vec<_> = (start..start + len)
+                        .filter(|&i| (i as usize) < view.entry_count())
+                        .map(|i| view.entry(i as usize))
+                        .collect();
+                    LeafWork {
+                        entries: len,
+                        full_checks: passable(&entries),
+                        ..LeafWork::default()
+                    }
+                });
+                return (0, work);
+            }
+            if let Some(Some(done)) = memo.get(r as usize) {
+                return *done;
+            }
+            let node = view.node(r as usize);
+            let first = node.children as usize;
+            let count = (1usize << node.bits) + 2;
+            let (mut depth, mut worst) = (0u32, LeafWork::default());
+            for i in first..first + count {
+                let Some(&child) = view.refs().get(i) else {
+                    continue;
+                };
+                let (d, leaf) = visit(view, child, memo, leaves);
+                depth = depth.max(d);
+                if leaf.cost() > worst.cost() {
+                    worst = leaf;
+                }
+            }
+            let done = (depth + 1, worst);
+            memo[r as usize] = Some(done);
+            done
+        }
+        let mut memo = vec![None; view.node_count()];
+        let mut leaves = std::collections::HashMap::new();
+        for (g, (root, _)) in view.groups().enumerate() {
+            let (depth, mut leaf) = visit(&view, root, &mut memo, &mut leaves);
+            (leaf.tier, leaf.tree) = (t, g);
+            trees += 1;
+            total += c.tree + depth as u64 * c.level + leaf.cost();
+            if leaf.cost() > costliest.cost() {
+                costliest = leaf;
+            }
+        }
+    }
+    WorstCase {
+        instructions: total,
+        leaf: costliest,
+        trees,
+    }
 }
 
 /// Element indices where bank `bank` of each array starts.
@@ -496,6 +739,74 @@ mod tests {
         t.rules.truncate(3);
         t.rules[1] = t.rules[2];
         assert_eq!(rule_updates(&s, &t).unwrap().len(), 1);
+    }
+
+    /// The bound on entries one frame passes is never below what some frame passes: every
+    /// frame built from the entries' range ends (or lacking the field) is tried, with the
+    /// compact checks as the program makes them.
+    #[test]
+    fn passable_bounds_every_frame() {
+        use crate::classify::{EntryView, ENTRY_SIP_ANY, ENTRY_SIP_V4};
+        use crate::field::Field;
+        let mut rng = crate::synth::Rng::new(9);
+        for _ in 0..200 {
+            let n = 1 + rng.below(12) as usize;
+            let entries: Vec<EntryView> = (0..n)
+                .map(|_| {
+                    let r = |rng: &mut crate::synth::Rng| {
+                        let a = rng.below(6) as u32;
+                        (a, a + rng.below(4) as u32)
+                    };
+                    let (q0, q1) = r(&mut rng);
+                    let (p0, p1) = r(&mut rng);
+                    let (s0, s1) = r(&mut rng);
+                    let mut absent_ok = 0u16;
+                    if rng.chance(20) {
+                        absent_ok |= 1 << Field::DQpn.index();
+                    }
+                    EntryView {
+                        dqpn_lo: q0,
+                        dqpn_hi: q1,
+                        sport_lo: p0 as u16,
+                        sport_hi: p1 as u16,
+                        dport_hi: u16::MAX,
+                        va_hi: u64::MAX,
+                        sip_lo: s0,
+                        sip_hi: s1,
+                        flags: if rng.chance(30) {
+                            ENTRY_SIP_ANY
+                        } else {
+                            ENTRY_SIP_V4
+                        },
+                        dip_hi: u32::MAX,
+                        absent_ok,
+                        ..EntryView::default()
+                    }
+                })
+                .collect();
+            let bound = passable(&entries);
+            let values: Vec<Option<u32>> = (0..12).map(Some).chain([None]).collect();
+            for dqpn in &values {
+                for sport in 0..12u32 {
+                    for sip in 0..12u32 {
+                        let passes = entries
+                            .iter()
+                            .filter(|e| {
+                                let q = match dqpn {
+                                    Some(q) => e.dqpn_lo <= *q && *q <= e.dqpn_hi,
+                                    None => e.absent_ok & (1 << Field::DQpn.index()) != 0,
+                                };
+                                let p = e.sport_lo as u32 <= sport && sport <= e.sport_hi as u32;
+                                let a = e.flags & ENTRY_SIP_ANY != 0
+                                    || (e.sip_lo <= sip && sip <= e.sip_hi);
+                                q && p && a
+                            })
+                            .count() as u32;
+                        assert!(passes <= bound, "{passes} > {bound} for {entries:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -60,6 +60,10 @@ pub struct Counters {
     pub default_hits: u64,
     /// Malformed packets by [`MalformedReason`] index.
     pub malformed: [u64; MalformedReason::COUNT],
+    /// Traffic that may carry RDMA the parser does not look into (RoCE v1, VXLAN, IPsec,
+    /// unwalked IPv6 extension headers), decided by the default action (and counted in
+    /// `default_hits` too).
+    pub uninspected: u64,
     /// Packets decided per policy (apply order).
     pub per_policy: Vec<u64>,
 }
@@ -204,6 +208,10 @@ impl Engine {
     ) -> Result<packet::PacketInfo, Verdict> {
         match packet::parse(link, bytes) {
             Ok(Parsed::Rdma(info)) => Ok(info),
+            Ok(Parsed::Uninspected(_)) => {
+                self.counters.uninspected += 1;
+                Err(self.verdict_of(None))
+            }
             Ok(Parsed::NotRdma) => {
                 self.counters.not_rdma += 1;
                 self.counters.allowed += 1;
@@ -226,19 +234,29 @@ impl Engine {
     /// The verdict of a classification, counted.
     fn verdict_of(&mut self, hit: Option<u32>) -> Verdict {
         let verdict = match hit {
-            Some(rule) => {
-                let r = &self.rules.rules[rule as usize];
-                if let Some(c) = self.counters.per_policy.get_mut(r.policy as usize) {
-                    *c += 1;
+            Some(rule) => match self.rules.rules.get(rule as usize) {
+                Some(r) => {
+                    if let Some(c) = self.counters.per_policy.get_mut(r.policy as usize) {
+                        *c += 1;
+                    }
+                    Verdict {
+                        action: r.action(),
+                        cause: Cause::Policy {
+                            policy: r.policy,
+                            rule,
+                        },
+                    }
                 }
-                Verdict {
-                    action: r.action(),
+                // A classifier answering a rule index past the table is inconsistent with
+                // it: deny, as the program does, rather than index out of bounds.
+                None => Verdict {
+                    action: Action::Deny,
                     cause: Cause::Policy {
-                        policy: r.policy,
+                        policy: u32::MAX,
                         rule,
                     },
-                }
-            }
+                },
+            },
             None => {
                 self.counters.default_hits += 1;
                 Verdict {
@@ -278,6 +296,7 @@ impl fmt::Display for Counters {
         writeln!(f, "denied       {}", self.denied)?;
         writeln!(f, "not_rdma     {}", self.not_rdma)?;
         writeln!(f, "default      {}", self.default_hits)?;
+        writeln!(f, "uninspected  {}", self.uninspected)?;
         for r in MalformedReason::ALL {
             let n = self.malformed[r as usize];
             if n != 0 {
@@ -321,6 +340,20 @@ mod tests {
         }
         assert_eq!(burst.counters(), one.counters());
         assert_eq!(burst.cm_counters(), one.cm_counters());
+    }
+
+    /// A rule index past the table (a classifier inconsistent with the rules) denies, as in
+    /// the program, and a rule whose action byte is neither allow nor deny denies too.
+    #[test]
+    fn out_of_range_rules_and_unknown_actions_deny() {
+        let text = "policy open { predicate = any action = allow }\napply(open)\n";
+        let mut rules = compile(&crate::policy::parse(text).unwrap()).unwrap();
+        let mut e = Engine::new(rules.clone());
+        assert_eq!(e.verdict_of(Some(0)).action, Action::Allow);
+        let v = e.verdict_of(Some(rules.rules.len() as u32));
+        assert_eq!(v.action, Action::Deny, "{v:?}");
+        rules.rules[0].action = 7;
+        assert_eq!(rules.rules[0].action(), Action::Deny);
     }
 
     #[test]

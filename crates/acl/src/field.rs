@@ -261,10 +261,23 @@ pub const OPCODES: &[(u8, &str)] = &[
     (0x81, "CNP"),
 ];
 
-/// Opcode groups: the short names a policy uses for a verb.
+/// Opcode groups: the short names a policy uses for a verb. `SEND` and `WRITE` hold the
+/// Unreliable Connection opcodes as well as the Reliable Connection ones (a UC write is as
+/// much a write into a window as an RC one); the UD sends are not in `SEND` (CM messages
+/// travel in them: name `UD_SEND_ONLY` for those).
 pub const OPCODE_GROUPS: &[(&str, &[u8])] = &[
-    ("SEND", &[0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x16, 0x17]),
-    ("WRITE", &[0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b]),
+    (
+        "SEND",
+        &[
+            0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x16, 0x17, 0x20, 0x21, 0x22, 0x23, 0x24, 0x25,
+        ],
+    ),
+    (
+        "WRITE",
+        &[
+            0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x26, 0x27, 0x28, 0x29, 0x2a, 0x2b,
+        ],
+    ),
     ("READ", &[0x0c, 0x0d, 0x0e, 0x0f, 0x10]),
     ("CAS", &[0x13]),
     ("FAA", &[0x14]),
@@ -383,5 +396,21 @@ mod tests {
         assert_eq!(CmType::from_attribute(0x15), CmType::DisconnectRequest);
         assert_eq!(opcodes_by_name("READ").unwrap().len(), 5);
         assert!(opcodes_by_name("NOPE").is_none());
+    }
+
+    /// `WRITE` and `SEND` cover every connected transport's writes and sends: a UC write
+    /// does not escape a `WRITE` deny. The UD sends (CM travels in them) are not in `SEND`.
+    #[test]
+    fn verb_groups_include_unreliable_connection() {
+        let group = |g: &str| opcodes_by_name(g).unwrap();
+        for (op, name) in OPCODES {
+            if name.contains("RDMA_WRITE") {
+                assert!(group("WRITE").contains(op), "{name} not in WRITE");
+            }
+            if name.contains("SEND") && !name.starts_with("UD_") {
+                assert!(group("SEND").contains(op), "{name} not in SEND");
+            }
+        }
+        assert!(!group("SEND").contains(&0x64));
     }
 }

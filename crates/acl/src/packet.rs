@@ -36,7 +36,19 @@ const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_IPV6: u16 = 0x86dd;
 const ETHERTYPE_VLAN: u16 = 0x8100;
 const ETHERTYPE_QINQ: u16 = 0x88a8;
+/// The pre-standard service-tag TPIDs switches still emit (0x9100, 0x9200, 0x9300): tags
+/// like 802.1ad's, parsed through so that a frame cannot hide its RoCEv2 behind them.
+const ETHERTYPE_LEGACY_QINQ: [u16; 3] = [0x9100, 0x9200, 0x9300];
+/// RoCE v1: a GRH and a BTH straight over Ethernet.
+const ETHERTYPE_ROCE_V1: u16 = 0x8915;
+/// VXLAN's UDP port: an inner Ethernet frame, which may be RoCE.
+pub const VXLAN_PORT: u16 = 4789;
 const IPPROTO_UDP: u8 = 17;
+const IPPROTO_ESP: u8 = 50;
+const IPPROTO_AH: u8 = 51;
+/// IPv6 extension headers the parser does not walk (Mobility, HIP, Shim6, the two
+/// experimental codes): what follows them could be UDP 4791 to a receiver that does.
+const IPV6_OPAQUE_EXTENSIONS: [u8; 5] = [135, 139, 140, 253, 254];
 const GRH_NEXT_HEADER_BTH: u8 = 0x1b;
 const MAD_CLASS_CM: u8 = 0x07;
 /// The general services QP every CM MAD is addressed to and sent from.
@@ -155,6 +167,24 @@ pub enum Parsed {
     Rdma(PacketInfo),
     /// Not RDMA traffic (another ethertype, IP protocol or UDP port): the ACL does not judge it.
     NotRdma,
+    /// Traffic that may carry RDMA the parser does not look into: the policy's default
+    /// decides it (no rule can match it), so `default deny` does not let it pass as "not
+    /// RDMA".
+    Uninspected(Uninspected),
+}
+
+/// What kind of traffic [`Parsed::Uninspected`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Uninspected {
+    /// RoCE v1 (ethertype 0x8915).
+    RoceV1,
+    /// VXLAN (UDP port 4789): the inner frame is not parsed.
+    Vxlan,
+    /// IPsec ESP (either IP version) or AH over IPv4: encrypted or not walked.
+    IpSecurity,
+    /// An IPv6 extension header the parser does not walk (Mobility, HIP, Shim6,
+    /// experimental).
+    Ipv6Extension,
 }
 
 /// A CM message's identifying fields.
@@ -211,17 +241,56 @@ pub struct PacketInfo {
 
 impl PacketInfo {
     /// The address identifying the sender for CM state: IP, else GID, else LID.
-    pub fn src_endpoint(&self) -> u128 {
-        self.sip
-            .or(self.sgid)
-            .unwrap_or_else(|| self.slid.map_or(0, |l| (1u128 << 127) | l as u128))
+    pub fn src_endpoint(&self) -> Endpoint {
+        Endpoint::of(self.sip.or(self.sgid), self.slid)
     }
 
     /// The address identifying the receiver.
-    pub fn dst_endpoint(&self) -> u128 {
-        self.dip
-            .or(self.dgid)
-            .unwrap_or_else(|| self.dlid.map_or(0, |l| (1u128 << 127) | l as u128))
+    pub fn dst_endpoint(&self) -> Endpoint {
+        Endpoint::of(self.dip.or(self.dgid), self.dlid)
+    }
+}
+
+/// What identifies a side of a CM exchange: its IP address (RoCEv2) or GID (InfiniBand with
+/// a GRH), else its LID. The kind is part of the identity: LID 5 and the GID `8000::5` are
+/// different endpoints (a LID folded into the 128-bit address space would be forgeable by
+/// any sender choosing that GID).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Endpoint {
+    /// Which address space `addr` lives in.
+    pub kind: EndpointKind,
+    /// The IP address or GID (IPv4 as `::ffff:a.b.c.d`), or the LID.
+    pub addr: u128,
+}
+
+/// The address space of an [`Endpoint`] (the codes are the program's, `enforce.c`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum EndpointKind {
+    /// The packet carries no address at all.
+    None = 0,
+    /// An IP address or GID.
+    Address = 1,
+    /// An InfiniBand LID (no GRH).
+    Lid = 2,
+}
+
+impl Endpoint {
+    fn of(address: Option<u128>, lid: Option<u16>) -> Endpoint {
+        match (address, lid) {
+            (Some(addr), _) => Endpoint {
+                kind: EndpointKind::Address,
+                addr,
+            },
+            (None, Some(l)) => Endpoint {
+                kind: EndpointKind::Lid,
+                addr: l as u128,
+            },
+            (None, None) => Endpoint {
+                kind: EndpointKind::None,
+                addr: 0,
+            },
+        }
     }
 }
 
@@ -277,7 +346,10 @@ fn parse_ethernet(buf: &[u8]) -> Result<Parsed, Malformed> {
     let mut ethertype = be16(eth, 12);
     let mut off = 14;
     let mut tags = 0;
-    while ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ {
+    while ethertype == ETHERTYPE_VLAN
+        || ethertype == ETHERTYPE_QINQ
+        || ETHERTYPE_LEGACY_QINQ.contains(&ethertype)
+    {
         tags += 1;
         if tags > MAX_VLAN_TAGS {
             return Err(bad(TruncatedL2, off));
@@ -294,6 +366,9 @@ fn parse_ethernet(buf: &[u8]) -> Result<Parsed, Malformed> {
             let total = be16(ip, 2) as usize;
             if ip[0] >> 4 != 4 || ihl < 20 || total < ihl || off + total > buf.len() {
                 return Err(bad(BadIpHeader, off));
+            }
+            if ip[9] == IPPROTO_ESP || ip[9] == IPPROTO_AH {
+                return Ok(Parsed::Uninspected(Uninspected::IpSecurity));
             }
             if ip[9] != IPPROTO_UDP {
                 return Ok(Parsed::NotRdma);
@@ -324,22 +399,33 @@ fn parse_ethernet(buf: &[u8]) -> Result<Parsed, Malformed> {
             loop {
                 match next {
                     IPPROTO_UDP => break,
-                    // Hop-by-hop, routing, destination options: skip.
-                    0 | 43 | 60 => {
+                    // Hop-by-hop, routing, destination options, authentication: skip.
+                    0 | 43 | 60 | IPPROTO_AH => {
                         exts += 1;
                         if exts > MAX_IPV6_EXT_HEADERS {
                             return Err(bad(BadIpHeader, at));
                         }
                         let h = slice(&buf[..end], at, 8, BadIpHeader)?;
+                        // AH counts its length in 4-byte units, less 2; the others in
+                        // 8-byte units, less 1.
+                        at += if next == IPPROTO_AH {
+                            (h[1] as usize + 2) * 4
+                        } else {
+                            (h[1] as usize + 1) * 8
+                        };
                         next = h[0];
-                        at += (h[1] as usize + 1) * 8;
                     }
                     44 => return Err(bad(IpFragment, at)),
+                    IPPROTO_ESP => return Ok(Parsed::Uninspected(Uninspected::IpSecurity)),
+                    n if IPV6_OPAQUE_EXTENSIONS.contains(&n) => {
+                        return Ok(Parsed::Uninspected(Uninspected::Ipv6Extension))
+                    }
                     _ => return Ok(Parsed::NotRdma),
                 }
             }
             (at, end)
         }
+        ETHERTYPE_ROCE_V1 => return Ok(Parsed::Uninspected(Uninspected::RoceV1)),
         _ => return Ok(Parsed::NotRdma),
     };
     let ip_payload = &buf[..ip_end];
@@ -349,6 +435,9 @@ fn parse_ethernet(buf: &[u8]) -> Result<Parsed, Malformed> {
         return Err(bad(BadUdpLength, udp_at));
     }
     let dport = be16(udp, 2);
+    if dport == VXLAN_PORT {
+        return Ok(Parsed::Uninspected(Uninspected::Vxlan));
+    }
     if dport != ROCEV2_PORT {
         return Ok(Parsed::NotRdma);
     }

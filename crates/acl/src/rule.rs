@@ -310,10 +310,11 @@ impl Rule {
 
     /// The rule's action.
     pub fn action(&self) -> Action {
-        if self.action == Action::Deny as u8 {
-            Action::Deny
-        } else {
+        // Only the allow code allows: any other byte (a corrupt or unwritten rule) denies.
+        if self.action == Action::Allow as u8 {
             Action::Allow
+        } else {
+            Action::Deny
         }
     }
 

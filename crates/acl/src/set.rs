@@ -51,6 +51,28 @@ impl ValueSet {
         }
     }
 
+    /// Whether the two sets share a value or both hold absence (`!intersect().is_empty()`,
+    /// without allocating).
+    pub fn meets(&self, other: &ValueSet) -> bool {
+        if self.absent && other.absent {
+            return true;
+        }
+        let (mut i, mut j) = (0, 0);
+        while i < self.ranges.len() && j < other.ranges.len() {
+            let (a_lo, a_hi) = self.ranges[i];
+            let (b_lo, b_hi) = other.ranges[j];
+            if a_lo.max(b_lo) <= a_hi.min(b_hi) {
+                return true;
+            }
+            if a_hi < b_hi {
+                i += 1;
+            } else {
+                j += 1;
+            }
+        }
+        false
+    }
+
     /// Whether no packet value (nor absence) is in the set.
     pub fn is_empty(&self) -> bool {
         !self.absent && self.ranges.is_empty()
@@ -166,9 +188,10 @@ impl Cube {
         self.sets.iter().zip(values).all(|(s, v)| s.contains(*v))
     }
 
-    /// Whether the two cubes share a point.
+    /// Whether the two cubes share a point (field by field, without building the
+    /// intersection: the shadowing proof asks this of every pair of cubes).
     pub fn overlaps(&self, other: &Cube) -> bool {
-        !self.intersect(other).is_empty()
+        self.sets.iter().zip(&other.sets).all(|(a, b)| a.meets(b))
     }
 
     /// `self \ other` as disjoint cubes (at most one per field).
@@ -216,27 +239,47 @@ pub enum Coverage {
 /// Whether the union `cubes` is contained in the union `by`, exploring at most `budget`
 /// intermediate pieces.
 pub fn covered_by(cubes: &[Cube], by: &[&Cube], budget: usize) -> Coverage {
+    let mut left = budget;
+    covered_within(cubes, by, &mut left)
+}
+
+/// [`covered_by`] spending `budget` (the pieces computed are taken from it), so that a
+/// caller can bound the work over many proofs.
+pub fn covered_within(cubes: &[Cube], by: &[&Cube], budget: &mut usize) -> Coverage {
+    let start = *budget;
+    let coverage = covered_counting(cubes, by, start);
+    *budget = start.saturating_sub(coverage.1);
+    coverage.0
+}
+
+fn covered_counting(cubes: &[Cube], by: &[&Cube], budget: usize) -> (Coverage, usize) {
     let mut rest: Vec<Cube> = cubes.iter().filter(|c| !c.is_empty()).cloned().collect();
     let mut work = 0usize;
     for b in by {
         let mut next = Vec::with_capacity(rest.len());
-        for c in &rest {
+        for c in rest.drain(..) {
+            // A piece `b` misses stays as it is (moved, not cloned): most pairs of a large
+            // policy file do not overlap.
+            if !c.overlaps(b) {
+                next.push(c);
+                continue;
+            }
             let pieces = c.difference(b);
             work += pieces.len();
             if work > budget {
-                return Coverage::Unknown;
+                return (Coverage::Unknown, work);
             }
             next.extend(pieces);
         }
         rest = next;
         if rest.is_empty() {
-            return Coverage::Covered;
+            return (Coverage::Covered, work);
         }
     }
     if rest.is_empty() {
-        Coverage::Covered
+        (Coverage::Covered, work)
     } else {
-        Coverage::NotCovered
+        (Coverage::NotCovered, work)
     }
 }
 
@@ -263,6 +306,7 @@ mod tests {
         fn set_algebra_matches_membership(a in small(Field::Sport), b in small(Field::Sport), v in proptest::option::of(0u128..50)) {
             let f = Field::Sport;
             prop_assert_eq!(a.intersect(&b).contains(v), a.contains(v) && b.contains(v));
+            prop_assert_eq!(a.meets(&b), !a.intersect(&b).is_empty());
             prop_assert_eq!(a.complement(f).contains(v), !a.contains(v));
             prop_assert_eq!(a.difference(&b, f).contains(v), a.contains(v) && !b.contains(v));
             prop_assert_eq!(a.complement(f).complement(f), a.clone());

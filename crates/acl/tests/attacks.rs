@@ -153,3 +153,41 @@ fn committed_traces_match_the_generator() {
     }
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+/// The shipped server policy's orphan check per message type: a stranger's REP for a
+/// connection nobody requested is denied (its lQPN is its own, so the check looks at the
+/// table's dQPN), and the server's REJ of a client's REQ, before any REP, is allowed (the
+/// server has no QPN in the table yet; the client's is there).
+#[test]
+fn server_policy_denies_a_strangers_rep_and_allows_the_servers_early_rej() {
+    use rdx_acl::craft::{self, Bth, Endpoints};
+    use rdx_acl::field::CmType;
+    use rdx_acl::packet::LinkType;
+    let rules = rdx_acl::compile::compile(&api::load(&policy("server.acl")).unwrap()).unwrap();
+    let mad = |from: &str, to: &str, kind: CmType, local: u32, remote: u32, qpn: u32| {
+        let ep = Endpoints {
+            sip: from.parse().unwrap(),
+            dip: to.parse().unwrap(),
+            sport: 4791,
+        };
+        let bth = Bth {
+            opcode: 0x64,
+            dest_qp: 1,
+            psn: 0,
+        };
+        craft::roce(
+            &ep,
+            bth,
+            &craft::deth(craft::GSI_QKEY, 1),
+            &craft::cm_mad(kind, local, remote, qpn),
+        )
+    };
+    let mut e = rdx_acl::engine::Engine::new(rules);
+    let (server, client) = ("10.0.0.10", "10.0.1.1");
+    let rep = mad("10.0.1.66", server, CmType::ConnectReply, 5, 77, 0x900);
+    assert_eq!(e.process(LinkType::Ethernet, &rep).action, Action::Deny);
+    let req = mad(client, server, CmType::ConnectRequest, 7, 0, 0x100);
+    assert_eq!(e.process(LinkType::Ethernet, &req).action, Action::Allow);
+    let rej = mad(server, client, CmType::ConnectReject, 9, 7, 0);
+    assert_eq!(e.process(LinkType::Ethernet, &rej).action, Action::Allow);
+}

@@ -37,7 +37,7 @@ fn region(tag: &str) -> PathBuf {
 }
 
 /// CM capacity of the program's `acl_cm` map, so that the oracle's table fills alike.
-const CM_CAPACITY: usize = 4096;
+const CM_CAPACITY: usize = rdx_acl::enforce::CM_CAPACITY;
 
 /// The large rule set of the tests (the benchmark uses 300,000).
 const BIG: usize = 20_000;
@@ -87,6 +87,7 @@ fn check_against_engine(
         cm.unknown_connection
     );
     assert_eq!(after.cm_table_full - before.cm_table_full, cm.table_full);
+    assert_eq!(after.uninspected - before.uninspected, c.uninspected);
     outcomes
 }
 
@@ -221,6 +222,378 @@ fn long_leaves_agree_with_the_engine() {
         .map(|k| craft::roce_frame(k).unwrap())
         .collect();
     check_against_engine(&gw, &applier, &rules, 15, LinkType::Ethernet, &frames);
+}
+
+/// `n` rules that differ only in their opcode (so they share one leaf per tier).
+fn opcode_only_rules(n: u32) -> RuleSet {
+    let mut text = String::new();
+    let mut names = Vec::new();
+    for i in 0..n {
+        text.push_str(&format!(
+            "policy p{i} {{ predicate = match(opcode = {}) action = allow }}\n",
+            i % 0x15
+        ));
+        names.push(format!("p{i}"));
+    }
+    text.push_str(&format!("apply({})\ndefault deny\n", names.join(", ")));
+    compile(&parse(&text).unwrap()).unwrap()
+}
+
+/// A CNP frame (opcode 0x81): its opcode is past the compact entries' 64, so every entry
+/// of a leaf it reaches needs the full rule check.
+fn cnp_frame() -> Vec<u8> {
+    let ep = craft::Endpoints {
+        sip: "10.0.1.7".parse().unwrap(),
+        dip: "10.0.1.105".parse().unwrap(),
+        sport: 50000,
+    };
+    let bth = craft::Bth {
+        opcode: 0x81,
+        dest_qp: 0x42,
+        psn: 0,
+    };
+    craft::roce(&ep, bth, &[], &[0; 16])
+}
+
+/// The worst case a policy can cost per frame is bounded when it is deployed: the longest
+/// opcode-only leaf the bound accepts is decided within the budget even by a CNP frame
+/// (every entry checked in full), and a longer one is refused with the reason. Deployed
+/// anyway, such a leaf makes the run spend its budget: the frame is denied by the hook's
+/// default and counted as budget-exhausted (the hook's failed runs, `rdx acl stats`).
+#[test]
+fn worst_case_frames_fit_the_budget_or_the_policy_is_refused() {
+    use rdx_acl::enforce::{self, EnforceError};
+    let gw = Gateway::new(Some(&region("budget"))).unwrap();
+    let mut applier = Applier::attach(gw.region_path());
+    let hook = gw.hook().unwrap();
+    let frame = cnp_frame();
+    // Compiled once; the first `n` rules are the policy of `n` rules.
+    let all = opcode_only_rules(2500);
+    let first = |n: u32| RuleSet {
+        rules: all.rules[..n as usize].to_vec(),
+        policy_names: all.policy_names[..n as usize].to_vec(),
+        default: all.default,
+    };
+    let bound = |n: u32| {
+        let tree = rdx_acl::classify::CutTree::new(first(n).rules);
+        enforce::worst_case(&tree).instructions
+    };
+    // The largest accepted leaf, by bisection on the bound.
+    let (mut lo, mut hi) = (1u32, 2500u32);
+    while lo + 1 < hi {
+        let mid = (lo + hi) / 2;
+        if bound(mid) <= enforce::BUDGET {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    assert!(lo > 1000, "the bound accepts only {lo} opcode-only rules");
+    let accepted = first(lo);
+    applier.apply(&accepted, 21);
+    let d = Gateway::decide(&hook, LinkType::Ethernet, &frame);
+    assert_eq!(
+        (d.generation, d.outcome.cause),
+        (21, rdx_acl::enforce::OutcomeCause::Default),
+        "a frame at the bound ({lo} rules) ran out of budget: the costs are too low"
+    );
+    let before = applier.budget_exhausted();
+
+    let refused = all;
+    let err = enforce::image(&refused).map(|_| ()).unwrap_err();
+    assert!(matches!(err, EnforceError::OverBudget(_)), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("budget of 2000000") && msg.contains("leaf of"),
+        "{msg}"
+    );
+    applier.deploy_raw(&refused, 0, 22, |_| true, |_| ());
+    let d = Gateway::decide(&hook, LinkType::Ethernet, &frame);
+    assert_eq!(d.outcome.action, Action::Deny);
+    assert_eq!(
+        d.outcome.cause,
+        rdx_acl::enforce::OutcomeCause::Unknown(u32::MAX),
+        "{d:?}"
+    );
+    assert_eq!(applier.budget_exhausted(), before + 1);
+}
+
+/// A native InfiniBand CM message from LID `slid` to LID `dlid`, with a GRH when `gids` is
+/// given.
+fn ib_cm(
+    slid: u16,
+    dlid: u16,
+    gids: Option<(u128, u128)>,
+    kind: rdx_acl::field::CmType,
+    local: u32,
+    remote: u32,
+    qpn: u32,
+) -> Vec<u8> {
+    let bth = craft::Bth {
+        opcode: 0x64, // UD SEND_ONLY to QP1
+        dest_qp: 1,
+        psn: 0,
+    };
+    craft::infiniband(
+        slid,
+        dlid,
+        gids,
+        bth,
+        &craft::deth(craft::GSI_QKEY, 1),
+        &craft::cm_mad(kind, local, remote, qpn),
+    )
+}
+
+/// A connection set up between LIDs 5 and 7 (no GRH) is not found by a third party whose GRH
+/// names the GIDs `8000::5` and `8000::7`: its RTU and DREQ are of no known connection and
+/// denied, in the program as in the engine.
+#[test]
+fn lid_connections_are_not_found_by_a_gid_of_the_same_bits() {
+    use rdx_acl::field::CmType;
+    let gw = Gateway::new(Some(&region("ib-collision"))).unwrap();
+    let mut applier = Applier::attach(gw.region_path());
+    let rules = compile(
+        &parse(
+            "policy orphan { predicate = match(type in {RTU, DREQ, DREP}) & !match(lQPN in [0, 0xffffff]) action = deny }\n\
+             apply(orphan)\ndefault allow\n",
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    applier.apply(&rules, 5);
+    let forged = Some(((1u128 << 127) | 5, (1u128 << 127) | 7));
+    let frames = vec![
+        ib_cm(5, 7, None, CmType::ConnectRequest, 7, 0, 0x100),
+        ib_cm(7, 5, None, CmType::ConnectReply, 9, 7, 0x200),
+        ib_cm(66, 7, forged, CmType::ReadyToUse, 7, 9, 0),
+        ib_cm(66, 7, forged, CmType::DisconnectRequest, 7, 9, 0x200),
+        ib_cm(5, 7, None, CmType::ReadyToUse, 7, 9, 0),
+    ];
+    let outcomes = check_against_engine(&gw, &applier, &rules, 5, LinkType::InfiniBand, &frames);
+    let actions: Vec<Action> = outcomes.iter().map(|o| o.action).collect();
+    use Action::{Allow, Deny};
+    assert_eq!(actions, [Allow, Allow, Deny, Deny, Allow], "{outcomes:?}");
+}
+
+/// The program's connection table holds as many connections as the engine's: past 4,096
+/// (the program's old size) both still create connections, and past the capacity both
+/// count the REQ as table-full. A REQ retransmitted after the REP does not reset the
+/// connection: the RTU after it finds both QPNs.
+#[test]
+fn cm_tables_fill_alike_and_retransmitted_reqs_keep_the_connection() {
+    use rdx_acl::field::CmType;
+    let gw = Gateway::new(Some(&region("cm-capacity"))).unwrap();
+    let mut applier = Applier::attach(gw.region_path());
+    let rules = compile(
+        &parse(
+            "policy orphan { predicate = match(type in {RTU, DREQ, DREP}) & !match(lQPN in [0, 0xffffff]) action = deny }\n\
+             apply(orphan)\ndefault allow\n",
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    applier.apply(&rules, 6);
+    let ep = |from: u32, to: u32| craft::Endpoints {
+        sip: std::net::Ipv4Addr::from(0x0a00_0000 + from).into(),
+        dip: std::net::Ipv4Addr::from(0x0a00_0000 + to).into(),
+        sport: 4791,
+    };
+    let mad = |from: u32, to: u32, kind: CmType, local: u32, remote: u32, qpn: u32| {
+        let bth = craft::Bth {
+            opcode: 0x64,
+            dest_qp: 1,
+            psn: 0,
+        };
+        craft::roce(
+            &ep(from, to),
+            bth,
+            &craft::deth(craft::GSI_QKEY, 1),
+            &craft::cm_mad(kind, local, remote, qpn),
+        )
+    };
+    let mut frames = vec![
+        mad(1, 2, CmType::ConnectRequest, 7, 0, 0x100),
+        mad(2, 1, CmType::ConnectReply, 9, 7, 0x200),
+        mad(1, 2, CmType::ConnectRequest, 7, 0, 0x100),
+        mad(1, 2, CmType::ReadyToUse, 7, 9, 0),
+    ];
+    let connections = CM_CAPACITY as u32 + 8;
+    for c in 0..connections {
+        frames.push(mad(3, 2, CmType::ConnectRequest, 1000 + c, 0, 0x300));
+    }
+    // An RTU for a connection past 4,096 (created by both), one past the capacity (by none).
+    let (late, refused) = (4_500, connections - 1);
+    frames.push(mad(2, 3, CmType::ConnectReply, 50, 1000 + late, 0x400));
+    frames.push(mad(3, 2, CmType::ReadyToUse, 1000 + late, 50, 0));
+    frames.push(mad(2, 3, CmType::ConnectReply, 51, 1000 + refused, 0x400));
+    frames.push(mad(3, 2, CmType::ReadyToUse, 1000 + refused, 51, 0));
+    let outcomes = check_against_engine(&gw, &applier, &rules, 6, LinkType::Ethernet, &frames);
+    assert_eq!(outcomes[3].action, Action::Allow, "{:?}", outcomes[3]);
+    let n = outcomes.len();
+    assert_eq!(
+        outcomes[n - 3].action,
+        Action::Allow,
+        "{:?}",
+        outcomes[n - 3]
+    );
+    assert_eq!(
+        outcomes[n - 1].action,
+        Action::Deny,
+        "{:?}",
+        outcomes[n - 1]
+    );
+    // The first connection and CM_CAPACITY + 8 more: 9 REQs found the table full.
+    assert_eq!(applier.stats().cm_table_full, 9);
+}
+
+/// RDMA in the shapes that used to pass as "not RDMA": behind legacy TPIDs and IPv6 AH the
+/// rules see it (a `WRITE` deny denies it); RoCE v1, VXLAN, IPsec and unwalked IPv6
+/// extension headers are decided by the policy's default. The program decides every shape
+/// as the engine does.
+#[test]
+fn evasive_shapes_are_decided_by_the_rules_or_the_default() {
+    use craft::evasion;
+    let gw = Gateway::new(Some(&region("evasion"))).unwrap();
+    let mut applier = Applier::attach(gw.region_path());
+    let bth = craft::Bth {
+        opcode: 0x0a, // RDMA_WRITE_ONLY
+        dest_qp: 0x77,
+        psn: 1,
+    };
+    let ep = |sip: &str, dip: &str| craft::Endpoints {
+        sip: sip.parse().unwrap(),
+        dip: dip.parse().unwrap(),
+        sport: 49152,
+    };
+    let v4 = craft::roce(
+        &ep("10.0.1.7", "10.0.1.105"),
+        bth,
+        &craft::reth(0x5000, 2, 8),
+        &[0; 8],
+    );
+    let v6 = craft::roce(
+        &ep("fe80::1", "fe80::2"),
+        bth,
+        &craft::reth(0x5000, 2, 8),
+        &[0; 8],
+    );
+    let inspected = [
+        evasion::tagged(&v4, 0x9100),
+        evasion::tagged(&v4, 0x9200),
+        evasion::tagged(&v4, 0x9300),
+        evasion::ipv6_extension(&v6, 51, 16),
+    ];
+    let uninspected = [
+        evasion::roce_v1(&v4),
+        evasion::vxlan(&v4),
+        evasion::ipv4_protocol(&v4, 50),
+        evasion::ipv4_protocol(&v4, 51),
+        evasion::ipv6_extension(&v6, 50, 8),
+        evasion::ipv6_extension(&v6, 135, 8),
+        evasion::ipv6_extension(&v6, 139, 16),
+        evasion::ipv6_extension(&v6, 254, 8),
+    ];
+    let frames: Vec<Vec<u8>> = inspected.iter().chain(&uninspected).cloned().collect();
+    for (generation, default) in [(7, "deny"), (8, "allow")] {
+        let rules = compile(
+            &parse(&format!(
+                "policy no_writes {{ predicate = match(opcode in {{WRITE}}) action = deny }}\n\
+                 apply(no_writes)\ndefault {default}\n"
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        applier.apply(&rules, generation);
+        let outcomes = check_against_engine(
+            &gw,
+            &applier,
+            &rules,
+            generation,
+            LinkType::Ethernet,
+            &frames,
+        );
+        for (i, o) in outcomes.iter().enumerate() {
+            if i < inspected.len() {
+                assert_eq!(
+                    o.cause,
+                    rdx_acl::enforce::OutcomeCause::Policy { policy: 0, rule: 0 },
+                    "frame {i}"
+                );
+            } else {
+                assert_eq!(
+                    o.cause,
+                    rdx_acl::enforce::OutcomeCause::Default,
+                    "frame {i}"
+                );
+                let want = if default == "deny" {
+                    Action::Deny
+                } else {
+                    Action::Allow
+                };
+                assert_eq!(o.action, want, "frame {i}");
+            }
+        }
+    }
+}
+
+/// A decision slot a control plane never wrote (the maps start zeroed, and action 0 is
+/// allow), and a rule index at or past the control block's rule count, deny: an image
+/// inconsistent with its control block fails closed.
+#[test]
+fn unwritten_or_out_of_range_decisions_deny() {
+    let gw = Gateway::new(Some(&region("decisions"))).unwrap();
+    let mut applier = Applier::attach(gw.region_path());
+    let rules = compile(
+        &parse(
+            "policy open { predicate = match(dQPN = 0x100) action = allow }
+apply(open)
+default deny
+",
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let ep = craft::Endpoints {
+        sip: "10.0.1.7".parse().unwrap(),
+        dip: "10.0.1.105".parse().unwrap(),
+        sport: 50000,
+    };
+    let bth = craft::Bth {
+        opcode: 0x0a, // RDMA_WRITE_ONLY
+        dest_qp: 0x100,
+        psn: 1,
+    };
+    let frame = craft::roce(&ep, bth, &craft::reth(0x1000, 1, 8), &[0; 8]);
+    let hook = gw.hook().unwrap();
+
+    // Consistent: the rule allows.
+    applier.deploy_raw(&rules, 0, 1, |_| true, |_| ());
+    let d = Gateway::decide(&hook, LinkType::Ethernet, &frame);
+    assert_eq!(
+        (d.generation, d.outcome.action),
+        (1, Action::Allow),
+        "{d:?}"
+    );
+    // Bank 1 never had its decisions written: the matching rule's slot is zero.
+    applier.deploy_raw(
+        &rules,
+        1,
+        2,
+        |w| w.map != rdx_acl::enforce::DECISIONS_MAP,
+        |_| (),
+    );
+    let d = Gateway::decide(&hook, LinkType::Ethernet, &frame);
+    assert_eq!((d.generation, d.outcome.action), (2, Action::Deny), "{d:?}");
+    // Everything written, but the control block counts no rule: the match is out of range.
+    applier.deploy_raw(
+        &rules,
+        0,
+        3,
+        |_| true,
+        |ctl| ctl[32..36].copy_from_slice(&0u32.to_le_bytes()),
+    );
+    let d = Gateway::decide(&hook, LinkType::Ethernet, &frame);
+    assert_eq!((d.generation, d.outcome.action), (3, Action::Deny), "{d:?}");
 }
 
 /// Policies A and B of 100 rules each that disagree on every probe frame: under A, rule `i`

@@ -13,8 +13,10 @@
 //! - **entries** (64 bytes each): the leaves' compact rule copies, with room to grow;
 //! - **rules** (224 bytes each, the [`crate::rule::Rule`] layout of the rule image), for
 //!   entries the compact check cannot decide;
-//! - **decisions** (8 bytes per rule: `policy << 8 | action`), what a match decides, so the
-//!   deciding rule's 224 bytes need not be read.
+//! - **decisions** (8 bytes per rule: `policy << 8 | DECISION_WRITTEN | action`), what a
+//!   match decides, so the deciding rule's 224 bytes need not be read. The program allows
+//!   only on a slot holding exactly [`DECISION_ALLOW`] in its low byte: a slot never written
+//!   (zero) or holding anything else denies.
 //!
 //! Indices inside an array are tier-local (as in the tree); the per-tier bases, the trees'
 //! roots and the bank live in the program's small per-version section ([`Control`]), so
@@ -195,7 +197,7 @@ pub struct TreeImage {
     pub entries: Vec<[u8; ENTRY_SIZE]>,
     /// The rules array.
     pub rules: Vec<[u8; RULE_SIZE]>,
-    /// The decisions array (`policy << 8 | action`, little-endian).
+    /// The decisions array (`policy << 8 | DECISION_WRITTEN | action`, little-endian).
     pub decisions: Vec<u64>,
     /// Default action.
     pub default: Action,
@@ -245,9 +247,22 @@ fn entry_bytes(e: &EntryView) -> [u8; ENTRY_SIZE] {
     b
 }
 
-/// What rule `r` decides, as the program reads it.
+/// Bit 7 of a decision word: the slot was written by a control plane. An array map's slots
+/// start zeroed, and `action` 0 is allow, so without this mark a slot no image wrote would
+/// read as "allow".
+pub const DECISION_WRITTEN: u64 = 0x80;
+/// The low byte of the one decision word that allows (`enforce.c` denies on any other).
+pub const DECISION_ALLOW: u64 = DECISION_WRITTEN | Action::Allow as u64;
+
+/// What rule `r` decides, as the program reads it: an action other than allow is written as
+/// deny.
 fn decision(r: &Rule) -> u64 {
-    (r.policy as u64) << 8 | r.action as u64
+    let action = if r.action == Action::Allow as u8 {
+        Action::Allow
+    } else {
+        Action::Deny
+    };
+    (r.policy as u64) << 8 | DECISION_WRITTEN | action as u64
 }
 
 fn rule_bytes(rules: &[Rule]) -> Vec<[u8; RULE_SIZE]> {

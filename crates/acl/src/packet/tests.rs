@@ -124,7 +124,7 @@ fn native_infiniband_with_and_without_grh() {
     let i = parse(LinkType::InfiniBand, &p)
         .map(|x| match x {
             Parsed::Rdma(i) => i,
-            Parsed::NotRdma => panic!(),
+            Parsed::NotRdma | Parsed::Uninspected(_) => panic!(),
         })
         .unwrap();
     assert_eq!((i.slid, i.dlid, i.sgid), (Some(3), Some(4), None));
@@ -255,5 +255,77 @@ proptest::proptest! {
         f[i] = val;
         f.truncate(cut.max(1).min(f.len()));
         let _ = parse(LinkType::Ethernet, &f);
+    }
+}
+
+/// RDMA hidden behind the shapes docs/acl.md lists: tags with the legacy TPIDs and IPv6
+/// AH headers are parsed through (the rules see the packet); RoCE v1, VXLAN, IPsec and
+/// IPv6 extension headers the parser does not walk are `Uninspected` (the policy's default
+/// decides them), never "not RDMA".
+#[test]
+fn evasive_shapes_are_parsed_or_left_to_the_default() {
+    use craft::evasion;
+    let bth = Bth {
+        opcode: 0x0a, // RDMA_WRITE_ONLY
+        dest_qp: 0x77,
+        psn: 1,
+    };
+    let v4 = craft::roce(&ep4(), bth, &craft::reth(0x5000, 2, 8), &[0; 8]);
+    let ep6 = Endpoints {
+        sip: "fe80::1".parse().unwrap(),
+        dip: "fe80::2".parse().unwrap(),
+        sport: 49152,
+    };
+    let v6 = craft::roce(&ep6, bth, &craft::reth(0x5000, 2, 8), &[0; 8]);
+    let want4 = rdma(parse(LinkType::Ethernet, &v4));
+    let want6 = rdma(parse(LinkType::Ethernet, &v6));
+    for tpid in [0x8100, 0x88a8, 0x9100, 0x9200, 0x9300] {
+        let i = rdma(parse(LinkType::Ethernet, &evasion::tagged(&v4, tpid)));
+        assert_eq!(
+            (i.dest_qp, i.va, i.sip),
+            (0x77, Some(0x5000), want4.sip),
+            "{tpid:#x}"
+        );
+    }
+    for len in [16, 24] {
+        let i = rdma(parse(
+            LinkType::Ethernet,
+            &evasion::ipv6_extension(&v6, 51, len),
+        ));
+        assert_eq!((i.dest_qp, i.va, i.sip), (0x77, Some(0x5000), want6.sip));
+    }
+    let uninspected = [
+        (evasion::roce_v1(&v4), Uninspected::RoceV1),
+        (evasion::vxlan(&v4), Uninspected::Vxlan),
+        (evasion::ipv4_protocol(&v4, 50), Uninspected::IpSecurity),
+        (evasion::ipv4_protocol(&v4, 51), Uninspected::IpSecurity),
+        (evasion::ipv6_extension(&v6, 50, 8), Uninspected::IpSecurity),
+        (
+            evasion::ipv6_extension(&v6, 135, 8),
+            Uninspected::Ipv6Extension,
+        ),
+        (
+            evasion::ipv6_extension(&v6, 139, 16),
+            Uninspected::Ipv6Extension,
+        ),
+        (
+            evasion::ipv6_extension(&v6, 140, 8),
+            Uninspected::Ipv6Extension,
+        ),
+        (
+            evasion::ipv6_extension(&v6, 253, 8),
+            Uninspected::Ipv6Extension,
+        ),
+        (
+            evasion::ipv6_extension(&v6, 254, 8),
+            Uninspected::Ipv6Extension,
+        ),
+    ];
+    for (i, (f, kind)) in uninspected.iter().enumerate() {
+        assert_eq!(
+            parse(LinkType::Ethernet, f),
+            Ok(Parsed::Uninspected(*kind)),
+            "shape {i}"
+        );
     }
 }

@@ -258,3 +258,30 @@ fn deep_nesting_is_an_error_not_a_stack_overflow() {
     );
     assert!(parse(&ok).is_ok());
 }
+
+/// The shadowing proofs of a file share one work budget (thousands of overlapping policies
+/// each spending the per-policy budget took minutes): once it is spent, later policies are
+/// not checked and one warning says from which on. Here with a small budget.
+#[test]
+fn the_shadowing_proof_has_a_budget_per_file() {
+    let mut t = String::new();
+    let mut names = Vec::new();
+    for i in 0..80 {
+        t.push_str(&format!(
+            "policy p{i} {{ predicate = match(dQPN in [{i}, {}]) & match(sport in [{}, 60000]) action = deny }}\n",
+            i + 500,
+            i % 700
+        ));
+        names.push(format!("p{i}"));
+    }
+    t.push_str(&format!("apply({})\n", names.join(", ")));
+    let stopped = |set: &PolicySet| {
+        set.warnings
+            .iter()
+            .filter(|w| w.message.contains("shadowing not checked from"))
+            .count()
+    };
+    assert_eq!(stopped(&parse(&t).unwrap()), 0);
+    let small = parse_with_shadow_budget(&t, 2_000).unwrap();
+    assert_eq!(stopped(&small), 1, "{:?}", small.warnings);
+}

@@ -185,20 +185,29 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         .inspect_err(|_| progress("rejected\n".into()))?;
     let verify_us = us(t);
     progress(format!("ok ({verify_us:.0} us)\n"));
+    pause_point("verified");
     let t = Instant::now();
     let compiled = cf.jit_compile_code(&code, &checked, Some(&registry))?;
     let compile_us = us(t);
     let t = Instant::now();
     let prepared = cf.prepare_prog(&a.hook, &policy_ext, &compiled)?;
+    pause_point("prepared");
     let writes = enforce::bank_writes(&image, &rdx_acl::classify::image::Dirty::everything(), bank);
-    if let Err(e) = write_bank(&cf, &prepared.map_ids, &writes) {
+    let (first_half, second_half) = writes.split_at(writes.len() / 2);
+    let written = write_bank(&cf, &prepared.map_ids, first_half).and_then(|()| {
+        pause_point("half-written");
+        write_bank(&cf, &prepared.map_ids, second_half)
+    });
+    if let Err(e) = written {
         cf.abort(prepared)?;
         return Err(e);
     }
     let write_us = us(t);
+    pause_point("written");
     let t = Instant::now();
     let published = cf.tx(vec![prepared])?.remove(0);
     let publish_us = us(t);
+    pause_point("published");
     registry.record(&HistoryEntry {
         id: 0,
         node: node.clone(),
@@ -249,30 +258,73 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The bank the hook's active version reads (from its control section), if it runs the
-/// enforcement program.
+/// Environment variable naming a step of `apply` at which it stops and waits to be killed
+/// (`verified`, `prepared`, `half-written`, `written`, `published`): how the tests show that
+/// an apply killed at any step leaves the running version deciding by a complete policy.
+const PAUSE_ENV: &str = "RDX_ACL_APPLY_PAUSE_AT";
+
+/// Stops for good at `step` when [`PAUSE_ENV`] names it, after saying so on stderr.
+fn pause_point(step: &str) {
+    if std::env::var(PAUSE_ENV).is_ok_and(|v| v == step) {
+        eprintln!("rdx acl apply: paused at {step}");
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    }
+}
+
+/// The bank the hook's active version reads, from its control block, if it runs the
+/// enforcement program; `None` when no version is active or the active one has no control
+/// block (then no running version reads either bank).
+///
+/// The control block is found by what the node holds, not by name: the node names a
+/// version's global-data maps after the program (`acl_enforce.data.acl`), so a lookup by the
+/// section name finds nothing. It is the one-element map of [`CONTROL_SIZE`]-byte values
+/// starting with [`CONTROL_MAGIC`] (no other map of the program has that shape). A map of
+/// the active version that cannot be opened is an error rather than "no control block":
+/// guessing bank 0 there would write the bank the running version reads.
+///
+/// [`CONTROL_SIZE`]: rdx_acl::classify::image::CONTROL_SIZE
+/// [`CONTROL_MAGIC`]: rdx_acl::classify::image::CONTROL_MAGIC
 fn active_bank(cf: &mut rdx_control::CodeFlow, hook: &str) -> anyhow::Result<Option<u32>> {
+    use rdx_acl::classify::image::{CONTROL_MAGIC, CONTROL_SIZE};
     let Some(active) = cf.versions(hook)?.into_iter().find(|v| v.active) else {
         return Ok(None);
     };
     let t = cf.transport();
     let info = &cf.view().info;
+    let mut found: Option<u32> = None;
     for id in active.map_ids {
-        let Ok(m) = rdx_transport::xstate::open(t, info, id as u32) else {
-            continue;
-        };
-        if m.name != enforce::RULES_SECTION {
+        let m = rdx_transport::xstate::open(t, info, id as u32).with_context(|| {
+            format!(
+                "cannot open map {id} of {hook}'s active version {} to find the bank it reads",
+                active.version
+            )
+        })?;
+        if m.map.max_entries != 1 || m.map.value_size as usize != CONTROL_SIZE {
             continue;
         }
         let mut head = [0u8; 16];
         t.read(m.map.data, &mut head)?;
-        if head[..8] != rdx_acl::classify::image::CONTROL_MAGIC {
-            return Ok(None);
+        if head[..8] != CONTROL_MAGIC {
+            continue;
         }
         let bank = u32::from_le_bytes(head[enforce::BANK_OFFSET..16].try_into()?);
-        return Ok(Some(bank & 1));
+        anyhow::ensure!(
+            bank <= 1,
+            "the control block of {hook}'s active version {} (map {}) names bank {bank}: the \
+             node holds an inconsistent ACL deployment",
+            active.version,
+            m.name
+        );
+        anyhow::ensure!(
+            found.is_none_or(|b| b == bank),
+            "{hook}'s active version {} has two control blocks naming different banks",
+            active.version
+        );
+        found = Some(bank);
     }
-    Ok(None)
+    Ok(found)
 }
 
 /// The program's counters: the first [`enforce::STATS_SIZE`] bytes of every thread's copy of
@@ -308,6 +360,11 @@ fn stats(node: &str, json: bool, state: &StateArgs) -> anyhow::Result<()> {
     let registry = state.registry()?;
     let (node, cf) = attach(&registry, node)?;
     let (s, threads) = read_stats(&cf)?;
+    // Runs that spent their instruction budget: the runtime stops them and the hook's
+    // default (deny) decides the frame; the program cannot count them itself.
+    let hook = cf.view().hook(enforce::HOOK)?;
+    let status = rdx_control::node::hook_status(cf.transport(), &cf.view().info, hook.index)?;
+    let budget_exhausted = status.failures.saturating_sub(status.deopts);
     let malformed: serde_json::Map<String, serde_json::Value> =
         rdx_acl::packet::MalformedReason::ALL
             .iter()
@@ -328,16 +385,19 @@ fn stats(node: &str, json: bool, state: &StateArgs) -> anyhow::Result<()> {
             "cm_unknown_connection": s.cm_unknown_connection,
             "cm_created": s.cm_created,
             "cm_removed": s.cm_removed,
+            "uninspected": s.uninspected,
+            "budget_exhausted": budget_exhausted,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!(
-            "{node}: packets {} allowed {} denied {} not_rdma {} default {} malformed {} cm_created {} cm_removed {} cm_unknown_connection {} cm_table_full {} ({threads} threads)",
+            "{node}: packets {} allowed {} denied {} not_rdma {} default {} uninspected {} malformed {} cm_created {} cm_removed {} cm_unknown_connection {} cm_table_full {} budget_exhausted {budget_exhausted} ({threads} threads)",
             s.packets,
             s.allowed,
             s.denied,
             s.not_rdma,
             s.default_hits,
+            s.uninspected,
             s.malformed.iter().sum::<u64>(),
             s.cm_created,
             s.cm_removed,

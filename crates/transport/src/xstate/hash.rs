@@ -175,6 +175,70 @@ fn find_for_write<T: Transport + ?Sized>(t: &T, m: &MapRef, key: &[u8]) -> Resul
     })
 }
 
+/// After element `idx` was deleted (the caller holds the writer lock): every tombstone of
+/// its cluster (the run of non-empty elements around it) that no live element's probe path
+/// crosses becomes empty again. A live element at `q` whose key hashes to `h` is found by
+/// probing `h..=q`, so exactly the tombstones on such paths must stay; the others only make
+/// searches for absent keys longer. Without this, a map whose keys come and go while others
+/// stay (a connection table) fills with tombstones until every lookup of an absent key walks
+/// all of its buckets. No live element moves, so references handed out stay valid, and a
+/// concurrent reader sees the same outcome either way: the keys it can find are unchanged.
+fn clear_tombstones<T: Transport + ?Sized>(t: &T, m: &MapRef, idx: u64) -> Result<(), MapError> {
+    let n = m.buckets as u64;
+    let mask = n - 1;
+    let state =
+        |i: u64| -> Result<u64, MapError> { Ok(t.read_u64(elem(m, i & mask))? & ELEM_STATE_MASK) };
+    // The cluster's first element: after the nearest empty one before `idx` (the whole ring,
+    // from `idx + 1`, when no element is empty).
+    let mut back = 0;
+    while back < n && state(idx.wrapping_sub(back + 1))? != ELEM_EMPTY {
+        back += 1;
+    }
+    let (start, len) = if back == n {
+        ((idx + 1) & mask, n)
+    } else {
+        let start = idx.wrapping_sub(back) & mask;
+        let mut len = back + 1;
+        while len < n && state(start + len)? != ELEM_EMPTY {
+            len += 1;
+        }
+        (start, len)
+    };
+    let mut key = vec![0u8; m.key_size as usize];
+    // Position (from `start`) of the earliest element a live element's path needs; a path
+    // that wraps past `start` (only in a ring without empty elements) needs everything from
+    // `wrapped` on as well.
+    let home_distance = |q: u64, key: &mut [u8]| -> Result<u64, MapError> {
+        t.read(elem(m, (start + q) & mask) + 8, key)?;
+        Ok(((start + q) & mask).wrapping_sub(hash_key(key)) & mask)
+    };
+    let mut wrapped = len;
+    for q in 0..len {
+        if state(start + q)? == ELEM_LIVE {
+            let d = home_distance(q, &mut key)?;
+            if d > q {
+                // Saturating: only a corrupt map places an element before its home in a
+                // cluster; it must give errors, not panics.
+                wrapped = wrapped.min(len.saturating_sub(d - q));
+            }
+        }
+    }
+    let mut reach = len;
+    for p in (0..len).rev() {
+        let e = elem(m, (start + p) & mask);
+        let c = t.read_u64(e)?;
+        match c & ELEM_STATE_MASK {
+            ELEM_LIVE => {
+                let d = home_distance(p, &mut key)?;
+                reach = reach.min(p.saturating_sub(d));
+            }
+            ELEM_DELETED if reach > p && p < wrapped => t.write_u64(e, next_ctl(c, ELEM_EMPTY))?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// After a dead writer's lock was broken (the caller holds the lock now): elements it left
 /// busy become deleted (an update it had not finished is lost, never half-visible) and the
 /// element count is recomputed.
@@ -274,7 +338,8 @@ impl MapOps for HashMap {
             let Slot::Found(e, c) = find_for_write(t, m, key)? else {
                 return Err(MapError::NotFound);
             };
-            retire_element(t, m, e, c)
+            retire_element(t, m, e, c)?;
+            clear_tombstones(t, m, (e - m.data) / m.entry_stride as u64)
         })
     }
 
@@ -633,6 +698,7 @@ pub mod local {
 
 #[cfg(test)]
 mod tests {
+    use super::elem;
     use crate::local::LocalRegion;
     use crate::xstate::{self, hash_key, hash_key8, Copies, MapError, MapRef, MapSpec};
     use crate::xstate::{array, hash, TOKEN_HOST, UPDATE_EXIST, UPDATE_NOEXIST};
@@ -640,6 +706,7 @@ mod tests {
     use proptest::prelude::*;
     use rdx_region::geometry::{encode_header, HeaderInfo, RegionParams};
     use rdx_region::layout::{Arch, MapType, SectionId};
+    use rdx_region::layout::{ELEM_DELETED, ELEM_LIVE, ELEM_STATE_MASK};
 
     struct Region {
         _mem: Vec<u64>,
@@ -732,6 +799,32 @@ mod tests {
             prop_assert_eq!(xstate::keys(&r.t, &fast).unwrap(), xstate::keys(&r.t, &slow).unwrap());
         }
 
+        /// Reclaiming tombstones never loses a key: after every insert or delete, each key
+        /// the model holds is found with its value and no other key is.
+        #[test]
+        fn deletes_keep_every_live_key_findable(
+            ops in prop::collection::vec((any::<bool>(), 0u64..200), 1..400),
+        ) {
+            let r = region();
+            let m = map(&r, 1, 0, MapType::Hash, 8, 8);
+            let mut model = std::collections::BTreeMap::new();
+            for (insert, k) in ops {
+                let key = k.to_le_bytes();
+                if insert {
+                    if hash::local::update(&r.t, &m, &key, &key, 0, Copies::All, HOST).is_ok() {
+                        model.insert(k, ());
+                    }
+                } else {
+                    let a = xstate::delete(&r.t, &m, &key, HOST).is_ok();
+                    prop_assert_eq!(a, model.remove(&k).is_some());
+                }
+                for j in 0..200u64 {
+                    let found = xstate::lookup_ref(&r.t, &m, &j.to_le_bytes(), 0).unwrap().is_some();
+                    prop_assert_eq!(found, model.contains_key(&j), "key {}", j);
+                }
+            }
+        }
+
         #[test]
         fn local_array_paths_match_generic(
             value_size in prop::sample::select(vec![4u32, 8, 16]),
@@ -756,6 +849,64 @@ mod tests {
                 let fa = xstate::lookup(&r.t, &fast, &key, &mut x).unwrap();
                 let fb = xstate::lookup(&r.t, &slow, &key, &mut y).unwrap();
                 prop_assert_eq!((fa, x), (fb, y));
+            }
+        }
+    }
+
+    /// Keys that come and go (a connection table's) leave no tombstones behind: after many
+    /// insert/delete pairs of distinct keys no element is left deleted, so a lookup of an
+    /// absent key stops at its first empty element instead of walking every bucket.
+    #[test]
+    fn deleted_elements_are_reclaimed() {
+        let r = region();
+        for ty in [MapType::Hash, MapType::PerThreadHash] {
+            let m = map(&r, 1 + ty as u32, ty as u64, ty, 8, 8);
+            let copies = if ty == MapType::Hash {
+                Copies::All
+            } else {
+                Copies::One(0)
+            };
+            for k in 0..20 * m.buckets as u64 {
+                let key = (k * 0x9e37_79b9).to_le_bytes();
+                // A few keys stay, so that runs of tombstones have live neighbours.
+                hash::local::update(&r.t, &m, &key, &key, 0, copies, HOST).unwrap();
+                if k % 16 != 0 || k >= 16 * 40 {
+                    xstate::delete(&r.t, &m, &key, HOST).unwrap();
+                }
+            }
+            let deleted = (0..m.buckets as u64)
+                .filter(|&i| r.t.read_u64(elem(&m, i)).unwrap() & ELEM_STATE_MASK == ELEM_DELETED)
+                .count();
+            let live = (0..m.buckets as u64)
+                .filter(|&i| r.t.read_u64(elem(&m, i)).unwrap() & ELEM_STATE_MASK == ELEM_LIVE)
+                .count();
+            assert_eq!(live, 40);
+            // Only tombstones followed (through other tombstones) by a live element stay;
+            // without reclamation every element not live ends up a tombstone.
+            let state = |i: u64| {
+                r.t.read_u64(elem(&m, i & (m.buckets as u64 - 1))).unwrap() & ELEM_STATE_MASK
+            };
+            for i in 0..m.buckets as u64 {
+                if state(i) == ELEM_DELETED {
+                    let next = (i + 1..i + m.buckets as u64).find(|&j| state(j) != ELEM_DELETED);
+                    assert_eq!(
+                        next.map(state),
+                        Some(ELEM_LIVE),
+                        "tombstone {i} runs into an empty element"
+                    );
+                }
+            }
+            assert!(
+                deleted < m.buckets as usize - live,
+                "{ty:?}: {deleted} tombstones left in {} buckets",
+                m.buckets
+            );
+            for k in 0..40u64 {
+                let key = (k * 16 * 0x9e37_79b9).to_le_bytes();
+                assert!(
+                    hash::local::lookup_ref(&r.t, &m, &key, 0).is_some(),
+                    "key {k}"
+                );
             }
         }
     }

@@ -250,6 +250,51 @@ impl Applier {
         published
     }
 
+    /// Publishes `rules` into bank `bank` as the tests of inconsistent images need it: only
+    /// the bank writes `keep` accepts are made, and `patch` edits the control block first.
+    /// No shadow copy is kept (the next `apply` builds anew).
+    pub fn deploy_raw(
+        &mut self,
+        rules: &RuleSet,
+        bank: u32,
+        generation: u64,
+        keep: impl Fn(&enforce::BankWrite<'_>) -> bool,
+        patch: impl FnOnce(&mut Vec<u8>),
+    ) -> Published {
+        self.shadow = None;
+        // Built without `enforce::image`'s budget check: these tests deploy what a control
+        // plane would refuse.
+        let tree = CutTree::new(rules.rules.clone());
+        let image = TreeImage::build(&tree, rules, enforce::BANK).expect("the image fits a bank");
+        self.tag += 1;
+        let mut control =
+            enforce::control_section(&image, bank, generation, self.tag, self.section_size)
+                .unwrap();
+        patch(&mut control);
+        let ext = self.extension(control);
+        let prepared = self
+            .cf
+            .prepare_prog(enforce::HOOK, &ext, &self.compiled)
+            .unwrap();
+        let writes: Vec<_> = enforce::bank_writes(&image, &Dirty::everything(), bank)
+            .into_iter()
+            .filter(|w| keep(w))
+            .collect();
+        write_banks(&self.cf, &prepared.map_ids, &writes);
+        let published = self.cf.tx(vec![prepared]).unwrap().remove(0);
+        self.cf.reclaim(0).expect("old versions released");
+        published
+    }
+
+    /// Runs of the hook that spent their budget (as `rdx acl stats` reports them).
+    pub fn budget_exhausted(&self) -> u64 {
+        let hook = self.cf.view().hook(enforce::HOOK).unwrap();
+        let s =
+            rdx_control::node::hook_status(self.cf.transport(), &self.cf.view().info, hook.index)
+                .unwrap();
+        s.failures - s.deopts
+    }
+
     /// The program's counters, summed over the host's threads: the first
     /// [`enforce::STATS_SIZE`] bytes of each thread's scratch value.
     pub fn stats(&self) -> Stats {
