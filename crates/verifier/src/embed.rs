@@ -63,12 +63,12 @@ pub fn run_embedded(
         data_end: p.addr + p.len,
         data_meta: p.addr,
     });
-    let map_address = |addr: u64| maps.value_access(addr, 1).is_some();
+    let map_address = |addr: u64| maps.iter().any(|m| m.value_slot(addr, 1));
+    // A value slot, live or not: an entry deleted during the run leaves the pointers to its
+    // slot valid memory (as in the kernel), which is what the verifier claims.
     let map_value = |m: u32, addr: u64| {
-        maps.get(m as usize).is_some_and(|map| {
-            map.value_access(addr, map.def().value_size as u64)
-                .is_some()
-        })
+        maps.get(m as usize)
+            .is_some_and(|map| map.value_slot(addr, map.def().value_size as u64))
     };
     let world = World {
         ctx: world_ctx,

@@ -671,3 +671,77 @@ fn narrow_cb_stores_run() {
     assert_eq!(r0, 0x005a_0000);
     assert_eq!(ctx.cb, [0x1234_0000, 0x005a_0000, u32::MAX, u32::MAX, 0]);
 }
+
+/// Found by the campaign (4.2 million programs, one failure): a value pointer kept across a
+/// `map_delete_elem` of its entry still points at the map's value slot, which is all the
+/// verifier claims; the embedding must not take the freed slot for a wrong state.
+#[test]
+fn a_value_pointer_kept_across_its_delete_embeds() {
+    use rdx_bpf::asm::assemble;
+    let mut text = String::new();
+    for line in [
+        "stdw [%r10-8], 0",
+        "stdw [%r10-16], 7",
+        "mov %r2, %r10",
+        "add %r2, -8",
+        "mov %r3, %r10",
+        "add %r3, -16",
+        "lddw %r1, 0",
+        "mov %r4, 0",
+        "call 2",
+        "mov %r2, %r10",
+        "add %r2, -8",
+        "lddw %r1, 0",
+        "call 1",
+        "jeq %r0, 0, out",
+        "mov %r6, %r0",
+        "mov %r2, %r10",
+        "add %r2, -8",
+        "lddw %r1, 0",
+        "call 3",
+        "mov %r7, %r6",
+        "out:",
+        "mov %r0, 2",
+        "exit",
+    ] {
+        text.push_str(line);
+        text.push('\n');
+    }
+    let mut insns = assemble(&text).unwrap();
+    // `lddw %r1, 0` stands for the map: make each one a reference to map 0.
+    for i in &mut insns {
+        if let Insn::LoadImm64 { kind, .. } = i {
+            *kind = ImmKind::MapIdx;
+        }
+    }
+    let maps = [MapDef {
+        name: "flows".into(),
+        map_type: MapType::Hash,
+        key_size: 8,
+        value_size: 8,
+        max_entries: 4,
+        flags: 0,
+        origin: MapOrigin::Btf,
+        initial_value: None,
+        read_only: false,
+    }];
+    let opts = VerifyOptions {
+        liveness: false,
+        record_states: true,
+        ..VerifyOptions::kernel(KernelProgType::Xdp)
+    };
+    let v = verify_insns(&insns, &maps, &opts).unwrap();
+    let set = MapSet::new(&maps).unwrap();
+    let vm = Vm::new(
+        &insns,
+        &set,
+        &Helpers::standard(),
+        interp::Config::default(),
+    )
+    .unwrap();
+    let mut ctx = XdpMd::new(vec![0; 16]);
+    let d = std::cell::RefCell::new(None);
+    let out = embedding::embedded_run(&vm, &set, &mut ctx, &v.states, &d);
+    assert_eq!(out, Ok(2));
+    assert_eq!(d.into_inner(), None);
+}

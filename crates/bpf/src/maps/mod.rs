@@ -297,6 +297,14 @@ impl Map {
             .then_some(!self.def.read_only)
     }
 
+    /// Whether `[addr, addr + len)` lies inside one value slot of this map's storage, whether
+    /// or not an entry holds it now. A value pointer a program got from a lookup stays such a
+    /// pointer when the entry is deleted during the run (the slot stays, as the kernel keeps
+    /// the element until the program ends): the verifier's claim the state embedding checks.
+    pub fn value_slot(&self, addr: u64, len: u64) -> bool {
+        self.ops.slab().slot_of(addr, len).is_some()
+    }
+
     /// The ring buffer, if this is a `BPF_MAP_TYPE_RINGBUF` map.
     pub fn ringbuf(&self) -> Option<&RingBuf> {
         self.ops.as_ringbuf()

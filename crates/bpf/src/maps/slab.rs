@@ -88,20 +88,26 @@ impl ValueSlab {
         unsafe { std::ptr::write_bytes(dst, 0, self.value_size) };
     }
 
-    /// Whether `[addr, addr + len)` lies inside a single value.
+    /// Whether `[addr, addr + len)` lies inside a single live value.
     pub fn contains(&self, addr: u64, len: u64) -> bool {
+        self.slot_of(addr, len).is_some_and(|slot| {
+            self.live
+                .as_ref()
+                .is_none_or(|l| l[slot].load(Ordering::Acquire))
+        })
+    }
+
+    /// The slot whose value holds `[addr, addr + len)`, live or not.
+    pub fn slot_of(&self, addr: u64, len: u64) -> Option<usize> {
         let off = addr.wrapping_sub(self.base() as u64);
         if off >= (self.stride * self.count) as u64 {
-            return false;
+            return None;
         }
         let within = off % self.stride as u64;
         let slot = (off / self.stride as u64) as usize;
         within
             .checked_add(len)
             .is_some_and(|end| end <= self.value_size as u64)
-            && self
-                .live
-                .as_ref()
-                .is_none_or(|l| l[slot].load(Ordering::Acquire))
+            .then_some(slot)
     }
 }
