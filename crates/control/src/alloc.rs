@@ -302,19 +302,25 @@ impl AllocTable {
         Ok(())
     }
 
-    /// Records the pid of the lease holder, for other control planes' error messages.
+    /// Records who holds the lease ([`crate::lease::holder_record`]: pid and machine tag),
+    /// for other control planes' error messages and to break a dead local holder's lease.
     pub fn set_holder_pid(t: &dyn Transport, info: &HeaderInfo, pid: u32) -> Result<()> {
         t.write_u64(
             info.section(SectionId::Alloc).offset + H_HOLDER_PID,
-            pid as u64,
+            crate::lease::holder_record(pid),
         )?;
         Ok(())
     }
 
-    pub fn holder_pid(t: &dyn Transport, info: &HeaderInfo) -> u32 {
+    /// The lease holder's record (0 when unreadable).
+    pub fn holder_record(t: &dyn Transport, info: &HeaderInfo) -> u64 {
         t.read_u64(info.section(SectionId::Alloc).offset + H_HOLDER_PID)
-            .map(|v| v as u32)
             .unwrap_or(0)
+    }
+
+    /// The lease holder's pid.
+    pub fn holder_pid(t: &dyn Transport, info: &HeaderInfo) -> u32 {
+        crate::lease::holder_record_pid(Self::holder_record(t, info))
     }
 
     fn bounds(&self, arena: Arena) -> (u64, u64) {

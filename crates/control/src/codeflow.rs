@@ -460,7 +460,7 @@ impl CodeFlow {
         let info = &self.view.info;
         let was_held = self.lease.is_held();
         self.lease
-            .ensure(t, || AllocTable::holder_pid(t, info))
+            .ensure(t, || AllocTable::holder_record(t, info))
             .inspect_err(|_| {
                 self.alloc = None;
                 self.map_names = None;

@@ -18,6 +18,13 @@
 //! humans and tools that read the header. A holder that dies simply stops renewing; its lease
 //! can be broken once the expiry passed.
 //!
+//! A holder on this machine that died is not waited for: the holder also records who it is
+//! ([`holder_record`]: its pid, and a tag of the boot and pid namespace it runs in), and a
+//! control plane in the same boot and pid namespace that finds no such process breaks the
+//! lease at once ([`holder_is_dead_here`]). Breaking is the same compare-and-swap of the exact
+//! word seen, so a live control plane that took the lease meanwhile is never overruled; a
+//! reused pid only makes the breaker wait for the expiry, as before.
+//!
 //! [`RegionHeader::lease`]: rdx_region::layout::RegionHeader::lease
 
 use crate::error::{ControlError, Result};
@@ -81,6 +88,49 @@ pub fn new_holder_id() -> u32 {
     }
 }
 
+/// Where this process runs, as far as its pids mean anything: a 32-bit tag of the boot
+/// (`/proc/sys/kernel/random/boot_id`) and the pid namespace (`/proc/self/ns/pid`). 0 when
+/// either cannot be read, and then no lease is ever broken early.
+pub fn local_holder_tag() -> u32 {
+    static TAG: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *TAG.get_or_init(|| {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id");
+        let ns = std::fs::read_link("/proc/self/ns/pid");
+        let (Ok(boot), Ok(ns)) = (boot, ns) else {
+            return 0;
+        };
+        // FNV-1a over both: a tag, not a secret; equal tags say "same boot, same namespace".
+        let mut h: u32 = 0x811c_9dc5;
+        for b in boot.trim().bytes().chain(ns.to_string_lossy().bytes()) {
+            h = (h ^ b as u32).wrapping_mul(0x0100_0193);
+        }
+        h.max(1)
+    })
+}
+
+/// The record a lease holder leaves beside the lease: its tag in the high half, its pid in
+/// the low half.
+pub fn holder_record(pid: u32) -> u64 {
+    ((local_holder_tag() as u64) << 32) | pid as u64
+}
+
+/// The pid in a holder record (older records hold the pid alone).
+pub fn holder_record_pid(record: u64) -> u32 {
+    record as u32
+}
+
+/// Whether the holder of `record` is a process of this boot and pid namespace that no longer
+/// exists. Records of other machines, namespaces or older versions (tag 0) are never dead.
+pub fn holder_is_dead_here(record: u64) -> bool {
+    let (tag, pid) = ((record >> 32) as u32, holder_record_pid(record));
+    if tag == 0 || tag != local_holder_tag() || pid == 0 || pid > i32::MAX as u32 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 sends nothing; it only asks whether the pid exists.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
 /// What a lease looks like from outside.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseState {
@@ -133,9 +183,11 @@ impl Lease {
         self.word != 0
     }
 
-    /// Takes the lease if it is free or expired, or renews ours when less than
-    /// [`MIN_REMAINING`] is left. `holder_pid` reads who holds it, for the error.
-    pub fn ensure(&mut self, t: &dyn Transport, holder_pid: impl Fn() -> u32) -> Result<()> {
+    /// Takes the lease if it is free or expired (or its holder is a process of this machine
+    /// that no longer exists), or renews ours when less than [`MIN_REMAINING`] is left.
+    /// `holder` reads the holder's record ([`holder_record`]).
+    pub fn ensure(&mut self, t: &dyn Transport, holder: impl Fn() -> u64) -> Result<()> {
+        let holder_pid = || holder_record_pid(holder());
         let now = now_ms();
         if self.word != 0 && lease_expiry_ms(self.word) > now + MIN_REMAINING.as_millis() as u64 {
             // Still ours in our books; the publishing CAS re-checks nothing else, so make
@@ -147,7 +199,8 @@ impl Lease {
         let takeable = current == 0
             || current == self.word
             || lease_holder(current) == self.holder
-            || lease_expiry_ms(current) <= now;
+            || lease_expiry_ms(current) <= now
+            || holder_is_dead_here(holder());
         if !takeable {
             self.word = 0;
             return Err(ControlError::LeaseHeld {
@@ -219,6 +272,57 @@ mod tests {
             classify(w, 100),
             LeaseState::Expired { holder: 7, .. }
         ));
+    }
+
+    #[test]
+    fn a_dead_holder_of_this_machine_is_recognised_and_no_other() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        assert!(
+            holder_is_dead_here(holder_record(dead)),
+            "a reaped child is dead"
+        );
+        assert!(
+            !holder_is_dead_here(holder_record(std::process::id())),
+            "we are alive"
+        );
+        // A pid recorded by another machine or namespace, or by an older version: never.
+        let foreign = ((local_holder_tag().wrapping_add(1) as u64) << 32) | dead as u64;
+        assert!(!holder_is_dead_here(foreign));
+        assert!(!holder_is_dead_here(dead as u64));
+        assert_eq!(holder_record_pid(holder_record(dead)), dead);
+    }
+
+    #[test]
+    fn a_live_lease_of_a_dead_local_holder_is_taken_at_once() {
+        let mut mem = vec![0u64; 4096];
+        // SAFETY: `mem` outlives the region view and is 8-byte aligned.
+        let t = unsafe {
+            rdx_transport::local::LocalRegion::from_raw(mem.as_mut_ptr().cast(), 4096 * 8)
+        };
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        // Another holder's lease with most of its ten seconds left.
+        let theirs = lease_word(0x1234, now_ms() + 9_000);
+        t.write_u64(offsets::HEADER_LEASE, theirs).unwrap();
+        let mut ours = Lease::new(0x4321, DEFAULT_TTL);
+        // Alive (this process) or of another machine: refused, as before.
+        let e = ours
+            .ensure(&t, || holder_record(std::process::id()))
+            .unwrap_err();
+        assert!(
+            matches!(e, ControlError::LeaseHeld { holder: 0x1234, .. }),
+            "{e}"
+        );
+        assert!(ours.ensure(&t, || dead as u64).is_err());
+        // Dead, here: taken.
+        ours.ensure(&t, || holder_record(dead)).unwrap();
+        assert_eq!(
+            lease_holder(t.read_u64(offsets::HEADER_LEASE).unwrap()),
+            0x4321
+        );
     }
 
     #[test]
