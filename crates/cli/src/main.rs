@@ -22,6 +22,7 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    exit_quietly_on_broken_pipe();
     // Node addresses `fabric://HOST:PORT?token-file=...` (docs/fabric.md).
     fabric_scheme::register();
     let cli = Cli::parse();
@@ -32,6 +33,27 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Output piped into a reader that stops early (`rdx inspect x.o | head`) ends the command
+/// quietly with the status a SIGPIPE death gives (141), as any Unix tool does. Rust ignores
+/// SIGPIPE so that sockets report a closed peer as an error (the fabric's connections rely on
+/// that), and printing to a closed stdout then panics; every command prints with `println!`,
+/// so the one place to turn that panic into an exit is here.
+fn exit_quietly_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
 }
 
 /// The whole context chain on one line ("cannot load x.o: section ..."). Library errors often
