@@ -20,6 +20,9 @@ use rdx_bpf::{MapDef, MapOrigin, MapType};
 use rdx_verifier::{verify_insns, KernelProgType, Rule, VerifyOptions};
 
 mod embedding;
+
+use embedding::EmbeddedXdp;
+use rdx_verifier::embed::{run_embedded, EmbeddedRun};
 use std::cell::Cell;
 
 fn table() -> MapDef {
@@ -449,22 +452,20 @@ fn accepted_programs_run_safely() {
         .unwrap();
         for p in packets {
             let mut ctx = XdpMd::new(p.clone());
-            let divergence = std::cell::RefCell::new(None);
-            let out = embedding::embedded_run(&vm, &set, &mut ctx, &recorded.states, &divergence);
-            prop_assert!(
-                out.is_ok(),
-                "accepted program failed at run time on a {}-byte packet: {:?}\n{}",
-                p.len(),
-                out,
-                rdx_bpf::disasm::disassemble(&insns)
-            );
-            if let Some(d) = divergence.into_inner() {
-                prop_assert!(
+            match run_embedded(&vm, &set, &mut ctx, &recorded.states) {
+                EmbeddedRun::Agreed(out) => prop_assert!(
+                    out.is_ok(),
+                    "accepted program failed at run time on a {}-byte packet: {:?}\n{}",
+                    p.len(),
+                    out,
+                    rdx_bpf::disasm::disassemble(&insns)
+                ),
+                EmbeddedRun::Diverged(d) => prop_assert!(
                     false,
                     "state embedding on a {}-byte packet: {d}\n{}",
                     p.len(),
                     rdx_bpf::disasm::disassemble(&insns)
-                );
+                ),
             }
         }
         Ok(())
@@ -502,34 +503,16 @@ fn embedding_catches_a_wrong_state() {
     )
     .unwrap();
     let maps = [table()];
-    let opts = VerifyOptions {
-        liveness: false,
-        record_states: true,
-        ..VerifyOptions::kernel(KernelProgType::Xdp)
-    };
-    let v = verify_insns(&insns, &maps, &opts).unwrap();
-    let set = MapSet::new(&maps).unwrap();
-    let vm = Vm::new(
-        &insns,
-        &set,
-        &Helpers::standard(),
-        interp::Config::default(),
-    )
-    .unwrap();
-    let run = |states: &[Vec<rdx_verifier::state::State>]| {
-        let mut ctx = XdpMd::new(vec![0; 16]);
-        let d = std::cell::RefCell::new(None);
-        embedding::embedded_run(&vm, &set, &mut ctx, states, &d).unwrap();
-        d.into_inner()
-    };
+    let program = EmbeddedXdp::new(&insns, &maps);
+    let run = |states: &[Vec<rdx_verifier::state::State>]| program.divergence(states);
     assert_eq!(
-        run(&v.states),
+        run(&program.states),
         None,
         "the untouched states describe the run"
     );
 
     // r0 = 5 before `mov %r4, %r2` (pc 4): claim it is 6.
-    let mut wrong = v.states.clone();
+    let mut wrong = program.states.clone();
     for st in &mut wrong[4] {
         st.set(0, Value::scalar(rdx_verifier::scalar::Scalar::constant(6)));
     }
@@ -537,7 +520,7 @@ fn embedding_catches_a_wrong_state() {
     assert!(d.contains("r0"), "{d}");
 
     // Before the packet load (pc 7): claim 64 bytes were checked instead of 8.
-    let mut wrong = v.states.clone();
+    let mut wrong = program.states.clone();
     for st in &mut wrong[7] {
         if let Value::Ptr(mut p) = st.reg(2) {
             p.range = 64;
@@ -549,22 +532,13 @@ fn embedding_catches_a_wrong_state() {
 
     // After `stdw [%r10-8], 0`: claim a byte of the slot is zero when the run wrote 0x11.
     let insns2 = assemble("stdw [%r10-8], 0x11\nmov %r0, 2\nexit").unwrap();
-    let v2 = verify_insns(&insns2, &maps, &opts).unwrap();
-    let vm2 = Vm::new(
-        &insns2,
-        &set,
-        &Helpers::standard(),
-        interp::Config::default(),
-    )
-    .unwrap();
-    let mut wrong = v2.states.clone();
+    let program2 = EmbeddedXdp::new(&insns2, &maps);
+    let mut wrong = program2.states.clone();
     for st in &mut wrong[1] {
         st.frames[0].stack[0] = Slot::Bytes([ByteState::Zero; 8]);
     }
-    let mut ctx = XdpMd::new(vec![0; 16]);
-    let d = std::cell::RefCell::new(None);
-    embedding::embedded_run(&vm2, &set, &mut ctx, &wrong, &d).unwrap();
-    let d = d.into_inner().expect("a wrong known-zero byte is caught");
+    let d = program2.divergence(&wrong);
+    let d = d.expect("a wrong known-zero byte is caught");
     assert!(d.contains("known zero"), "{d}");
 }
 
@@ -586,35 +560,16 @@ fn embedding_catches_split_ids_and_leaked_addresses() {
          exit",
     )
     .unwrap();
-    let maps = [table()];
-    let opts = VerifyOptions {
-        liveness: false,
-        record_states: true,
-        ..VerifyOptions::kernel(KernelProgType::Xdp)
-    };
-    let v = verify_insns(&insns, &maps, &opts).unwrap();
-    let set = MapSet::new(&maps).unwrap();
-    let vm = Vm::new(
-        &insns,
-        &set,
-        &Helpers::standard(),
-        interp::Config::default(),
-    )
-    .unwrap();
-    let run = |states: &[Vec<rdx_verifier::state::State>]| {
-        let mut ctx = XdpMd::new(vec![0; 16]);
-        let d = std::cell::RefCell::new(None);
-        embedding::embedded_run(&vm, &set, &mut ctx, states, &d).unwrap();
-        d.into_inner()
-    };
+    let program = EmbeddedXdp::new(&insns, &[table()]);
+    let run = |states: &[Vec<rdx_verifier::state::State>]| program.divergence(states);
     assert_eq!(
-        run(&v.states),
+        run(&program.states),
         None,
         "the untouched states describe the run"
     );
 
     // Before `mov %r4, %r2` (pc 4): r0 (5) and the slot at fp-8 (0) claimed to be copies.
-    let mut wrong = v.states.clone();
+    let mut wrong = program.states.clone();
     for st in &mut wrong[4] {
         let copy = Value::Scalar {
             val: Scalar::UNKNOWN,
@@ -627,7 +582,7 @@ fn embedding_catches_split_ids_and_leaked_addresses() {
     assert!(d.contains("shares id 99"), "{d}");
 
     // At pc 4: the packet pointer in r2 claimed to be a number (a leak).
-    let mut wrong = v.states.clone();
+    let mut wrong = program.states.clone();
     for st in &mut wrong[4] {
         st.set(2, Value::unknown());
     }
@@ -725,23 +680,9 @@ fn a_value_pointer_kept_across_its_delete_embeds() {
         initial_value: None,
         read_only: false,
     }];
-    let opts = VerifyOptions {
-        liveness: false,
-        record_states: true,
-        ..VerifyOptions::kernel(KernelProgType::Xdp)
-    };
-    let v = verify_insns(&insns, &maps, &opts).unwrap();
-    let set = MapSet::new(&maps).unwrap();
-    let vm = Vm::new(
-        &insns,
-        &set,
-        &Helpers::standard(),
-        interp::Config::default(),
-    )
-    .unwrap();
-    let mut ctx = XdpMd::new(vec![0; 16]);
-    let d = std::cell::RefCell::new(None);
-    let out = embedding::embedded_run(&vm, &set, &mut ctx, &v.states, &d);
-    assert_eq!(out, Ok(2));
-    assert_eq!(d.into_inner(), None);
+    let program = EmbeddedXdp::new(&insns, &maps);
+    assert!(matches!(
+        program.run(&program.states),
+        EmbeddedRun::Agreed(Ok(2))
+    ));
 }

@@ -16,16 +16,15 @@
 //! (`RDX_CAMPAIGN_SEED=<n>` picks another seed; `RDX_KERNEL_ORACLE=1` also loads every
 //! accepted program into the running kernel and lists what the kernel refuses).
 
-mod embedding;
-
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 use rdx_bpf::helpers::{HelperCtx, HelperError, Helpers};
-use rdx_bpf::interp::{self, ContextModel, SkBuff, Vm, XdpMd};
+use rdx_bpf::interp::{self, SkBuff, Vm, XdpMd};
 use rdx_bpf::isa::{AluOp, CallTarget, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width};
 use rdx_bpf::maps::MapSet;
 use rdx_bpf::{MapDef, MapOrigin, MapType};
+use rdx_verifier::embed::{run_embedded, EmbeddedRun};
 use rdx_verifier::{verify_insns, KernelProgType, Rule, VerifyOptions};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -674,40 +673,24 @@ fn check_program(
     let vm = Vm::new(insns, &set, &helpers(), interp::Config::default())
         .map_err(|e| format!("accepted program cannot be prepared: {e}"))?;
     for p in packets {
-        let divergence = RefCell::new(None);
-        let out = match kind {
-            Kind::Xdp => {
-                let mut ctx = XdpMd::new(p.clone());
-                embedding::embedded_run(
-                    &vm,
-                    &set,
-                    &mut ctx as &mut dyn ContextModel,
-                    &v.states,
-                    &divergence,
-                )
-            }
-            Kind::Socket => {
-                let mut ctx = SkBuff::new(p.clone());
-                embedding::embedded_run(
-                    &vm,
-                    &set,
-                    &mut ctx as &mut dyn ContextModel,
-                    &v.states,
-                    &divergence,
-                )
-            }
+        let outcome = match kind {
+            Kind::Xdp => run_embedded(&vm, &set, &mut XdpMd::new(p.clone()), &v.states),
+            Kind::Socket => run_embedded(&vm, &set, &mut SkBuff::new(p.clone()), &v.states),
         };
-        if let Err(e) = out {
-            return Err(format!(
-                "accepted {kind:?} program failed at run time on a {}-byte packet: {e}",
-                p.len()
-            ));
-        }
-        if let Some(d) = divergence.into_inner() {
-            return Err(format!(
-                "state embedding, {kind:?}, {}-byte packet: {d}",
-                p.len()
-            ));
+        match outcome {
+            EmbeddedRun::Agreed(Ok(_)) => {}
+            EmbeddedRun::Agreed(Err(e)) => {
+                return Err(format!(
+                    "accepted {kind:?} program failed at run time on a {}-byte packet: {e}",
+                    p.len()
+                ))
+            }
+            EmbeddedRun::Diverged(d) => {
+                return Err(format!(
+                    "state embedding, {kind:?}, {}-byte packet: {d}",
+                    p.len()
+                ))
+            }
         }
     }
     Ok(Outcome::Accepted)

@@ -31,22 +31,25 @@ impl StateArgs {
 
 /// Attaches to a node by registered name or address.
 pub fn attach(registry: &Registry, node: &str) -> anyhow::Result<(String, CodeFlow)> {
-    let entry = registry.node(node)?;
-    let cf = create_codeflow(&entry.address, ExtSpec::default()).with_context(|| {
-        format!(
-            "cannot attach to node {} ({})",
-            entry.name,
-            entry.shown_address()
-        )
-    })?;
-    Ok((entry.name, cf))
+    attach_with(registry, node, create_codeflow)
 }
 
 /// [`attach`] for commands that only read the node: a shared-memory region is mapped
 /// read-only, so nothing such a command does can change it.
 pub fn attach_read_only(registry: &Registry, node: &str) -> anyhow::Result<(String, CodeFlow)> {
+    attach_with(registry, node, create_codeflow_read_only)
+}
+
+fn attach_with<E>(
+    registry: &Registry,
+    node: &str,
+    create: impl FnOnce(&str, ExtSpec) -> Result<CodeFlow, E>,
+) -> anyhow::Result<(String, CodeFlow)>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
     let entry = registry.node(node)?;
-    let cf = create_codeflow_read_only(&entry.address, ExtSpec::default()).with_context(|| {
+    let cf = create(&entry.address, ExtSpec::default()).with_context(|| {
         format!(
             "cannot attach to node {} ({})",
             entry.name,
