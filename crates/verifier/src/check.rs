@@ -856,20 +856,30 @@ pub(crate) const MAX_PTR_OFF: i64 = 1 << 29;
 /// Largest packet offset a bounds check can teach (the kernel's `MAX_PACKET_OFF`).
 pub(crate) const MAX_PACKET_OFF: u128 = 0xffff;
 
+/// The fixed offset `off ± c` of a pointer after adding (or subtracting) constant `c`, or
+/// `None` when `c` or the result reaches 2^29 in magnitude (computed wide: nothing wraps). The
+/// one rule both the check and the transfer function use.
+pub(crate) fn const_offset(off: i64, c: u64, sub: bool) -> Option<i64> {
+    let c = c as i64 as i128;
+    let new = if sub {
+        off as i128 - c
+    } else {
+        off as i128 + c
+    };
+    let limit = MAX_PTR_OFF as u128;
+    (c.unsigned_abs() < limit && new.unsigned_abs() < limit).then_some(new as i64)
+}
+
 fn ptr_offset_ok(p: &Ptr, val: &Scalar, op: AluOp) -> Result<(), Violation> {
     if let Some(c) = val.const_value() {
-        let c = c as i64 as i128;
-        let off = if op == AluOp::Sub {
-            p.off as i128 - c
-        } else {
-            p.off as i128 + c
-        };
-        if c.unsigned_abs() >= MAX_PTR_OFF as u128 || off.unsigned_abs() >= MAX_PTR_OFF as u128 {
+        if const_offset(p.off, c, op == AluOp::Sub).is_none() {
             return Err(v(
                 Rule::PointerArith,
                 format!(
-                    "{op:?} of {c} makes {} pointer offset {off}, outside (-2^29, 2^29)",
-                    p.kind.name()
+                    "{op:?} of {} to a {} pointer at offset {} leaves (-2^29, 2^29)",
+                    c as i64,
+                    p.kind.name(),
+                    p.off
                 ),
             ));
         }

@@ -895,17 +895,11 @@ impl<'a> Explorer<'a> {
     }
 
     fn ptr_add(&mut self, mut p: Ptr, val: &Scalar, sub: bool) -> Ptr {
-        // `check::ptr_offset_ok` refused every constant that would leave the pointer's fixed
-        // offset unrepresentable; the fallback below only keeps this function total.
-        let konst = val.const_value().and_then(|c| {
-            let c = c as i64 as i128;
-            let o = if sub {
-                p.off as i128 - c
-            } else {
-                p.off as i128 + c
-            };
-            (o.unsigned_abs() < crate::check::MAX_PTR_OFF as u128).then_some(o as i64)
-        });
+        // `check::ptr_offset_ok` refused every constant `const_offset` refuses; the fallback
+        // below only keeps this function total.
+        let konst = val
+            .const_value()
+            .and_then(|c| crate::check::const_offset(p.off, c, sub));
         match konst {
             Some(o) => p.off = o,
             None => {
