@@ -1,6 +1,6 @@
 //! Deployment from another process: this test process is the control plane. It maps the
 //! host's region through the shared-memory transport, writes native code into the code
-//! arena and publishes it with one compare-and-swap; the host (`rdx-stdio-host`) only runs
+//! arena and publishes it with one compare-and-swap; the host (`rdx-test-host runtime`) only runs
 //! its hooks. Nothing is ever loaded by the host.
 //!
 //! Until the JIT is available here, the programs are tiny hand-assembled x86-64 functions

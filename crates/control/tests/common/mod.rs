@@ -1,22 +1,10 @@
-//! Real host processes for the end-to-end tests: the `control_host` example, driven over
+//! Real host processes for the end-to-end tests: `rdx-test-host control`, driven over
 //! its stdin/stdout.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-
-pub fn example_bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let p = dir.join("examples").join(name);
-    assert!(
-        p.exists(),
-        "{} not built (cargo test builds examples)",
-        p.display()
-    );
-    p
-}
 
 pub struct Host {
     pub child: Child,
@@ -33,14 +21,15 @@ impl Host {
             std::process::id()
         ));
         let _ = std::fs::remove_file(&path);
-        let mut child = Command::new(example_bin("control_host"))
+        let mut child = Command::new(rdx_test_support::test_host())
+            .arg("control")
             .arg("--path")
             .arg(&path)
             .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .expect("start control_host");
+            .expect("start rdx-test-host control");
         let stdin = child.stdin.take().unwrap();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();

@@ -1,4 +1,4 @@
-//! Test harness shared by the cross-process tests: a spawned `rdx-stdio-host` and the
+//! Test harness shared by the cross-process tests: a spawned `rdx-test-host runtime` and the
 //! control plane's handle on its region.
 #![allow(dead_code)]
 
@@ -28,8 +28,8 @@ impl Host {
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         );
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rdx-stdio-host"))
-            .args(["--path", &path])
+        let mut child = Command::new(rdx_test_support::test_host())
+            .args(["runtime", "--path", &path])
             .args(extra)
             .args(["h", "other"])
             .stdin(Stdio::piped())
@@ -40,7 +40,11 @@ impl Host {
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         stdout.read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), format!("region {path}"));
+        assert_eq!(
+            line.trim(),
+            format!("ready {path} {}", child.id()),
+            "the host's first line"
+        );
         Host {
             child,
             stdin,
