@@ -69,13 +69,6 @@ const FIXTURES: &[&str] = &[
 /// them is allowed; remove the entry when the dependency is gone.
 const KNOWN_CROSSINGS: &[(&str, &str, &str)] = &[
     (
-        "rdx-deopt",
-        "rdx-runtime",
-        "the in-process elite tier's queued mode reuses the runtime's state transfer \
-         (rdx_runtime::queued: context layout, packet arena below 4 GiB, capture, queue); \
-         it belongs in a crate both planes share",
-    ),
-    (
         "rdx-xcall",
         "rdx-runtime",
         "one crate holds both sides of cross-sandbox calls: the service, attach and call \
