@@ -2,7 +2,8 @@
 //! and deploy into. One binary for every crate's tests: a *mode* chooses what the region
 //! declares, and every mode speaks the same line protocol on stdin and stdout.
 //!
-//! It owns nothing but that fixture. It links only the data-plane runtime: nothing in it
+//! It owns nothing but that fixture. It links only the data plane (the runtime, and the
+//! fabric's server side): nothing in it
 //! loads, verifies or compiles programs, which arrive through the region (the control
 //! crate's agentless test checks the binary for control-plane code and watches it make no
 //! system call while programs are deployed). It is not shipped (`publish = false`), and no
@@ -19,13 +20,21 @@
 //!          control  the EIM spec eim/on_request.yaml, 4 MiB of scratchpad and (by default)
 //!                   of code (the control plane's tests and the demo)
 //! HOOK     hooks to declare, context `struct { u64 value; u64 out; }` (default: on_request)
-//! stdout:  "ready <path> <pid>" once the region is registered
+//! stdout:  "ready <path> <pid>" once the region is registered; with the fabric,
+//!          "ready <bootstrap address> <provider> <pid>" once it is served
 //! stdin:   run [HOOK] VALUE   -> "ret R0 out OUT"   (the first hook when HOOK is left out)
 //!          loop HOOK N VALUE  -> "done SUM"         (N runs, the sum of their r0)
 //!          stats HOOK         -> "stats runs R failures F errors E hold_timeouts T"
 //!          served             -> "served N"         (runs the --serve worker completed)
+//!          rotate             -> "rotated"          (fabric: re-reads the token file and
+//!                                                    revokes every key handed out)
 //!          quit
 //! ```
+//!
+//! Every mode serves its region across hosts when the environment asks for it
+//! (`RDX_FABRIC_LISTEN`, `RDX_FABRIC_TOKEN_FILE`, `RDX_FABRIC_PROVIDER`:
+//! `rdx_fabric::serve_from_env`, the data plane's opt-in); only the provider then answers
+//! region requests, no thread of this host reads them.
 //!
 //! `--serve` starts a worker thread that runs the first hook continuously. With `--forward`
 //! the host is one hop of a request chain (A -> B -> C -> D, each host's stdout piped into
@@ -34,6 +43,7 @@
 //! `req ID OUT' WAITED'`, where `WAITED'` counts the hops whose slot was held (a broadcast's
 //! bubble) when the request arrived. End of input ends the host.
 
+use rdx_fabric::FabricServer;
 use rdx_runtime::{HookSpec, Runtime, RuntimeBuilder};
 use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -54,7 +64,7 @@ enum Mode {
     Control,
 }
 
-/// The control mode's EIM spec, shared with the fabric node example.
+/// The control mode's EIM spec.
 const ON_REQUEST_EIM: &str = include_str!("../../../eim/on_request.yaml");
 
 /// The runtime mode's host variable.
@@ -179,9 +189,19 @@ fn run() -> Result<(), Error> {
         unsafe { rt.register_variable("host_counter", HOST_COUNTER.as_ptr().cast(), 8)? };
     }
     rt.register()?;
+    let mut fabric = rdx_fabric::serve_from_env(rt.path())?;
+    let ready = match &fabric {
+        Some(server) => format!(
+            "ready {} {} {}",
+            server.bootstrap_addr(),
+            server.provider(),
+            std::process::id()
+        ),
+        None => format!("ready {} {}", rt.path().display(), std::process::id()),
+    };
     let first = o.hooks[0].as_str();
     if o.forward {
-        forward_requests(&rt, first)?;
+        forward_requests(&rt, first, &ready)?;
     } else {
         let served = AtomicU64::new(0);
         let stop = AtomicBool::new(false);
@@ -201,21 +221,28 @@ fn run() -> Result<(), Error> {
                     }
                 });
             }
-            let result = serve_lines(&rt, first, &served);
+            let result = serve_lines(&rt, first, &ready, &served, &mut fabric);
             stop.store(true, Ordering::Relaxed);
             result
         })?;
     }
+    drop(fabric);
     rt.teardown(Duration::from_millis(100))?;
     rt.unlink()?;
     Ok(())
 }
 
 /// The line protocol, until `quit` or the end of input.
-fn serve_lines(rt: &Runtime, first: &str, served: &AtomicU64) -> Result<(), Error> {
+fn serve_lines(
+    rt: &Runtime,
+    first: &str,
+    ready: &str,
+    served: &AtomicU64,
+    fabric: &mut Option<FabricServer>,
+) -> Result<(), Error> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    writeln!(out, "ready {} {}", rt.path().display(), std::process::id())?;
+    writeln!(out, "{ready}")?;
     out.flush()?;
     let run_once = |hook: &str, value: &str| -> Result<(u64, u64), Error> {
         let mut ctx = Ctx {
@@ -255,6 +282,12 @@ fn serve_lines(rt: &Runtime, first: &str, served: &AtomicU64) -> Result<(), Erro
                 )?;
             }
             ["served"] => writeln!(out, "served {}", served.load(Ordering::Relaxed))?,
+            // The operator replaced the token file (a leak is suspected): serve the new
+            // token and revoke every key handed out under the old one.
+            ["rotate"] => match rotate(fabric.as_mut()) {
+                Ok(()) => writeln!(out, "rotated")?,
+                Err(e) => writeln!(out, "error {e}")?,
+            },
             ["quit"] => break,
             _ => writeln!(out, "error unknown command {line:?}")?,
         }
@@ -263,14 +296,22 @@ fn serve_lines(rt: &Runtime, first: &str, served: &AtomicU64) -> Result<(), Erro
     Ok(())
 }
 
+/// Re-reads the token file the environment names and makes the fabric server answer only it.
+fn rotate(fabric: Option<&mut FabricServer>) -> Result<(), Error> {
+    let server = fabric.ok_or("not serving over the fabric")?;
+    let file = std::env::var_os(rdx_fabric::ENV_TOKEN_FILE).ok_or("no token file")?;
+    server.rotate(rdx_fabric::read_token_file(std::path::Path::new(&file))?)?;
+    Ok(())
+}
+
 /// One hop of a request chain: stdin to the hook to stdout.
-fn forward_requests(rt: &Runtime, hook_name: &str) -> Result<(), Error> {
+fn forward_requests(rt: &Runtime, hook_name: &str, ready: &str) -> Result<(), Error> {
     use rdx_region::layout::{offsets, ACTIVE_HOLD};
     use rdx_transport::Transport;
     let hook = rt.hook(hook_name)?;
     let region = rt.region();
     let active_at = rt.info().hook_offset(hook.index()) + offsets::HOOK_ACTIVE;
-    eprintln!("ready {} {}", rt.path().display(), std::process::id());
+    eprintln!("{ready}");
     // Line-buffered: each request is forwarded as soon as its hook ran. Batching output
     // would keep requests that already passed this hop from the next one while this hop
     // waits (on its input or on a held hook), and a drain waiting for them would stall.
