@@ -67,6 +67,7 @@ enum AclCommand {
         /// Generation word reported with every decision (default: a hash of the rules).
         #[arg(long)]
         generation: Option<u64>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -78,6 +79,7 @@ enum AclCommand {
         /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`).
         #[arg(long)]
         node: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
         #[command(flatten)]

@@ -20,6 +20,7 @@ pub struct Args {
     /// chosen from the nodes' addresses.
     #[arg(long, value_parser = ["process", "machine"])]
     durability: Option<String>,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
     #[command(flatten)]

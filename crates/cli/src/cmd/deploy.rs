@@ -45,6 +45,7 @@ pub struct Args {
     /// tier of each version. See docs/jit.md.
     #[arg(long, value_enum, default_value_t = TierArg::Optimizing)]
     tier: TierArg,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
     #[command(flatten)]

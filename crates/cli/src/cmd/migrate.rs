@@ -23,11 +23,13 @@ pub struct Args {
     /// Node the program moves to.
     #[arg(long)]
     to: String,
+    /// Hook whose program moves (the same hook on both nodes).
     #[arg(long)]
     hook: String,
     /// Class of the target's EIM spec (default: the only class bound to the hook).
     #[arg(long)]
     class: Option<String>,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
     #[command(flatten)]

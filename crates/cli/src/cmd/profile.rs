@@ -39,6 +39,7 @@ pub struct Args {
     /// Leave the instrumented build deployed (default: redeploy the plain build).
     #[arg(long)]
     keep: bool,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
