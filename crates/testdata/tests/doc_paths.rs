@@ -5,11 +5,13 @@
 //! (`crates/...`, `docs/...`, ...) and the targets of relative Markdown links. Patterns
 //! (`bpf/**/*.c`, `cmd/<name>.rs`, `bpf/fleet/NAME.c`) are not paths and are skipped.
 //!
-//! The README's layout table must also name every crate and example.
+//! The anchor of a Markdown link (`jit.md#counted-loops`) must name a heading of its target,
+//! and the README's layout table must name every crate and example.
 //!
 //! The test lives here because this crate has no dependencies: it is the cheapest place to
 //! build a test that only reads the repository.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// Folders at the repository's root that documents name paths under.
@@ -78,6 +80,53 @@ fn every_path_a_doc_names_exists() {
         missing.is_empty(),
         "paths named in docs that do not exist (doc:line: path):\n{}",
         missing.join("\n")
+    );
+}
+
+#[test]
+fn every_markdown_link_anchor_names_a_heading() {
+    let root = repo_root();
+    let mut anchors_of: HashMap<PathBuf, HashSet<String>> = HashMap::new();
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for doc in documents(&root) {
+        if doc.extension().is_none_or(|e| e != "md") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&doc).expect("read a document");
+        for (index, line) in text.lines().enumerate() {
+            for (target, anchor) in anchored_links(line) {
+                let file = if target.is_empty() {
+                    doc.clone()
+                } else {
+                    doc.parent().expect("a document's folder").join(&target)
+                };
+                if file.extension().is_none_or(|e| e != "md") || !file.exists() {
+                    continue; // a missing file is every_path_a_doc_names_exists's to report
+                }
+                let file = file.canonicalize().expect("a linked document");
+                let anchors = anchors_of.entry(file.clone()).or_insert_with(|| {
+                    heading_anchors(&std::fs::read_to_string(&file).expect("read a document"))
+                });
+                checked += 1;
+                if !anchors.contains(&anchor) {
+                    broken.push(format!(
+                        "{}:{}: {target}#{anchor}",
+                        doc.strip_prefix(&root).unwrap_or(&doc).display(),
+                        index + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 20,
+        "found only {checked} anchored links: is the scan broken?"
+    );
+    assert!(
+        broken.is_empty(),
+        "links whose anchor names no heading of their target (doc:line: link):\n{}",
+        broken.join("\n")
     );
 }
 
@@ -205,6 +254,67 @@ fn link_targets(line: &str) -> Vec<String> {
         rest = &after[close..];
     }
     targets
+}
+
+/// Inline Markdown links with an anchor, as (file, anchor); the file is empty for an anchor in
+/// the same document.
+fn anchored_links(line: &str) -> Vec<(String, String)> {
+    let mut links = Vec::new();
+    let mut rest = line;
+    while let Some(open) = rest.find("](") {
+        let after = &rest[open + 2..];
+        let Some(close) = after.find(')') else { break };
+        let target = after[..close].trim();
+        if let Some((file, anchor)) = target.split_once('#') {
+            if !file.contains("://") && !anchor.is_empty() {
+                links.push((file.to_string(), anchor.to_string()));
+            }
+        }
+        rest = &after[close..];
+    }
+    links
+}
+
+/// The anchors GitHub gives a document's headings: lower case, punctuation other than `-`
+/// and `_` dropped, spaces turned into `-`, a repeated heading suffixed `-1`, `-2`, ...
+/// Lines inside fenced code blocks are not headings.
+fn heading_anchors(text: &str) -> HashSet<String> {
+    let mut anchors = HashSet::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut in_fence = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_fence = !in_fence;
+            continue;
+        }
+        if in_fence {
+            continue;
+        }
+        let hashes = line.chars().take_while(|&c| c == '#').count();
+        if hashes == 0 || hashes > 6 || !line[hashes..].starts_with(' ') {
+            continue;
+        }
+        let slug: String = line[hashes..]
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter_map(|c| match c {
+                ' ' => Some('-'),
+                '-' | '_' => Some(c),
+                c if c.is_alphanumeric() => Some(c),
+                _ => None,
+            })
+            .collect();
+        let count = seen.entry(slug.clone()).or_insert(0);
+        let anchor = if *count == 0 {
+            slug.clone()
+        } else {
+            format!("{slug}-{count}")
+        };
+        *count += 1;
+        anchors.insert(anchor);
+    }
+    anchors
 }
 
 /// Patterns and placeholders name no single file.
