@@ -7,8 +7,8 @@
 //!
 //! Its one test, `tests/doc_paths.rs`, checks the repository's documents instead: every path
 //! they name exists, link anchors name headings, and the README's layout table lists every
-//! crate. It lives here because
-//! this crate has no dependencies, so the check costs nothing to build.
+//! crate. It lives here because this crate has no dependencies, so the check costs nothing
+//! to build.
 
 use std::path::{Path, PathBuf};
 
