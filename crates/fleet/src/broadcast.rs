@@ -16,9 +16,10 @@
 use crate::error::{node_err, transport_err, FleetError, Result};
 use crate::intent::{self, Durability, Entry, IntentLog};
 use crate::plan::Plan;
-use rdx_control::node::{hook_status, thread_epochs};
+use rdx_control::node::hook_status;
 use rdx_control::{create_codeflow, CodeFlow, Compiled, ExtSpec, Extension, Prepared};
 use rdx_region::layout::{offsets, ACTIVE_HOLD};
+use rdx_transport::slot::{self, QuiesceError};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -417,7 +418,6 @@ fn drain_flows(plan: &Plan, work: &[NodeWork]) -> Result<()> {
         let budget = Duration::from_nanos(entry.cf.view().info.hold_timeout_ns / 2);
         let start = Instant::now();
         let timed_out = || start.elapsed() > budget;
-        let (te, info_e) = (entry.cf.transport(), &entry.cf.view().info);
         let entry_hook = entry
             .cf
             .view()
@@ -428,26 +428,21 @@ fn drain_flows(plan: &Plan, work: &[NodeWork]) -> Result<()> {
             .view()
             .hook(&f.exit.hook)
             .map_err(node_err(&exit.name))?;
-        // The hook path announces its epoch with a plain store and then loads the slot
-        // word with no fence: the barrier makes a caller that loaded the word before our
-        // hold show its odd epoch now, so it is waited for below.
-        te.remote_barrier().map_err(transport_err(&entry.name))?;
-        let inside: Vec<(u32, u64)> = thread_epochs(te, info_e)
-            .map_err(node_err(&entry.name))?
-            .into_iter()
-            .filter(|(_, e)| e % 2 == 1)
-            .collect();
-        for (slot, epoch) in inside {
-            let at = info_e.thread_offset(slot) + offsets::THREAD_EPOCH;
-            while te.read_u64(at).map_err(transport_err(&entry.name))? == epoch {
-                if timed_out() {
-                    return Err(FleetError::DrainTimeout {
-                        flow: format!("{} -> {}", f.entry, f.exit),
-                        reason: format!("thread slot {slot} stayed inside the entry's code"),
-                    });
-                }
-                std::hint::spin_loop();
+        let quiet = slot::wait_quiescent(
+            entry.cf.transport(),
+            &entry.cf.view().info,
+            start + budget,
+            slot::Poll::Spin,
+        );
+        match quiet {
+            Ok(()) => {}
+            Err(QuiesceError::StillInside { thread_slot }) => {
+                return Err(FleetError::DrainTimeout {
+                    flow: format!("{} -> {}", f.entry, f.exit),
+                    reason: format!("thread slot {thread_slot} stayed inside the entry's code"),
+                })
             }
+            Err(QuiesceError::Transport(e)) => return Err(transport_err(&entry.name)(e)),
         }
         let runs = |w: &NodeWork, h: &rdx_control::node::HookInfo| {
             hook_status(w.cf.transport(), &w.cf.view().info, h.index)

@@ -15,9 +15,9 @@ use crate::broadcast::{crash_if, per_node, CrashPoint, Options};
 use crate::error::{node_err, transport_err, FleetError, Result};
 use crate::intent::{Durability, Entry, IntentLog};
 use crate::plan::NodeSpec;
-use rdx_control::node::thread_epochs;
 use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension, Prepared};
 use rdx_region::layout::{active_version, offsets, MapType, ACTIVE_HOLD};
+use rdx_transport::slot::{self, QuiesceError};
 use rdx_transport::xstate::{self, Copies, MapRef, UPDATE_ANY};
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -165,26 +165,15 @@ fn copy_map(src: &CodeFlow, dst: &CodeFlow, from: &MapRef, to: &MapRef) -> Resul
 
 /// Waits until no host thread of the node is still inside code it entered before now.
 fn quiesce(cf: &CodeFlow, node: &str, budget: Duration) -> Result<()> {
-    let (t, info) = (cf.transport(), &cf.view().info);
-    let start = Instant::now();
-    // Orders the hook path's unfenced epoch store before our snapshot (see drain_flows).
-    t.remote_barrier().map_err(transport_err(node))?;
-    for (slot, epoch) in thread_epochs(t, info).map_err(node_err(node))? {
-        if epoch % 2 == 0 {
-            continue;
-        }
-        let at = info.thread_offset(slot) + offsets::THREAD_EPOCH;
-        while t.read_u64(at).map_err(transport_err(node))? == epoch {
-            if start.elapsed() > budget {
-                return Err(FleetError::DrainTimeout {
-                    flow: format!("{node} (migration source)"),
-                    reason: format!("thread slot {slot} stayed inside extension code"),
-                });
-            }
-            std::hint::spin_loop();
-        }
-    }
-    Ok(())
+    let deadline = Instant::now() + budget;
+    let info = &cf.view().info;
+    slot::wait_quiescent(cf.transport(), info, deadline, slot::Poll::Spin).map_err(|e| match e {
+        QuiesceError::StillInside { thread_slot } => FleetError::DrainTimeout {
+            flow: format!("{node} (migration source)"),
+            reason: format!("thread slot {thread_slot} stayed inside extension code"),
+        },
+        QuiesceError::Transport(e) => transport_err(node)(e),
+    })
 }
 
 /// Moves `hook`'s program `ext` with its maps' contents from `source` to `target`.
