@@ -787,6 +787,8 @@ fn run(
     }
     log_prepared(&mut log, &work)?;
     crash_if(opts, CrashPoint::Prepared);
+    // Before the bubble: nothing in it but the protocol's own steps.
+    let updates = describe(plan, &exts, &work, true);
 
     let t_hold = Instant::now();
     if let Err(e) = hold(plan, &work, &mut timings) {
@@ -796,7 +798,6 @@ fn run(
     log.append(&[Entry::Commit])?;
     crash_if(opts, CrashPoint::Committed);
 
-    let updates = describe(plan, &exts, &work, true);
     let t_flip = Instant::now();
     flip(&mut work, opts)?;
     timings.flip_us = us(t_flip);
