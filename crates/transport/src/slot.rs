@@ -19,6 +19,10 @@
 //!    word, loads the slot's budget (relaxed) and runs the code;
 //! 5. makes its epoch even with a release store.
 //!
+//! A thread of another sandbox that runs this region's code through a cross-sandbox call
+//! (`crates/xcall/src/call.rs`) takes the same steps on a thread slot of this region; such a
+//! sandbox is an rdx host too, registered for the same barrier as the region's own host.
+//!
 //! # Publish: [`publish`]
 //!
 //! Budget store, [`Transport::fence`], compare-and-swap of the active word, generation
