@@ -60,10 +60,11 @@
 //!
 //! # Quiescence: [`wait_quiescent`]
 //!
-//! After a word stopped being published (a flip, a detach, a hold), a control plane that
-//! wants to free its code or maps, or to know that no request is still inside it, calls
-//! [`wait_quiescent`]: [`Transport::remote_barrier`], a snapshot of every owned thread
-//! slot's epoch ([`thread_epochs`]), then a wait until each odd one has changed.
+//! After new callers stopped entering a word (a flip or a detach, or a hold, after which
+//! callers wait instead), a control plane that wants to free its code or maps, or to know
+//! that no request is still inside it, calls [`wait_quiescent`]:
+//! [`Transport::remote_barrier`], a snapshot of every owned thread slot's epoch
+//! ([`thread_epochs`]), then a wait until each odd one has changed.
 //!
 //! - The barrier is the other half of step 1: the reader's epoch store has no hardware
 //!   fence, so it could still sit in its store buffer when its load of the active word
