@@ -129,12 +129,14 @@ fn first_differing_line(a: &str, b: &str) -> usize {
     line
 }
 
-/// One page per command, named as man expects (`rdx-node-add.1`), sorted by name.
+/// One page per command, named as man expects (`rdx-node-add.1`), sorted by name; every
+/// page's footer names the program and version (`rdx 0.1.0`), not the subcommand.
 fn render_man_pages(root: &Command) -> Vec<(String, Vec<u8>)> {
+    let source = format!("rdx {}", root.get_version().unwrap_or_default());
     let mut pages: Vec<(String, Vec<u8>)> = commands_in_order(root)
         .into_iter()
         .map(|(_, command)| {
-            let man = clap_mangen::Man::new(command.clone());
+            let man = clap_mangen::Man::new(command.clone()).source(source.clone());
             let mut text = Vec::new();
             man.render(&mut text).expect("render a man page");
             (man.get_filename(), text)
