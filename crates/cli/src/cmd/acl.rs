@@ -52,7 +52,7 @@ enum AclCommand {
     Apply {
         /// Policy file.
         file: PathBuf,
-        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`).
+        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
         #[arg(long)]
         node: String,
         /// The hook (declared with the context of bpf/acl/acl.yaml).
@@ -76,7 +76,7 @@ enum AclCommand {
     /// The enforcement program's counters on a node, summed over the host's threads (they
     /// live at the start of each thread's `acl_scratch` value and survive policy updates).
     Stats {
-        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`).
+        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
         #[arg(long)]
         node: String,
         /// Print JSON instead of text.

@@ -10,7 +10,8 @@ use super::node::StateArgs;
 /// Update many nodes and hooks in one transaction, from a YAML plan.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The plan: nodes, hooks and their dependencies, updates.
+    /// The plan (YAML): nodes, hooks and their dependencies, updates; format in
+    /// docs/broadcast.md.
     plan: PathBuf,
     /// Check the plan against every node (hooks, classes, compilation), write nothing.
     #[arg(long)]

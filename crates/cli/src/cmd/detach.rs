@@ -9,7 +9,7 @@ use super::node::{attach, StateArgs};
 /// Detach the program from a node's hook.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`).
+    /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
     #[arg(long)]
     node: String,
     /// Hook name, as the node's EIM spec declares it.

@@ -28,7 +28,7 @@ pub struct Args {
 enum MapCommand {
     /// List the node's maps.
     Ls {
-        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`).
+        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
         #[arg(long)]
         node: String,
         /// Print JSON instead of text.
@@ -37,7 +37,7 @@ enum MapCommand {
     },
     /// Every key and value of a map.
     Dump {
-        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`).
+        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
         #[arg(long)]
         node: String,
         /// Map name or id.
@@ -48,7 +48,7 @@ enum MapCommand {
     },
     /// One value.
     Get {
-        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`).
+        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
         #[arg(long)]
         node: String,
         /// Map name or id.
@@ -61,7 +61,7 @@ enum MapCommand {
     },
     /// Write one value (every per-thread copy gets it).
     Set {
-        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`).
+        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
         #[arg(long)]
         node: String,
         /// Map name or id.
@@ -76,7 +76,7 @@ enum MapCommand {
     },
     /// Delete one key.
     Del {
-        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`).
+        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
         #[arg(long)]
         node: String,
         /// Map name or id.

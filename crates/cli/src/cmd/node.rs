@@ -89,7 +89,7 @@ enum NodeCommand {
     },
     /// Show what a node runs: hooks, versions, counters, maps, lease (read remotely).
     Show {
-        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`).
+        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
         name: String,
         /// Print JSON instead of text.
         #[arg(long)]

@@ -8,7 +8,7 @@ use super::node::{attach, StateArgs};
 /// Roll a hook back to an earlier version.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`).
+    /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
     #[arg(long)]
     node: String,
     /// Hook name, as the node's EIM spec declares it.
