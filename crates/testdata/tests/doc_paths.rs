@@ -1,9 +1,10 @@
 //! Every repository path a document names exists, so a newcomer following the docs never
-//! looks for a file that moved. The documents are `README.md`, `docs/**/*.md` and the
-//! comments of every Rust file under `crates/` and `examples/` (crate and item docs
-//! included); the paths are those starting with one of the repository's top-level folders
-//! (`crates/...`, `docs/...`, ...) and the targets of relative Markdown links. Patterns
-//! (`bpf/**/*.c`, `cmd/<name>.rs`, `bpf/fleet/NAME.c`) are not paths and are skipped.
+//! looks for a file that moved. The documents are the Markdown files (`README.md`,
+//! `docs/**`, the READMEs of crates, examples and tools) and the comments of every Rust file
+//! under `crates/` and `examples/` (crate and item docs included); the paths are those
+//! starting with one of the repository's top-level folders (`crates/...`, `docs/...`, ...)
+//! and the targets of relative Markdown links. Patterns (`bpf/**/*.c`, `cmd/<name>.rs`,
+//! `bpf/fleet/NAME.c`) are not paths and are skipped.
 //!
 //! The anchor of a Markdown link (`jit.md#counted-loops`) must name a heading of its target,
 //! and the README's layout table must name every crate and example.
@@ -157,11 +158,13 @@ fn the_readme_layout_table_lists_every_crate_and_example() {
     );
 }
 
-/// `README.md`, every Markdown file under `docs/`, and the Rust files of the crates and
-/// examples.
+/// `README.md`, every Markdown file under `docs/`, `crates/`, `examples/` and `tools/`, and
+/// the Rust files of the crates and examples.
 fn documents(root: &Path) -> Vec<PathBuf> {
     let mut docs = vec![root.join("README.md")];
-    files_under(&root.join("docs"), "md", &mut docs);
+    for folder in ["docs", "crates", "examples", "tools"] {
+        files_under(&root.join(folder), "md", &mut docs);
+    }
     files_under(&root.join("crates"), "rs", &mut docs);
     files_under(&root.join("examples"), "rs", &mut docs);
     docs.sort();
