@@ -131,7 +131,7 @@ pub trait Transport: Send + Sync {
     fn fence(&self) -> Result<(), TransportError>;
     /// Makes every store the target's threads issued before this call visible to us, and
     /// our earlier stores visible to their later loads: the asymmetric half of the epoch
-    /// protocol (the hook fast path has no fence of its own). See docs/region.md.
+    /// protocol (the hook fast path has no fence of its own). See [`crate::slot`].
     fn remote_barrier(&self) -> Result<(), TransportError>;
 
     /// Whether process ids of the region's users (the pid in a control plane's lock token)
