@@ -2,7 +2,7 @@
 //! each to Cranelift IR, compiles them for the requested [`Arch`] and lays the machine code
 //! out as one relocatable [`Artifact`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -19,219 +19,9 @@ use crate::artifact::{
     sha256, Artifact, Metadata, RelocKind, Relocation, Symbol, FLAG_DEOPT, FLAG_ENTRY_LENGTH_ARG,
     FLAG_HELPER_TABLE, FLAG_NEEDS_BUDGET,
 };
+use crate::options::{CompileOptions, EntryAbi, HelperCalls, Pipeline};
 use crate::target::Arch;
 use crate::translate::{self, FuncPlan, NS_FUNC, NS_SYMBOL};
-
-/// How generated code reaches helpers and host functions.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum HelperCalls {
-    /// Each helper id is its own relocated 64-bit address (`helper:<id>`). The fastest form:
-    /// one constant load and an indirect call.
-    #[default]
-    Direct,
-    /// Helpers are entries of a table of 64-bit addresses (`var:rdx_helper_table`, entry `id`
-    /// at byte `8 * id`) holding `table_len` entries. Code that lives at the same address in
-    /// several processes (cross-sandbox calls) uses this so that each process can have its
-    /// own helper implementations behind one table address. Also what `callx` needs.
-    Table { table_len: u32 },
-}
-
-/// The entry point's native signature.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum EntryAbi {
-    /// `r0 = entry(ctx, run_state)`: [`rdx_region::abi::EntryFn`]. `r2`..`r9` start at zero.
-    #[default]
-    Standard,
-    /// `r0 = entry(ctx, run_state, len)` with `r2 = len`: the conformance-suite convention
-    /// (r1 = memory, r2 = its length). Calling a standard entry with a third argument is
-    /// harmless on both supported calling conventions, so test harnesses always pass it.
-    WithLength,
-}
-
-/// The direction a profile says a conditional jump goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Expect {
-    /// The jump is taken: falling through leaves the fast path.
-    Taken,
-    /// The jump falls through: taking it leaves the fast path.
-    NotTaken,
-}
-
-/// Elite compilation: conditional jumps whose cold direction becomes a guard with a
-/// deoptimisation exit. Code reachable only through cold directions is not compiled.
-///
-/// An artifact compiled with a speculation (even an empty one) is an *elite* artifact
-/// (`FLAG_DEOPT`): it must be called with an [`rdx_region::abi::DeoptRunState`] as its run
-/// pointer, keeps its eBPF stack frames there, and on a failed guard stores the exact eBPF
-/// state there and returns with [`rdx_region::abi::RunStatus::Deopt`].
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Speculation {
-    /// Slot of a conditional jump → its expected direction.
-    pub guards: BTreeMap<usize, Expect>,
-}
-
-/// Scouting: count how often each conditional jump goes each way. Counters are `u64` pairs
-/// at the symbol's address, one 16-byte pair per [`branch_sites`] entry in that order:
-/// `[fell through, taken]`. The symbol is resolved at link time like any other, typically
-/// to a global-data map value in the node's XState (`Symbol::MapValue`), so the control
-/// plane reads the profile remotely.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct BranchCounters {
-    pub symbol: Symbol,
-}
-
-/// The conditional jumps of a program, in slot order: the index of a slot in this list is
-/// its counter pair in [`BranchCounters`] and its entry in a profile.
-pub fn branch_sites(insns: &[Insn]) -> Vec<usize> {
-    insns
-        .iter()
-        .enumerate()
-        .filter(|(_, i)| matches!(i, Insn::Jmp { .. }))
-        .map(|(pc, _)| pc)
-        .collect()
-}
-
-/// Geometry of an array map whose `bpf_map_lookup_elem` calls are inlined (see
-/// [`CompileOptions::inline_arrays`]): what the object's map definition declares, so the
-/// artifact stays target-independent. The values' base address is the relocation
-/// `mapvalue:<index>`; value `i` lives at `base + i * round_up(value_size, 8)`, the layout of
-/// rdx's arrays (XState and the in-process map set alike).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct InlineArray {
-    pub max_entries: u32,
-    pub value_size: u32,
-}
-
-impl InlineArray {
-    /// Bytes between consecutive values.
-    pub fn value_stride(&self) -> u64 {
-        (self.value_size as u64).div_ceil(8) * 8
-    }
-}
-
-/// How much work Cranelift spends on each function.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Pipeline {
-    /// `opt_level=speed` (e-graph rewriting, GVN, LICM) and the backtracking register
-    /// allocator: the fastest code.
-    #[default]
-    Optimizing,
-    /// `opt_level=none` and the single-pass register allocator: about half the compile time,
-    /// code 2 to 7x slower (`benches/tiers.rs` measures both). For large, cold programs.
-    Fast,
-    /// [`Pipeline::Fast`] for eBPF functions longer than this many slots, optimizing for the
-    /// others.
-    FastAbove(u32),
-    /// Not Cranelift: the baseline tier (`crate::baseline`), one linear pass emitting machine
-    /// code with eBPF registers in fixed native registers. Compiles an order of magnitude
-    /// faster than [`Pipeline::Fast`]; refuses what it does not support (elite artifacts,
-    /// branch counters) with [`CompileError::NotInBaseline`], and the caller falls back.
-    Baseline,
-}
-
-/// Everything besides the bytecode that decides the generated code. Part of the artifact's
-/// options hash.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct CompileOptions {
-    pub arch: Arch,
-    /// Meter executed instructions against [`rdx_region::abi::RunState::budget`]. Required
-    /// whenever the verifier could not bound the run.
-    pub needs_budget: bool,
-    pub helper_calls: HelperCalls,
-    pub entry_abi: EntryAbi,
-    /// Identity of the EIM extension class the program was verified against; it only enters
-    /// the options hash so that a cache keyed by that hash never mixes classes.
-    pub eim_class: String,
-    /// Run Cranelift's IR verifier on every function (slower; for tests and debugging).
-    pub verify_ir: bool,
-    /// Compile an elite artifact with these guards (see [`Speculation`]).
-    pub speculation: Option<Speculation>,
-    /// Instrument every conditional jump with a counter (see [`BranchCounters`]).
-    pub branch_counters: Option<BranchCounters>,
-    /// Array maps (by index in the object's map table) whose lookups are compiled inline: a
-    /// bounds check and an address computation instead of a helper call, returning exactly
-    /// what the helper returns. Only for plain arrays (one copy per element), linked against
-    /// maps created from the same definitions. Empty by default.
-    pub inline_arrays: BTreeMap<u32, InlineArray>,
-    /// Cranelift's pipeline (optimizing by default).
-    pub pipeline: Pipeline,
-    /// Constant blinding (on by default): on x86-64, whose instructions can be decoded from
-    /// any byte, a program-chosen constant beyond 16 bits never appears as it is in the code;
-    /// it is emitted xored with a key chosen at random for each compilation and unmasked at
-    /// run time (see `docs/jit.md`, "Constant blinding"). Off only to measure its cost.
-    pub blind_constants: bool,
-}
-
-impl CompileOptions {
-    pub fn new(arch: Arch) -> Self {
-        Self {
-            arch,
-            needs_budget: false,
-            helper_calls: HelperCalls::Direct,
-            entry_abi: EntryAbi::Standard,
-            eim_class: String::new(),
-            verify_ir: cfg!(debug_assertions),
-            speculation: None,
-            branch_counters: None,
-            inline_arrays: BTreeMap::new(),
-            pipeline: Pipeline::Optimizing,
-            blind_constants: true,
-        }
-    }
-
-    /// Inlines lookups in every plain array of `maps` (an object's map table): type
-    /// `BPF_MAP_TYPE_ARRAY`, 4-byte keys. Per-CPU arrays keep the helper (their element
-    /// depends on the running thread).
-    pub fn inline_array_lookups(&mut self, maps: &[rdx_bpf::program::MapDef]) {
-        for (i, m) in maps.iter().enumerate() {
-            if m.map_type == rdx_bpf::program::MapType::Array
-                && m.key_size == 4
-                && m.value_size > 0
-                && m.max_entries > 0
-            {
-                self.inline_arrays.insert(
-                    i as u32,
-                    InlineArray {
-                        max_entries: m.max_entries,
-                        value_size: m.value_size,
-                    },
-                );
-            }
-        }
-    }
-
-    /// The artifact's `options_hash` for these options: a loader that takes an artifact from
-    /// a cache checks it against the options it would compile with (hook, class, metering).
-    pub fn hash(&self) -> [u8; 32] {
-        // A stable textual rendering: the hash must not depend on Rust's Hash implementation.
-        let mut text = format!(
-            "arch={};budget={};helpers={:?};entry={:?};class={}",
-            self.arch, self.needs_budget, self.helper_calls, self.entry_abi, self.eim_class
-        );
-        if let Some(s) = &self.speculation {
-            text.push_str(";guards=");
-            for (pc, e) in &s.guards {
-                text.push_str(&format!("{pc}:{e:?},"));
-            }
-        }
-        if let Some(c) = &self.branch_counters {
-            text.push_str(&format!(";counters={}", c.symbol));
-        }
-        if !self.inline_arrays.is_empty() {
-            text.push_str(";arrays=");
-            for (i, a) in &self.inline_arrays {
-                text.push_str(&format!("{i}:{}x{},", a.max_entries, a.value_size));
-            }
-        }
-        if self.pipeline != Pipeline::Optimizing {
-            text.push_str(&format!(";pipeline={:?}", self.pipeline));
-        }
-        if !self.blind_constants {
-            text.push_str(";blind=false");
-        }
-        sha256(&[text.as_bytes()])
-    }
-}
 
 /// Helper id of `bpf_tail_call`.
 pub(crate) const BPF_FUNC_TAIL_CALL: i32 = 12;
@@ -261,15 +51,6 @@ pub(crate) fn effective_options<'o>(
     } else {
         std::borrow::Cow::Borrowed(opts)
     }
-}
-
-/// Whether constants are blinded in code compiled with `opts`: asked for, and the target is
-/// x86-64. aarch64 instructions are fixed 4-byte words decoded only at 4-byte boundaries,
-/// and a constant enters them at most 16 bits at a time inside an opcode (`movz`/`movk`,
-/// 12-bit arithmetic immediates), so no program-chosen byte sequence there is an
-/// instruction of the program's choosing.
-pub(crate) fn blinds_constants(opts: &CompileOptions) -> bool {
-    opts.blind_constants && opts.arch == Arch::X86_64
 }
 
 /// Whether a program constant may appear in code as it is when blinding: one that fits in
@@ -450,7 +231,7 @@ impl Compiler {
         }
         let plans = plan_functions(insns)?;
         let depth = max_call_depth(&plans, insns)?;
-        if let Some(spec) = &opts.speculation {
+        if let Some(spec) = opts.speculation() {
             for &pc in spec.guards.keys() {
                 match insns.get(pc) {
                     Some(Insn::Jmp { .. }) => {}
@@ -517,7 +298,7 @@ impl Compiler {
             let at = code.len().next_multiple_of(16);
             // An elite artifact's entry stays at offset 0, where the runtime's fallback
             // locator expects it (docs/deopt.md).
-            let start = if fi == 0 && opts.speculation.is_some() {
+            let start = if fi == 0 && opts.speculation().is_some() {
                 at
             } else {
                 at + loop_padding(
@@ -611,7 +392,7 @@ impl Compiler {
             functions: plans.len(),
             code_bytes: artifact.code.len(),
             elapsed: start.elapsed(),
-            guards: opts.speculation.as_ref().map_or(0, |s| s.guards.len()),
+            guards: opts.speculation().map_or(0, |s| s.guards.len()),
             dropped_insns: insns.len() - live_slots,
         };
         Ok((artifact, stats))
@@ -859,7 +640,7 @@ pub(crate) fn metadata(
     if matches!(opts.helper_calls, HelperCalls::Table { .. }) {
         flags |= FLAG_HELPER_TABLE;
     }
-    if opts.speculation.is_some() {
+    if opts.speculation().is_some() {
         flags |= FLAG_DEOPT;
     }
     let source = raw_to_bytes(&encode(insns));
@@ -878,6 +659,7 @@ pub(crate) fn metadata(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::Build;
 
     #[test]
     fn back_branches_are_read_from_the_code() {
@@ -915,7 +697,7 @@ mod tests {
     fn threads_compile_with_one_compiler() {
         let compiler = Compiler::new(Arch::X86_64).unwrap();
         let prog = rdx_bpf::asm::assemble("mov %r0, 7\nexit").unwrap();
-        let opts = CompileOptions::new(Arch::X86_64);
+        let opts = CompileOptions::new(Arch::X86_64, Build::Generic);
         let code = |c: &Compiler| c.compile(&prog, &opts).unwrap().0.code;
         let alone = code(&compiler);
         std::thread::scope(|s| {

@@ -30,10 +30,8 @@ use rdx_bpf::isa::{
 use rdx_region::abi::{DeoptRunState, RunStatus, DEOPT_FRAME_BYTES, DEOPT_MAX_FRAMES};
 
 use crate::artifact::{Symbol, HELPER_TABLE_SYMBOL};
-use crate::compile::{
-    callee_index, plain_constant, BlindingKeys, CompileError, CompileOptions, EntryAbi, Expect,
-    HelperCalls, InlineArray,
-};
+use crate::compile::{callee_index, plain_constant, BlindingKeys, CompileError};
+use crate::options::{CompileOptions, EntryAbi, Expect, HelperCalls, InlineArray};
 
 /// Helper id of `bpf_map_lookup_elem`.
 const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
@@ -192,7 +190,7 @@ fn int_sig(isa: &dyn TargetIsa, params: usize) -> Signature {
 fn live_slots(insns: &[Insn], plan: FuncPlan, opts: &CompileOptions) -> Vec<bool> {
     let mut live = vec![false; plan.end - plan.start];
     let mut work = vec![plan.start];
-    let guard = |pc: usize| opts.speculation.as_ref().and_then(|s| s.guards.get(&pc));
+    let guard = |pc: usize| opts.speculation().and_then(|s| s.guards.get(&pc));
     while let Some(pc) = work.pop() {
         if pc < plan.start || pc >= plan.end || live[pc - plan.start] {
             continue;
@@ -346,7 +344,7 @@ pub(crate) fn translate_function(
 ) -> Result<usize, CompileError> {
     let plan = plans[fi];
     let is_entry = fi == 0;
-    let elite = opts.speculation.is_some();
+    let elite = opts.speculation().is_some();
     let nparams = if is_entry {
         match opts.entry_abi {
             EntryAbi::Standard => 2,
@@ -465,7 +463,7 @@ pub(crate) fn translate_function(
         let left = b.ins().load(I64, run_mem(), run_state, RUN_BUDGET);
         b.def_var(v, left);
     }
-    let blinding = (crate::compile::blinds_constants(opts)
+    let blinding = (crate::options::blinds_constants(opts)
         && insns[plan.start..plan.end].iter().any(has_chosen_constant))
     .then(|| {
         let base = keys.next();
@@ -529,7 +527,7 @@ pub(crate) fn translate_function(
     let counted = crate::loops::counted_loops(insns, plan, initial_zero);
     let ordered_latches = counted.iter().map(|l| (l.latch, l.ordered)).collect();
     // Elite and scouting builds keep one compiled site per slot (guards, counters).
-    let versioned = if elite || opts.branch_counters.is_some() {
+    let versioned = if elite || opts.branch_counters().is_some() {
         HashMap::new()
     } else {
         crate::loops::versioned_loops(insns, plan, &counted)
@@ -542,8 +540,8 @@ pub(crate) fn translate_function(
     } else {
         Vec::new()
     };
-    let branch_index = if opts.branch_counters.is_some() {
-        crate::compile::branch_sites(insns)
+    let branch_index = if opts.branch_counters().is_some() {
+        crate::options::branch_sites(insns)
             .into_iter()
             .enumerate()
             .filter(|(_, pc)| (plan.start..plan.end).contains(pc))
@@ -807,8 +805,7 @@ impl Translator<'_, '_> {
                 }
                 let guard = self
                     .opts
-                    .speculation
-                    .as_ref()
+                    .speculation()
                     .and_then(|s| s.guards.get(&pc).copied());
                 match self.latch_override {
                     Some((at, Latch::GoOn(next))) if at == pc => {
@@ -820,7 +817,7 @@ impl Translator<'_, '_> {
                 // A check the versioned loop's entry decided for every iteration, or a null
                 // test whose outcome is known.
                 let decided = self.unchecked.get(&pc).copied().or_else(|| {
-                    (guard.is_none() && self.opts.branch_counters.is_none())
+                    (guard.is_none() && self.opts.branch_counters().is_none())
                         .then(|| self.null_test_outcome(width, cond, dst, src))
                         .flatten()
                 });
@@ -1101,7 +1098,7 @@ impl Translator<'_, '_> {
 
     /// Scouting: one more run through this jump's direction `c` in its counter pair.
     fn count_branch(&mut self, pc: usize, c: Value) {
-        let Some(counters) = &self.opts.branch_counters else {
+        let Some(counters) = self.opts.branch_counters() else {
             return;
         };
         let symbol = counters.symbol.clone();
@@ -1734,7 +1731,7 @@ impl Translator<'_, '_> {
                 };
                 let mut args = self.args();
                 args.push(self.run_state);
-                if self.opts.speculation.is_some() {
+                if self.opts.speculation().is_some() {
                     let top = self.reg(Reg(10));
                     args.push(top);
                 }
@@ -1755,7 +1752,7 @@ impl Translator<'_, '_> {
                     self.b.set_cold_block(unwind);
                     self.b.ins().brif(status, unwind, &[], cont, &[]);
                     self.b.switch_to_block(unwind);
-                    if self.opts.speculation.is_some() {
+                    if self.opts.speculation().is_some() {
                         self.record_caller_frame(pc + 1);
                     }
                     let zero = self.b.ins().iconst(I64, 0);

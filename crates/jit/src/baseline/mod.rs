@@ -37,10 +37,8 @@ use rdx_bpf::isa::{
 use rdx_region::abi::RunStatus;
 
 use crate::artifact::{Artifact, RelocKind, Relocation, Symbol, HELPER_TABLE_SYMBOL};
-use crate::compile::{
-    max_call_depth, plan_functions, CompileError, CompileOptions, CompileStats, EntryAbi,
-    HelperCalls, InlineArray,
-};
+use crate::compile::{max_call_depth, plan_functions, CompileError, CompileStats};
+use crate::options::{CompileOptions, EntryAbi, HelperCalls, InlineArray};
 use crate::target::Arch;
 use crate::translate::FuncPlan;
 
@@ -133,7 +131,7 @@ pub(crate) fn compile(
     let opts = &*crate::compile::effective_options(opts, insns);
     match opts.arch {
         Arch::X86_64 => compile_with(
-            x64::X64::new(insns.len(), crate::compile::blinds_constants(opts)),
+            x64::X64::new(insns.len(), crate::options::blinds_constants(opts)),
             insns,
             opts,
         ),
@@ -147,12 +145,12 @@ fn compile_with<E: Emit>(
     opts: &CompileOptions,
 ) -> Result<(Artifact, CompileStats), CompileError> {
     let start = Instant::now();
-    if opts.speculation.is_some() {
+    if opts.speculation().is_some() {
         return Err(CompileError::NotInBaseline {
             what: "elite artifacts (deoptimisation guards)".into(),
         });
     }
-    if opts.branch_counters.is_some() {
+    if opts.branch_counters().is_some() {
         return Err(CompileError::NotInBaseline {
             what: "branch counters".into(),
         });
@@ -583,7 +581,7 @@ impl Driver<'_> {
     /// it is: blinding is off, or it is small. A larger one is not folded into an address:
     /// the instructions are emitted one by one, with their constants blinded.
     fn displacement_shown(&self, disp: i64) -> bool {
-        !crate::compile::blinds_constants(self.opts) || crate::compile::plain_constant(disp)
+        !crate::options::blinds_constants(self.opts) || crate::compile::plain_constant(disp)
     }
 
     /// Whether `reg`'s value on entry to slot `pc` is never read: overwritten first in the
