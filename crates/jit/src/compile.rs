@@ -1,8 +1,10 @@
-//! The compiler driver: splits a program into eBPF functions, has [`crate::translate`] lower
-//! each to Cranelift IR, compiles them for the requested [`Arch`] and lays the machine code
-//! out as one relocatable [`Artifact`].
+//! The compiler driver, last of the compiler's stages: checks the [`CompileOptions`] against
+//! its target, has [`crate::plan`] find the program's functions, hands the
+//! [`Pipeline::Baseline`] to [`crate::baseline`] and every other pipeline to
+//! [`crate::translate`] (one eBPF function at a time into Cranelift IR), compiles that IR for
+//! the requested [`Arch`] and lays the machine code out as one relocatable [`Artifact`].
+//! Nothing else in the compiler depends on it.
 
-use std::collections::BTreeSet;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -12,132 +14,17 @@ use cranelift_codegen::isa::{self, OwnedTargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::{binemit::Reloc, FinalizedRelocTarget};
 use cranelift_frontend::FunctionBuilderContext;
-use rdx_bpf::isa::{encode, raw_to_bytes, CallTarget, Insn, STACK_SIZE};
+use rdx_bpf::isa::Insn;
 use target_lexicon::Triple;
 
-use crate::artifact::{
-    sha256, Artifact, Metadata, RelocKind, Relocation, Symbol, FLAG_DEOPT, FLAG_ENTRY_LENGTH_ARG,
-    FLAG_HELPER_TABLE, FLAG_NEEDS_BUDGET,
-};
-use crate::options::{CompileOptions, EntryAbi, HelperCalls, Pipeline};
+use crate::artifact::{Artifact, RelocKind, Relocation, Symbol};
+use crate::baseline;
+use crate::blinding::BlindingKeys;
+use crate::error::CompileError;
+use crate::options::{self, CompileOptions, Pipeline};
+use crate::plan;
 use crate::target::Arch;
-use crate::translate::{self, FuncPlan, NS_FUNC, NS_SYMBOL};
-
-/// Helper id of `bpf_tail_call`.
-pub(crate) const BPF_FUNC_TAIL_CALL: i32 = 12;
-
-/// Whether `insn` may make a tail call: a call of `bpf_tail_call`, or a `callx`, whose
-/// helper id is only known at run time.
-pub(crate) fn may_tail_call(insn: &Insn) -> bool {
-    matches!(
-        insn,
-        Insn::Call(CallTarget::Helper(BPF_FUNC_TAIL_CALL) | CallTarget::Reg(_))
-    )
-}
-
-/// The options a program is really compiled with: metering is forced on when the program
-/// may make a tail call. A tail call runs its target on the run's one budget, so the
-/// caller's own instructions must be charged to it too, whatever the verifier found its own
-/// worst case to be (a caller that is not metered would let every link of a chain spend a
-/// whole budget).
-pub(crate) fn effective_options<'o>(
-    opts: &'o CompileOptions,
-    insns: &[Insn],
-) -> std::borrow::Cow<'o, CompileOptions> {
-    if !opts.needs_budget && insns.iter().any(may_tail_call) {
-        let mut forced = opts.clone();
-        forced.needs_budget = true;
-        std::borrow::Cow::Owned(forced)
-    } else {
-        std::borrow::Cow::Borrowed(opts)
-    }
-}
-
-/// Whether a program constant may appear in code as it is when blinding: one that fits in
-/// 16 bits (sign- or zero-extended) puts at most two chosen bytes next to each other, the
-/// rest being all zeros or all ones, as the offsets, masks, ports, ethertypes and loop
-/// bounds of real programs do.
-pub(crate) fn plain_constant(value: i64) -> bool {
-    (-(1 << 15)..(1 << 16)).contains(&value)
-}
-
-/// The random keys of one compilation's constant blinding: a stream (splitmix64) that
-/// starts from a process-wide secret drawn once from the kernel's random source, at a
-/// position no other compilation of this process uses, and gives a fresh key per constant,
-/// so that nothing about one key tells anything about another. (One `getrandom` per
-/// compilation cost the baseline tier a tenth of its compile time.)
-pub(crate) struct BlindingKeys(u64);
-
-impl BlindingKeys {
-    pub(crate) fn new() -> Self {
-        static SECRET: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-        static COMPILATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let secret = *SECRET.get_or_init(|| {
-            let mut seed = [0u8; 8];
-            // SAFETY: getrandom writes at most `seed.len()` bytes into the buffer.
-            let got = unsafe { libc::getrandom(seed.as_mut_ptr().cast(), seed.len(), 0) };
-            if got == seed.len() as isize {
-                u64::from_le_bytes(seed)
-            } else {
-                // No random source (seccomp, very early boot): the clock and an address,
-                // still unknown to the programs being compiled.
-                let clock = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64);
-                clock ^ (&seed as *const _ as u64).rotate_left(32)
-            }
-        });
-        let n = COMPILATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // A starting point on the stream that depends on the secret and this compilation's
-        // number through the mixing function: unrelated to any other compilation's.
-        Self(secret ^ mix64(n ^ 0x5851_f42d_4c95_7f2d))
-    }
-
-    /// The next key.
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        mix64(self.0)
-    }
-}
-
-/// splitmix64's output function.
-fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// Why a program could not be compiled. Instruction indices are slot indices of the program.
-#[derive(Debug, thiserror::Error)]
-pub enum CompileError {
-    #[error("program is empty")]
-    Empty,
-    #[error("instruction {pc}: {what} is not supported by the JIT")]
-    Unsupported { pc: usize, what: String },
-    #[error("instruction {pc}: jump to {target} leaves the function starting at {function}")]
-    JumpOutsideFunction {
-        pc: usize,
-        target: i64,
-        function: usize,
-    },
-    #[error("function starting at {function} can run past its last instruction {pc}")]
-    FallsOffEnd { function: usize, pc: usize },
-    #[error("instruction {pc}: the second slot of lddw is executed")]
-    LddwSecondSlot { pc: usize },
-    #[error("instruction {pc}: local calls recurse (function at {function} reaches itself)")]
-    Recursion { pc: usize, function: usize },
-    #[error("cannot build a code generator for {arch}: {reason}")]
-    Isa { arch: Arch, reason: String },
-    #[error("code generation failed for the function starting at {function}: {reason}")]
-    Codegen { function: usize, reason: String },
-    #[error("unexpected relocation {kind} in generated code")]
-    UnexpectedReloc { kind: String },
-    #[error("instruction {pc}: a guard must be a conditional jump, this is {what}")]
-    BadGuard { pc: usize, what: String },
-    /// The baseline tier does not build this; compile with a Cranelift pipeline instead.
-    #[error("the baseline tier does not support {what}")]
-    NotInBaseline { what: String },
-}
+use crate::translate::{self, NS_FUNC, NS_SYMBOL};
 
 /// Compile-time statistics, for benchmarks and `rdx compile`.
 #[derive(Clone, Debug, Default)]
@@ -223,33 +110,24 @@ impl Compiler {
             });
         }
         if opts.pipeline == Pipeline::Baseline {
-            return crate::baseline::compile(insns, opts);
+            let (artifact, live_slots) = baseline::compile(insns, opts)?;
+            let stats = CompileStats {
+                insns: insns.len(),
+                functions: artifact.meta.functions as usize,
+                code_bytes: artifact.code.len(),
+                elapsed: start.elapsed(),
+                guards: 0,
+                dropped_insns: insns.len() - live_slots,
+            };
+            return Ok((artifact, stats));
         }
-        let opts = &*effective_options(opts, insns);
+        let opts = &*plan::effective_options(opts, insns);
         if insns.is_empty() {
             return Err(CompileError::Empty);
         }
-        let plans = plan_functions(insns)?;
-        let depth = max_call_depth(&plans, insns)?;
-        if let Some(spec) = opts.speculation() {
-            for &pc in spec.guards.keys() {
-                match insns.get(pc) {
-                    Some(Insn::Jmp { .. }) => {}
-                    other => {
-                        return Err(CompileError::BadGuard {
-                            pc,
-                            what: other.map_or("outside the program".into(), |i| format!("{i:?}")),
-                        })
-                    }
-                }
-            }
-            if depth > rdx_region::abi::DEOPT_MAX_FRAMES {
-                return Err(CompileError::Unsupported {
-                    pc: 0,
-                    what: format!("{depth} nested frames in an elite artifact"),
-                });
-            }
-        }
+        let plans = plan::plan_functions(insns)?;
+        let depth = plan::max_call_depth(&plans, insns)?;
+        plan::check_speculation(insns, opts, depth)?;
         let mut live_slots = 0usize;
         let mut keys = BlindingKeys::new();
 
@@ -382,7 +260,7 @@ impl Compiler {
         }
 
         let artifact = Artifact {
-            meta: metadata(insns, opts, func_offsets[0], depth, plans.len()),
+            meta: options::metadata(insns, opts, func_offsets[0], depth, plans.len()),
             code,
             symbols,
             relocations,
@@ -524,136 +402,9 @@ fn branches_back(arch: Arch, code: &[u8], end: usize, to: usize) -> bool {
 /// [`Pipeline::Baseline`] builds no Cranelift code generator at all.
 pub fn compile(insns: &[Insn], opts: &CompileOptions) -> Result<Artifact, CompileError> {
     if opts.pipeline == Pipeline::Baseline {
-        return Ok(crate::baseline::compile(insns, opts)?.0);
+        return Ok(baseline::compile(insns, opts)?.0);
     }
     Ok(Compiler::new(opts.arch)?.compile(insns, opts)?.0)
-}
-
-/// Finds the eBPF functions: the entry at 0 and every local-call target, each running up to
-/// the next function's start.
-pub(crate) fn plan_functions(insns: &[Insn]) -> Result<Vec<FuncPlan>, CompileError> {
-    let mut starts = BTreeSet::new();
-    starts.insert(0usize);
-    for (pc, insn) in insns.iter().enumerate() {
-        if let Some(t) = insn.call_target(pc) {
-            if t < 0 || t as usize >= insns.len() {
-                return Err(CompileError::Unsupported {
-                    pc,
-                    what: format!("call to {t} outside the program"),
-                });
-            }
-            starts.insert(t as usize);
-        }
-    }
-    let starts: Vec<usize> = starts.into_iter().collect();
-    let plans: Vec<FuncPlan> = starts
-        .iter()
-        .enumerate()
-        .map(|(i, &start)| FuncPlan {
-            start,
-            end: starts.get(i + 1).copied().unwrap_or(insns.len()),
-        })
-        .collect();
-    for plan in &plans {
-        for (pc, insn) in insns.iter().enumerate().take(plan.end).skip(plan.start) {
-            if let Some(t) = insn.jump_target(pc) {
-                if t < plan.start as i64 || t >= plan.end as i64 {
-                    return Err(CompileError::JumpOutsideFunction {
-                        pc,
-                        target: t,
-                        function: plan.start,
-                    });
-                }
-            }
-        }
-    }
-    Ok(plans)
-}
-
-fn function_index(plans: &[FuncPlan], start: usize) -> usize {
-    plans
-        .binary_search_by_key(&start, |p| p.start)
-        .expect("call targets are function starts")
-}
-
-/// Longest chain of frames (entry = 1); refuses recursion, which eBPF forbids and which would
-/// make stack use unbounded.
-pub(crate) fn max_call_depth(plans: &[FuncPlan], insns: &[Insn]) -> Result<usize, CompileError> {
-    fn visit(
-        f: usize,
-        plans: &[FuncPlan],
-        insns: &[Insn],
-        on_path: &mut Vec<bool>,
-        memo: &mut Vec<Option<usize>>,
-    ) -> Result<usize, CompileError> {
-        if let Some(d) = memo[f] {
-            return Ok(d);
-        }
-        on_path[f] = true;
-        let mut deepest = 0;
-        for (pc, insn) in insns
-            .iter()
-            .enumerate()
-            .take(plans[f].end)
-            .skip(plans[f].start)
-        {
-            if let Some(t) = insn.call_target(pc) {
-                let g = function_index(plans, t as usize);
-                if on_path[g] {
-                    return Err(CompileError::Recursion {
-                        pc,
-                        function: plans[g].start,
-                    });
-                }
-                deepest = deepest.max(visit(g, plans, insns, on_path, memo)?);
-            }
-        }
-        on_path[f] = false;
-        memo[f] = Some(deepest + 1);
-        Ok(deepest + 1)
-    }
-    let mut on_path = vec![false; plans.len()];
-    let mut memo = vec![None; plans.len()];
-    visit(0, plans, insns, &mut on_path, &mut memo)
-}
-
-pub(crate) fn callee_index(plans: &[FuncPlan], start: usize) -> usize {
-    function_index(plans, start)
-}
-
-/// The artifact metadata both code generators write: flags from the options, the entry, the
-/// stack of `depth` frames, and the hashes of the source bytecode and the options.
-pub(crate) fn metadata(
-    insns: &[Insn],
-    opts: &CompileOptions,
-    entry_offset: u32,
-    depth: usize,
-    functions: usize,
-) -> Metadata {
-    let mut flags = 0;
-    if opts.needs_budget {
-        flags |= FLAG_NEEDS_BUDGET;
-    }
-    if opts.entry_abi == EntryAbi::WithLength {
-        flags |= FLAG_ENTRY_LENGTH_ARG;
-    }
-    if matches!(opts.helper_calls, HelperCalls::Table { .. }) {
-        flags |= FLAG_HELPER_TABLE;
-    }
-    if opts.speculation().is_some() {
-        flags |= FLAG_DEOPT;
-    }
-    let source = raw_to_bytes(&encode(insns));
-    Metadata {
-        arch: opts.arch,
-        flags,
-        entry_offset,
-        stack_bytes: (depth * STACK_SIZE) as u32,
-        functions: functions as u32,
-        insn_count: insns.len() as u32,
-        source_hash: sha256(&[&source]),
-        options_hash: opts.hash(),
-    }
 }
 
 #[cfg(test)]

@@ -23,19 +23,23 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+// The compiler's stages, each depending only on those before it:
+// options <- plan <- (translate | baseline, with blinding) <- compile (the driver).
 pub mod artifact;
 mod baseline;
+mod blinding;
 mod compile;
+mod error;
 pub mod exec;
 pub mod link;
-mod loops;
 mod options;
-mod stack;
+mod plan;
 pub mod target;
 mod translate;
 
 pub use artifact::{Artifact, ArtifactError, Symbol};
-pub use compile::{compile, CompileError, CompileStats, Compiler};
+pub use compile::{compile, CompileStats, Compiler};
+pub use error::CompileError;
 pub use exec::{ExecError, ExecutableCode};
 pub use link::{LinkError, LinkTarget, LinkedCode, SymbolResolver};
 pub use options::{

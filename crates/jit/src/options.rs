@@ -5,9 +5,12 @@
 
 use std::collections::BTreeMap;
 
-use rdx_bpf::isa::Insn;
+use rdx_bpf::isa::{encode, raw_to_bytes, Insn, STACK_SIZE};
 
-use crate::artifact::{sha256, Symbol};
+use crate::artifact::{
+    sha256, Metadata, Symbol, FLAG_DEOPT, FLAG_ENTRY_LENGTH_ARG, FLAG_HELPER_TABLE,
+    FLAG_NEEDS_BUDGET,
+};
 use crate::target::Arch;
 
 /// How generated code reaches helpers and host functions.
@@ -116,7 +119,7 @@ pub enum Pipeline {
     /// Not Cranelift: the baseline tier (`crate::baseline`), one linear pass emitting machine
     /// code with eBPF registers in fixed native registers. Compiles an order of magnitude
     /// faster than [`Pipeline::Fast`]; refuses what it does not support (elite artifacts,
-    /// branch counters) with [`CompileError::NotInBaseline`], and the caller falls back.
+    /// branch counters) with [`crate::CompileError::NotInBaseline`], and the caller falls back.
     Baseline,
 }
 
@@ -256,13 +259,39 @@ impl CompileOptions {
     }
 }
 
-/// Whether constants are blinded in code compiled with `opts`: asked for, and the target is
-/// x86-64. aarch64 instructions are fixed 4-byte words decoded only at 4-byte boundaries,
-/// and a constant enters them at most 16 bits at a time inside an opcode (`movz`/`movk`,
-/// 12-bit arithmetic immediates), so no program-chosen byte sequence there is an
-/// instruction of the program's choosing.
-pub(crate) fn blinds_constants(opts: &CompileOptions) -> bool {
-    opts.blind_constants && opts.arch == Arch::X86_64
+/// The artifact metadata both code generators write: flags from the options, the entry, the
+/// stack of `depth` frames, and the hashes of the source bytecode and the options.
+pub(crate) fn metadata(
+    insns: &[Insn],
+    opts: &CompileOptions,
+    entry_offset: u32,
+    depth: usize,
+    functions: usize,
+) -> Metadata {
+    let mut flags = 0;
+    if opts.needs_budget {
+        flags |= FLAG_NEEDS_BUDGET;
+    }
+    if opts.entry_abi == EntryAbi::WithLength {
+        flags |= FLAG_ENTRY_LENGTH_ARG;
+    }
+    if matches!(opts.helper_calls, HelperCalls::Table { .. }) {
+        flags |= FLAG_HELPER_TABLE;
+    }
+    if opts.speculation().is_some() {
+        flags |= FLAG_DEOPT;
+    }
+    let source = raw_to_bytes(&encode(insns));
+    Metadata {
+        arch: opts.arch,
+        flags,
+        entry_offset,
+        stack_bytes: (depth * STACK_SIZE) as u32,
+        functions: functions as u32,
+        insn_count: insns.len() as u32,
+        source_hash: sha256(&[&source]),
+        options_hash: opts.hash(),
+    }
 }
 
 #[cfg(test)]

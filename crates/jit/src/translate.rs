@@ -5,7 +5,7 @@
 //! - each register `r0`..`r10` is one Cranelift [`Variable`] of type `i64`, named by its index
 //!   in [`Translator::regs`]; `r10` is defined once, at entry, as the frame's top;
 //! - each eBPF frame's 512-byte stack is one explicit Cranelift stack slot of this function,
-//!   except the byte ranges [`crate::stack`] proves are only ever accessed whole through
+//!   except the byte ranges [`crate::plan::stack`] proves are only ever accessed whole through
 //!   non-escaping frame pointers, which are Cranelift variables (generic code only);
 //! - every eBPF instruction that starts a basic block has its own Cranelift block
 //!   ([`Translator::blocks`], indexed by slot), and the current slot index is known while
@@ -30,8 +30,15 @@ use rdx_bpf::isa::{
 use rdx_region::abi::{DeoptRunState, RunStatus, DEOPT_FRAME_BYTES, DEOPT_MAX_FRAMES};
 
 use crate::artifact::{Symbol, HELPER_TABLE_SYMBOL};
-use crate::compile::{callee_index, plain_constant, BlindingKeys, CompileError};
-use crate::options::{CompileOptions, EntryAbi, Expect, HelperCalls, InlineArray};
+use crate::blinding::{blinds_constants, has_chosen_constant, plain_constant, BlindingKeys};
+use crate::error::CompileError;
+use crate::options::{branch_sites, CompileOptions, EntryAbi, Expect, HelperCalls, InlineArray};
+use crate::plan::loops::{self, Versioned};
+use crate::plan::stack::{self, StackPlan};
+use crate::plan::{
+    callee_index, live_registers, live_slots, may_tail_call, uses_defs, FuncPlan,
+    BPF_FUNC_TAIL_CALL,
+};
 
 /// Helper id of `bpf_map_lookup_elem`.
 const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
@@ -52,13 +59,6 @@ const RUN_STATUS: i32 = 8;
 /// Offset of the end of the eBPF stack in a [`DeoptRunState`] (the entry frame's `r10`).
 const DEOPT_STACK_TOP: i64 =
     (DeoptRunState::OFF_STACK + DEOPT_MAX_FRAMES * DEOPT_FRAME_BYTES) as i64;
-
-/// One eBPF function: slots `start..end` of the program.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct FuncPlan {
-    pub start: usize,
-    pub end: usize,
-}
 
 fn mem() -> MemFlagsData {
     // eBPF loads may be unaligned (packet data) and the verifier, not a trap handler, is what
@@ -86,7 +86,7 @@ struct Translator<'a, 'b> {
     /// them).
     stack: FrameStack,
     /// Frame accesses known exactly (generic code whose frame pointers never escape).
-    stack_plan: Option<crate::stack::StackPlan>,
+    stack_plan: Option<StackPlan>,
     /// Frame byte ranges kept in variables (offset from the frame's base → variable and its
     /// type, the width of every access to it).
     promoted: HashMap<i32, (Variable, Type)>,
@@ -101,10 +101,10 @@ struct Translator<'a, 'b> {
     /// Slots whose block is a loop exit stub (see `translate_function`), laid out cold.
     exit_stubs: Vec<bool>,
     /// Counted-loop latches whose `jne` is compiled as this ordered condition
-    /// ([`crate::loops::ordered_latches`]).
+    /// ([`loops::ordered_latches`]).
     ordered_latches: HashMap<usize, JmpCond>,
-    /// Counted loops compiled twice, by head slot ([`crate::loops::versioned_loops`]).
-    versioned: HashMap<usize, crate::loops::Versioned>,
+    /// Counted loops compiled twice, by head slot ([`loops::versioned_loops`]).
+    versioned: HashMap<usize, Versioned>,
     /// While the unchecked copy of a versioned loop is lowered: its left-out checks and the
     /// direction each goes.
     unchecked: HashMap<usize, bool>,
@@ -185,150 +185,6 @@ fn int_sig(isa: &dyn TargetIsa, params: usize) -> Signature {
     sig
 }
 
-/// Which slots of `plan` run: everything reachable from its start, where a guarded jump only
-/// continues in its expected direction.
-fn live_slots(insns: &[Insn], plan: FuncPlan, opts: &CompileOptions) -> Vec<bool> {
-    let mut live = vec![false; plan.end - plan.start];
-    let mut work = vec![plan.start];
-    let guard = |pc: usize| opts.speculation().and_then(|s| s.guards.get(&pc));
-    while let Some(pc) = work.pop() {
-        if pc < plan.start || pc >= plan.end || live[pc - plan.start] {
-            continue;
-        }
-        live[pc - plan.start] = true;
-        let insn = &insns[pc];
-        match insn {
-            Insn::Exit => {}
-            Insn::Ja { .. } => work.extend(insn.jump_target(pc).map(|t| t as usize)),
-            Insn::Jmp { .. } => {
-                let target = insn.jump_target(pc).map(|t| t as usize);
-                match guard(pc) {
-                    Some(Expect::Taken) => work.extend(target),
-                    Some(Expect::NotTaken) => work.push(pc + 1),
-                    None => {
-                        work.extend(target);
-                        work.push(pc + 1);
-                    }
-                }
-            }
-            Insn::LoadImm64 { .. } => work.push(pc + 2),
-            _ => work.push(pc + 1),
-        }
-    }
-    live
-}
-
-/// Whether `insn` carries a constant that blinding must hide (see
-/// [`crate::compile::plain_constant`]).
-fn has_chosen_constant(insn: &Insn) -> bool {
-    match *insn {
-        Insn::Alu {
-            op: AluOp::Lsh | AluOp::Rsh | AluOp::Arsh,
-            ..
-        } => false,
-        Insn::Alu {
-            src: Operand::Imm(k),
-            ..
-        }
-        | Insn::Jmp {
-            src: Operand::Imm(k),
-            ..
-        }
-        | Insn::Store {
-            src: Operand::Imm(k),
-            ..
-        } => !plain_constant(k as i64),
-        Insn::LoadImm64 {
-            kind: ImmKind::Imm,
-            imm_lo,
-            imm_hi,
-            ..
-        } => !plain_constant(Insn::imm64(imm_lo, imm_hi) as i64),
-        _ => false,
-    }
-}
-
-/// Registers `r0`..`r9` (bit `i` = `ri`) that instruction `insn` reads and writes.
-pub(crate) fn uses_defs(insn: &Insn) -> (u16, u16) {
-    let bit = |r: Reg| 1u16 << r.index();
-    let op = |o: &Operand| match o {
-        Operand::Reg(r) => bit(*r),
-        Operand::Imm(_) => 0,
-    };
-    const ARGS: u16 = 0b11_1110;
-    match insn {
-        Insn::Alu {
-            op: AluOp::Mov | AluOp::MovSx(_),
-            dst,
-            src,
-            ..
-        } => (op(src), bit(*dst)),
-        Insn::Alu { dst, src, .. } => (bit(*dst) | op(src), bit(*dst)),
-        Insn::Endian { dst, .. } => (bit(*dst), bit(*dst)),
-        Insn::Jmp { dst, src, .. } => (bit(*dst) | op(src), 0),
-        Insn::Ja { .. } | Insn::LoadImm64Hi => (0, 0),
-        Insn::Load { dst, base, .. } => (bit(*base), bit(*dst)),
-        Insn::Store { base, src, .. } => (bit(*base) | op(src), 0),
-        Insn::Atomic {
-            op: aop,
-            fetch,
-            base,
-            src,
-            ..
-        } => {
-            if *aop == AtomicOp::CmpXchg {
-                (bit(*base) | bit(*src) | 1, 1)
-            } else {
-                (bit(*base) | bit(*src), if *fetch { bit(*src) } else { 0 })
-            }
-        }
-        Insn::LoadImm64 { dst, .. } => (0, bit(*dst)),
-        Insn::Call(CallTarget::Reg(r)) => (ARGS | bit(*r), ARGS | 1),
-        // Helpers and subprograms clobber r1..r5 and return in r0; r6..r9 survive.
-        Insn::Call(_) => (ARGS, ARGS | 1),
-        Insn::Exit => (1, 0),
-    }
-}
-
-/// For each slot of `plan`, the registers `r0`..`r9` live on entry to it: read on some path
-/// before being written. A deoptimisation exit only materialises those (and `r10`): the
-/// interpreter that resumes never reads the others, and not keeping them alive to every
-/// guard is what keeps the hot path free of spills.
-fn live_registers(insns: &[Insn], plan: FuncPlan) -> Vec<u16> {
-    let n = plan.end - plan.start;
-    let succ = |pc: usize| -> [Option<usize>; 2] {
-        let insn = &insns[pc];
-        let target = insn.jump_target(pc).map(|t| t as usize);
-        match insn {
-            Insn::Exit => [None, None],
-            Insn::Ja { .. } => [target, None],
-            Insn::Jmp { .. } => [target, Some(pc + 1)],
-            Insn::LoadImm64 { .. } => [Some(pc + 2), None],
-            _ => [Some(pc + 1), None],
-        }
-    };
-    let mut live = vec![0u16; n];
-    loop {
-        let mut changed = false;
-        for pc in (plan.start..plan.end).rev() {
-            let out = succ(pc)
-                .into_iter()
-                .flatten()
-                .filter(|s| (plan.start..plan.end).contains(s))
-                .fold(0u16, |acc, s| acc | live[s - plan.start]);
-            let (uses, defs) = uses_defs(&insns[pc]);
-            let new = uses | (out & !defs);
-            if new != live[pc - plan.start] {
-                live[pc - plan.start] = new;
-                changed = true;
-            }
-        }
-        if !changed {
-            return live;
-        }
-    }
-}
-
 /// Lowers function `fi` of `plans` into `func`; returns how many of its slots it compiled.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn translate_function(
@@ -387,7 +243,7 @@ pub(crate) fn translate_function(
     let stack_plan = if elite {
         None
     } else {
-        crate::stack::plan_stack(insns, plan, &live, |pc| {
+        stack::plan_stack(insns, plan, &live, |pc| {
             matches!(
                 insns[pc],
                 Insn::Call(CallTarget::Helper(BPF_FUNC_MAP_LOOKUP_ELEM))
@@ -463,7 +319,7 @@ pub(crate) fn translate_function(
         let left = b.ins().load(I64, run_mem(), run_state, RUN_BUDGET);
         b.def_var(v, left);
     }
-    let blinding = (crate::options::blinds_constants(opts)
+    let blinding = (blinds_constants(opts)
         && insns[plan.start..plan.end].iter().any(has_chosen_constant))
     .then(|| {
         let base = keys.next();
@@ -524,13 +380,13 @@ pub(crate) fn translate_function(
     } else {
         0b11_1100_0001
     };
-    let counted = crate::loops::counted_loops(insns, plan, initial_zero);
+    let counted = loops::counted_loops(insns, plan, initial_zero);
     let ordered_latches = counted.iter().map(|l| (l.latch, l.ordered)).collect();
     // Elite and scouting builds keep one compiled site per slot (guards, counters).
     let versioned = if elite || opts.branch_counters().is_some() {
         HashMap::new()
     } else {
-        crate::loops::versioned_loops(insns, plan, &counted)
+        loops::versioned_loops(insns, plan, &counted)
             .into_iter()
             .map(|v| (v.head, v))
             .collect()
@@ -541,7 +397,7 @@ pub(crate) fn translate_function(
         Vec::new()
     };
     let branch_index = if opts.branch_counters().is_some() {
-        crate::options::branch_sites(insns)
+        branch_sites(insns)
             .into_iter()
             .enumerate()
             .filter(|(_, pc)| (plan.start..plan.end).contains(pc))
@@ -588,7 +444,7 @@ pub(crate) fn translate_function(
         exhausted: None,
         bad_helper: None,
         // A tail call (or a `callx`, which may be one) ends the run when it succeeds.
-        may_stop: opts.needs_budget || elite || insns.iter().any(crate::compile::may_tail_call),
+        may_stop: opts.needs_budget || elite || insns.iter().any(may_tail_call),
         meters: Vec::new(),
         helper_sig,
         local_sig,
@@ -688,7 +544,7 @@ impl Translator<'_, '_> {
     /// Lowers a versioned loop from its head's block, where every entry arrives: a test of
     /// the loop's bounds, then the loop as it is (bounds not known to hold) and a copy whose
     /// decided checks are plain jumps (bounds hold). Both copies leave to the same blocks.
-    fn versioned_loop(&mut self, v: &crate::loops::Versioned) -> Result<(), CompileError> {
+    fn versioned_loop(&mut self, v: &Versioned) -> Result<(), CompileError> {
         let at = |pc: usize| pc - self.plan.start;
         let (head, latch) = (at(v.head), at(v.latch));
         let entry = self.blocks[head].expect("a loop head has a block");
@@ -739,7 +595,7 @@ impl Translator<'_, '_> {
     }
 
     /// Whether every bound of a versioned loop holds, from the registers on entry.
-    fn bounds_hold(&mut self, bounds: &[crate::loops::Bound]) -> Value {
+    fn bounds_hold(&mut self, bounds: &[loops::Bound]) -> Value {
         let mut all = None;
         for bound in bounds {
             let value = match bound.value {
@@ -1708,7 +1564,7 @@ impl Translator<'_, '_> {
                 let r0 = self.b.inst_results(call)[0];
                 self.set(Reg(0), r0);
                 self.reload_budget();
-                if id as i32 == crate::compile::BPF_FUNC_TAIL_CALL {
+                if id as i32 == BPF_FUNC_TAIL_CALL {
                     self.return_if_stopped();
                 }
             }
