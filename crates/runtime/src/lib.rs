@@ -31,6 +31,7 @@
 mod deopt;
 mod helpers;
 mod hook;
+mod inner;
 mod mapping;
 mod runtime;
 mod thread;

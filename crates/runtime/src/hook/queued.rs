@@ -40,9 +40,9 @@ use rdx_region::abi::{DeoptRunState, RunState, RunStatus, DEOPT_FRAME_BYTES, DEO
 use rdx_region::layout::SectionId;
 
 use super::{Hook, Prepared};
-use crate::runtime::Inner;
+use crate::inner::Inner;
 use crate::thread::{self, ThreadState};
-use crate::{Runtime, RuntimeError};
+use crate::RuntimeError;
 
 /// How far past its start a packet pointer may point (the verifier's largest packet
 /// offset), so that pointers past `data_end` are rebased too.
@@ -596,7 +596,7 @@ impl<T> FallbackQueue<T> {
 // ---------------------------------------------------------------------------------------
 // The host's queued mode.
 
-/// Queued mode for one hook ([`Runtime::queued_fallback`]).
+/// Queued mode for one hook ([`crate::Runtime::queued_fallback`]).
 #[derive(Clone, Debug)]
 pub struct QueuedFallback {
     /// What the hook returns for a run that deoptimised and was queued.
@@ -678,27 +678,23 @@ thread_local! {
     static LAST_TICKET: Cell<u64> = const { Cell::new(0) };
 }
 
-impl Runtime {
-    /// Puts `hook` in queued mode: a run of it through the returned worker's
-    /// [`FallbackWorker::run`] that stops at a failed guard of an elite version is copied
-    /// (state, context, packet; pointers rebased) to a fallback queue and the hook answers
-    /// `cfg.deferred_return` at once; a worker thread (claiming a thread slot of this
-    /// runtime) finishes each queued run in its version's fallback image and hands it to
-    /// `done`. Runs through [`Hook::run`] keep deoptimising synchronously.
-    pub fn queued_fallback(
-        &self,
-        hook: &str,
+impl<'rt> FallbackWorker<'rt> {
+    /// Puts `hook` (named `name`) in queued mode and starts its worker thread
+    /// ([`crate::Runtime::queued_fallback`]).
+    pub(crate) fn start(
+        hook: Hook<'rt>,
+        name: &str,
         cfg: QueuedFallback,
         mut done: impl FnMut(Completed) + Send + 'static,
-    ) -> Result<FallbackWorker<'_>, RuntimeError> {
-        let h = self.hook(hook)?;
+    ) -> Result<Self, RuntimeError> {
         cfg.layout
             .check(cfg.layout.size)
             .map_err(|e| RuntimeError::Config(e.to_string()))?;
-        let scratch = self.inner.info.section(SectionId::Scratch);
+        let inner = hook.inner;
+        let scratch = inner.info.section(SectionId::Scratch);
         let q = Arc::new(HostQueue {
-            runtime_id: self.inner.id,
-            hook: h.index,
+            runtime_id: inner.id,
+            hook: hook.index,
             deferred_return: cfg.deferred_return,
             layout: cfg.layout,
             arena: Arc::new(
@@ -707,23 +703,20 @@ impl Runtime {
             ),
             queue: FallbackQueue::new(cfg.capacity),
             images: Mutex::new(VecDeque::new()),
-            shared: (
-                self.inner.base + scratch.offset,
-                self.inner.base + scratch.end(),
-            ),
+            shared: (inner.base + scratch.offset, inner.base + scratch.end()),
         });
-        let inner = self.inner.clone();
+        let worker_inner = hook.arc.clone();
         let worker_q = q.clone();
         let thread = std::thread::Builder::new()
-            .name(format!("rdx-fallback-{hook}"))
-            .spawn(move || work(&inner, &worker_q, &mut done))
+            .name(format!("rdx-fallback-{name}"))
+            .spawn(move || work(&worker_inner, &worker_q, &mut done))
             .map_err(|source| RuntimeError::Io {
                 what: "cannot start the fallback worker for",
-                path: hook.into(),
+                path: name.into(),
                 source,
             })?;
         Ok(FallbackWorker {
-            hook: h,
+            hook,
             q,
             thread: Some(thread),
         })
