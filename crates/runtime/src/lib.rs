@@ -28,7 +28,7 @@
 //!
 //! The C ABI (`include/rdx.h`) wraps the same API in its own crate, `rdx-runtime-c`.
 
-mod deopt;
+pub mod deopt;
 mod helpers;
 mod hook;
 mod inner;

@@ -11,6 +11,8 @@
 //!   ([`Translator::blocks`], indexed by slot), and the current slot index is known while
 //!   each instruction is lowered.
 
+mod deopt;
+
 use std::collections::HashMap;
 
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -27,7 +29,7 @@ use rdx_bpf::isa::{
     AluOp, AtomicOp, ByteOrder, CallTarget, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width,
     NUM_REGS, STACK_SIZE,
 };
-use rdx_region::abi::{DeoptRunState, RunStatus, DEOPT_FRAME_BYTES, DEOPT_MAX_FRAMES};
+use rdx_region::abi::RunStatus;
 
 use crate::artifact::{Symbol, HELPER_TABLE_SYMBOL};
 use crate::blinding::{blinds_constants, has_chosen_constant, plain_constant, BlindingKeys};
@@ -39,6 +41,7 @@ use crate::plan::{
     callee_index, live_registers, live_slots, may_tail_call, uses_defs, FuncPlan,
     BPF_FUNC_TAIL_CALL,
 };
+use deopt::DEOPT_STACK_TOP;
 
 /// Helper id of `bpf_map_lookup_elem`.
 const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
@@ -56,10 +59,6 @@ pub(crate) const NS_SYMBOL: u32 = 1;
 /// Byte offsets in [`rdx_region::abi::RunState`].
 const RUN_BUDGET: i32 = 0;
 const RUN_STATUS: i32 = 8;
-/// Offset of the end of the eBPF stack in a [`DeoptRunState`] (the entry frame's `r10`).
-const DEOPT_STACK_TOP: i64 =
-    (DeoptRunState::OFF_STACK + DEOPT_MAX_FRAMES * DEOPT_FRAME_BYTES) as i64;
-
 fn mem() -> MemFlagsData {
     // eBPF loads may be unaligned (packet data) and the verifier, not a trap handler, is what
     // makes them safe: no `aligned`, no `notrap` promises to the code generator.
@@ -82,7 +81,7 @@ struct Translator<'a, 'b> {
     budget: Option<Variable>,
     run_state: Value,
     /// The frame's stack: a Cranelift stack slot (generic code), or for elite code the
-    /// address of its 512 bytes in the [`DeoptRunState`] (where the interpreter expects
+    /// address of its 512 bytes in the [`rdx_region::abi::DeoptRunState`] (where the interpreter expects
     /// them).
     stack: FrameStack,
     /// Frame accesses known exactly (generic code whose frame pointers never escape).
@@ -882,97 +881,6 @@ impl Translator<'_, '_> {
                 .load(I64, run_mem(), self.run_state, RUN_BUDGET);
             self.b.def_var(var, left);
         }
-    }
-
-    /// This frame's index in the [`DeoptRunState`] stack: `(top - r10) / 512`.
-    fn frame_depth(&mut self) -> Value {
-        let top = self.b.ins().iadd_imm_s(self.run_state, DEOPT_STACK_TOP);
-        let r10 = self.reg(Reg(10));
-        let below = self.b.ins().isub(top, r10);
-        self.b
-            .ins()
-            .ushr_imm_u(below, STACK_SIZE.trailing_zeros() as i64)
-    }
-
-    /// A failed guard at `pc`: materialise the exact eBPF state of this frame (every register
-    /// live at `pc`, and `r10`; the slot; the frame depth; the stack already lives in the
-    /// [`DeoptRunState`]) and leave with [`RunStatus::Deopt`]. Callers record their own
-    /// frames as they unwind. Dead registers are left as they were: nothing reads them.
-    fn deopt_exit(&mut self, pc: usize) {
-        let live = self.live_regs[pc - self.plan.start] | 1 << 10;
-        for i in (0..=10u8).filter(|i| live & (1 << i) != 0) {
-            let v = self.reg(Reg(i));
-            self.b.ins().store(
-                run_mem(),
-                v,
-                self.run_state,
-                (DeoptRunState::OFF_REGS + 8 * i as usize) as i32,
-            );
-        }
-        let pcv = self.b.ins().iconst(I32, pc as i64);
-        self.b
-            .ins()
-            .store(run_mem(), pcv, self.run_state, DeoptRunState::OFF_PC as i32);
-        let depth = self.frame_depth();
-        let depth = self.b.ins().ireduce(I32, depth);
-        self.b.ins().store(
-            run_mem(),
-            depth,
-            self.run_state,
-            DeoptRunState::OFF_DEPTH as i32,
-        );
-        self.store_budget();
-        self.stop(RunStatus::Deopt);
-    }
-
-    /// Unwinding past a local call after the callee stopped: record this frame (where it
-    /// continues, its callee-saved registers) at its depth in the [`DeoptRunState`].
-    fn record_caller_frame(&mut self, ret_pc: usize) {
-        let depth = self.frame_depth();
-        let offset = self.b.ins().imul_imm_s(
-            depth,
-            std::mem::size_of::<rdx_region::abi::DeoptFrame>() as i64,
-        );
-        let frames = self
-            .b
-            .ins()
-            .iadd_imm_s(self.run_state, DeoptRunState::OFF_FRAMES as i64);
-        let at = self.b.ins().iadd(frames, offset);
-        let ret = self.b.ins().iconst(I64, ret_pc as i64);
-        self.b.ins().store(run_mem(), ret, at, 0);
-        // Callee-saved registers the caller still reads after the call.
-        let live = self
-            .live_regs
-            .get(ret_pc - self.plan.start)
-            .copied()
-            .unwrap_or(0);
-        for i in (0..4u8).filter(|i| live & (1 << (6 + i)) != 0) {
-            let v = self.reg(Reg(6 + i));
-            self.b.ins().store(run_mem(), v, at, 8 + 8 * i as i32);
-        }
-    }
-
-    /// Scouting: one more run through this jump's direction `c` in its counter pair.
-    fn count_branch(&mut self, pc: usize, c: Value) {
-        let Some(counters) = self.opts.branch_counters() else {
-            return;
-        };
-        let symbol = counters.symbol.clone();
-        let index = self.branch_index[&pc] as i64;
-        let base = self.symbol_value(symbol, 0);
-        let taken = self.b.ins().uextend(I64, c);
-        let inc = self.b.ins().ishl_imm_u(taken, 3);
-        let pair = self.b.ins().iadd_imm_s(base, 16 * index);
-        let addr = self.b.ins().iadd(pair, inc);
-        let one = self.b.ins().iconst(I64, 1);
-        // Atomic so that concurrent runs never lose counts; the counters are only read.
-        self.b.ins().atomic_rmw(
-            I64,
-            MemFlagsData::new().with_aligned(),
-            AtomicRmwOp::Add,
-            addr,
-            one,
-        );
     }
 
     /// The low 32 bits of a register value. Most 32-bit operands are results of earlier

@@ -1,10 +1,19 @@
-//! Continuing a deoptimised run in the host: when an elite artifact stops at a failed guard
-//! (`RunStatus::Deopt`), the run goes on from the exact state it handed over, in the
-//! fallback image the control plane wrote beside that code (`docs/deopt.md`,
-//! `docs/region.md` "Elite code records"), on this thread, before the run leaves its epoch.
+//! Deoptimisation in the host: continuing a run that an elite artifact stopped at a failed
+//! guard (`RunStatus::Deopt`) from the exact state it handed over, in the fallback image the
+//! control plane wrote beside that code (`docs/deopt.md`, `docs/region.md` "Elite code
+//! records").
+//!
+//! Here: synchronous resumption ([`resume`], on the run's own thread before it leaves its
+//! epoch) and the state transfer of a run that leaves its thread ([`transfer`]). Elsewhere
+//! in this crate: `hook/stopped.rs` sends a stopped run here (or to queued mode), counting
+//! it in the thread's `deopts` cell; `hook/queued.rs` is the host's queued mode
+//! ([`crate::queued`]); `thread.rs` keeps each thread's `DeoptRunState`. Elsewhere in rdx:
+//! `docs/deopt.md`, "Where deopt lives".
 //!
 //! Nothing here parses, verifies or lowers a program: the image is already lowered and
 //! linked for this region, and `rdx_exec` only executes it.
+
+pub mod transfer;
 
 use crate::inner::Inner;
 use crate::thread;
