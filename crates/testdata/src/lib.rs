@@ -6,6 +6,11 @@
 //! install it. The clang command line is `clang.rs`, which `rdx-cli`'s build script includes
 //! too for the one program the `rdx` binary carries; this crate itself is only ever a
 //! `[dev-dependencies]` entry (the layering test in `rdx-test-support` checks it).
+//!
+//! Its one test, `tests/doc_paths.rs`, checks the repository's documents instead: every path
+//! they name exists, link anchors name headings, and the README's layout table lists every
+//! crate. It lives here because this crate has no dependencies, so the check costs nothing
+//! to build.
 
 use std::path::{Path, PathBuf};
 
@@ -13,7 +18,7 @@ pub mod vectors;
 
 include!(concat!(env!("OUT_DIR"), "/objects.rs"));
 
-/// Absolute path of the object compiled from `bpf/<name>.c` (`name` like `"tests/loop"`).
+/// Absolute path of the object compiled from `bpf/<name>.c` (`name` like `"tests/collatz"`).
 ///
 /// Panics with the list of known objects if there is none of that name: a test that names a
 /// missing program is a broken test.

@@ -7,7 +7,7 @@
 //! [`FallbackWorker`], whose [`FallbackWorker::run`] runs the hook and answers the configured
 //! verdict for a run that deoptimised and was queued. The state transfer (copy and rebase,
 //! packet copies below 4 GiB, the queue) is [`rdx_exec::transfer`], shared with `rdx-deopt`'s
-//! in-process tier; the types a host configures queued mode with are re-exported here.
+//! in-process tier; the context layout a host configures queued mode with is re-exported here.
 //!
 //! The worker does not rely on the epoch of the run it continues (which ends when the hook
 //! returns): the fallback image is copied out of the code arena when the run is queued
@@ -24,14 +24,14 @@ use rdx_region::abi::{DeoptRunState, RunStatus};
 use rdx_region::layout::SectionId;
 
 use rdx_exec::transfer::{capture, Captured, FallbackQueue, PacketArena};
-pub use rdx_exec::transfer::{ContextLayout, PacketField, PacketRole, QueueError};
+pub use rdx_exec::transfer::{ContextLayout, PacketField, PacketRole};
 
 use super::{Hook, Prepared};
-use crate::runtime::Inner;
+use crate::inner::Inner;
 use crate::thread::{self, ThreadState};
-use crate::{Runtime, RuntimeError};
+use crate::RuntimeError;
 
-/// Queued mode for one hook ([`Runtime::queued_fallback`]).
+/// Queued mode for one hook ([`crate::Runtime::queued_fallback`]).
 #[derive(Clone, Debug)]
 pub struct QueuedFallback {
     /// What the hook returns for a run that deoptimised and was queued.
@@ -113,27 +113,23 @@ thread_local! {
     static LAST_TICKET: Cell<u64> = const { Cell::new(0) };
 }
 
-impl Runtime {
-    /// Puts `hook` in queued mode: a run of it through the returned worker's
-    /// [`FallbackWorker::run`] that stops at a failed guard of an elite version is copied
-    /// (state, context, packet; pointers rebased) to a fallback queue and the hook answers
-    /// `cfg.deferred_return` at once; a worker thread (claiming a thread slot of this
-    /// runtime) finishes each queued run in its version's fallback image and hands it to
-    /// `done`. Runs through [`Hook::run`] keep deoptimising synchronously.
-    pub fn queued_fallback(
-        &self,
-        hook: &str,
+impl<'rt> FallbackWorker<'rt> {
+    /// Puts `hook` (named `name`) in queued mode and starts its worker thread
+    /// ([`crate::Runtime::queued_fallback`]).
+    pub(crate) fn start(
+        hook: Hook<'rt>,
+        name: &str,
         cfg: QueuedFallback,
         mut done: impl FnMut(Completed) + Send + 'static,
-    ) -> Result<FallbackWorker<'_>, RuntimeError> {
-        let h = self.hook(hook)?;
+    ) -> Result<Self, RuntimeError> {
         cfg.layout
             .check(cfg.layout.size)
             .map_err(|e| RuntimeError::Config(e.to_string()))?;
-        let scratch = self.inner.info.section(SectionId::Scratch);
+        let inner = hook.inner;
+        let scratch = inner.info.section(SectionId::Scratch);
         let q = Arc::new(HostQueue {
-            runtime_id: self.inner.id,
-            hook: h.index,
+            runtime_id: inner.id,
+            hook: hook.index,
             deferred_return: cfg.deferred_return,
             layout: cfg.layout,
             arena: Arc::new(
@@ -142,23 +138,20 @@ impl Runtime {
             ),
             queue: FallbackQueue::new(cfg.capacity),
             images: Mutex::new(VecDeque::new()),
-            shared: (
-                self.inner.base + scratch.offset,
-                self.inner.base + scratch.end(),
-            ),
+            shared: (inner.base + scratch.offset, inner.base + scratch.end()),
         });
-        let inner = self.inner.clone();
+        let worker_inner = hook.arc.clone();
         let worker_q = q.clone();
         let thread = std::thread::Builder::new()
-            .name(format!("rdx-fallback-{hook}"))
-            .spawn(move || work(&inner, &worker_q, &mut done))
+            .name(format!("rdx-fallback-{name}"))
+            .spawn(move || work(&worker_inner, &worker_q, &mut done))
             .map_err(|source| RuntimeError::Io {
                 what: "cannot start the fallback worker for",
-                path: hook.into(),
+                path: name.into(),
                 source,
             })?;
         Ok(FallbackWorker {
-            hook: h,
+            hook,
             q,
             thread: Some(thread),
         })
