@@ -10,6 +10,11 @@
 //! default deny
 //! ```
 //!
+//! The JANUS paper's notation is this language too: `match(f = any)` (a wildcard that holds
+//! whether or not the packet carries `f`), open ranges `[lo, inf]`, prefix membership
+//! `match(sip in 10.0.4.0/24)` and GIDs as plain integers (`match(dGID = 500)`, the GID's
+//! big-endian value). `docs/acl.md` defines each.
+//!
 //! [`parse`] returns a [`PolicySet`]: the applied policies in evaluation order, each as a union
 //! of [`Cube`]s, the default action, and warnings (shadowed, empty or unapplied policies).
 

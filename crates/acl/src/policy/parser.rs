@@ -434,8 +434,14 @@ impl Parser {
             (u128::from(v4.to_ipv6_mapped()), 32u32)
         } else if let Ok(v6) = w.parse::<Ipv6Addr>() {
             (u128::from(v6), 128u32)
-        } else if is_gid && w.starts_with(|c: char| c.is_ascii_digit()) {
-            let gid = parse_number(w).ok_or_else(|| bad(number_problem(field, w)))?;
+        } else if is_gid {
+            let gid = parse_number(w).ok_or_else(|| {
+                bad(if is_numeral(w) {
+                    number_problem(field, w)
+                } else {
+                    "not a GID (IPv6 syntax, an IPv4 address or an integer)".into()
+                })
+            })?;
             if self.peek().0 == Tok::Slash {
                 return Err(bad(format!(
                     "a prefix needs the GID in IPv6 syntax: write `{}/LEN`",
@@ -443,10 +449,6 @@ impl Parser {
                 )));
             }
             return Ok(vec![(gid, gid)]);
-        } else if is_gid {
-            return Err(bad(
-                "not a GID (IPv6 syntax, an IPv4 address or an integer)".into(),
-            ));
         } else {
             return Err(bad("not an IPv4 or IPv6 address".into()));
         };
@@ -501,14 +503,22 @@ impl Parser {
 
 /// Why `w` is not a number of `field`'s domain: too large even for 128 bits, or no number.
 fn number_problem(field: Field, w: &str) -> String {
-    let digits = match w.strip_prefix("0x").or_else(|| w.strip_prefix("0X")) {
-        Some(hex) => !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit() || c == '_'),
-        None => !w.is_empty() && w.chars().all(|c| c.is_ascii_digit() || c == '_'),
-    };
-    if digits {
+    if is_numeral(w) {
         format!("out of range: the maximum is {:#x}", field.max())
     } else {
         "not a number (decimal or 0x hexadecimal)".into()
+    }
+}
+
+/// Whether `w` is written as a number (decimal or `0x` hexadecimal digits, `_` between),
+/// whatever its size.
+fn is_numeral(w: &str) -> bool {
+    match w.strip_prefix("0x").or_else(|| w.strip_prefix("0X")) {
+        Some(hex) => !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit() || c == '_'),
+        None => {
+            w.starts_with(|c: char| c.is_ascii_digit())
+                && w.chars().all(|c| c.is_ascii_digit() || c == '_')
+        }
     }
 }
 

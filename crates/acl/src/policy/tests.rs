@@ -520,6 +520,8 @@ fn integer_gids_are_the_gids_big_endian_value() {
     // An integer GID takes no prefix (the IPv6 form does), and integers are not IP addresses.
     let e = parse("policy p { predicate = match(sGID = 256/120) action = deny }").unwrap_err();
     assert!(e.to_string().contains("`::100/LEN`"), "{e}");
+    let e = parse("policy p { predicate = match(sGID = 1.2) action = deny }").unwrap_err();
+    assert!(e.to_string().contains("not a GID"), "{e}");
     let e = parse("policy p { predicate = match(sip = 100) action = deny }").unwrap_err();
     assert!(e.to_string().contains("not an IPv4 or IPv6 address"), "{e}");
 }
