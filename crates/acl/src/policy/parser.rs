@@ -330,7 +330,7 @@ impl Parser {
                 self.expect(Tok::Comma, "`,` between the range bounds")?;
                 let hi = if self.is_word("inf") {
                     self.next();
-                    field.max()
+                    open_range_end(field, lo)
                 } else {
                     self.value(field, false)?[0].1
                 };
@@ -498,6 +498,19 @@ impl Parser {
             ));
         }
         Ok(vec![(addr, addr | host)])
+    }
+}
+
+/// The value `inf` stands for in `[lo, inf]`: the field's largest value, except that a range
+/// of addresses from an IPv4 address ends at `255.255.255.255`. IPv4 notation stays within
+/// IPv4, as a prefix does: an `allow` of `[10.0.0.0, inf]` must not let every IPv6 address
+/// above `::ffff:10.0.0.0` through.
+fn open_range_end(field: Field, lo: u128) -> u128 {
+    const IPV4_MAPPED_MAX: u128 = 0xffff_ffff_ffff;
+    if field.is_address() && lo >> 32 == 0xffff {
+        IPV4_MAPPED_MAX
+    } else {
+        field.max()
     }
 }
 

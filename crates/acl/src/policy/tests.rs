@@ -387,10 +387,20 @@ fn inf_closes_a_range_at_the_fields_maximum() {
     let set = one_policy("match(dQPN in [0x100, inf])");
     assert!(denies(&set, &[(Field::DQpn, 0xff_ffff)]));
     assert!(!denies(&set, &[(Field::DQpn, 0xff)]));
-    let set = one_policy("match(sGID in [::ffff:10.0.0.0, inf])");
-    assert!(denies(&set, &[(Field::SGid, u128::MAX)]));
-    assert!(denies(&set, &[(Field::SGid, v4("10.0.0.0"))]));
-    assert!(!denies(&set, &[(Field::SGid, v4("9.255.255.255"))]));
+    // From an IPv4 address, `inf` is the top of IPv4, not of the IPv6 space above it;
+    // from an IPv6 address or an integer GID, the all-ones address.
+    for lo in ["10.0.0.0", "::ffff:10.0.0.0"] {
+        let set = one_policy(&format!("match(sGID in [{lo}, inf])"));
+        assert!(denies(&set, &[(Field::SGid, v4("10.0.0.0"))]));
+        assert!(denies(&set, &[(Field::SGid, v4("255.255.255.255"))]));
+        assert!(!denies(&set, &[(Field::SGid, v4("9.255.255.255"))]));
+        assert!(!denies(&set, &[(Field::SGid, u128::MAX)]), "{lo}");
+        assert!(!denies(&set, &[(Field::SGid, 0xfe80 << 112)]), "{lo}");
+    }
+    for lo in ["fe80::", "0", "100"] {
+        let set = one_policy(&format!("match(dGID in [{lo}, inf])"));
+        assert!(denies(&set, &[(Field::DGid, u128::MAX)]), "{lo}");
+    }
     // `inf` is nothing but that upper bound: not a value, not a lower bound, no arithmetic.
     for bad in [
         "match(VA = inf)",
