@@ -64,7 +64,9 @@ fn build_test_host() -> PathBuf {
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../test-hosts/Cargo.toml");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = Command::new(cargo)
-        .args(["build", "--quiet", "--offline", "--bin", "rdx-test-host"])
+        // Not `--offline`: a first `cargo test -p <crate>` may not have fetched every crate
+        // the host needs; with everything fetched, cargo does not go to the network.
+        .args(["build", "--quiet", "--bin", "rdx-test-host"])
         .args([
             "--profile",
             profile,
