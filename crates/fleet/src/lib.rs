@@ -17,10 +17,11 @@ pub mod error;
 pub mod intent;
 pub mod migrate;
 pub mod plan;
+pub mod record;
+pub mod recover;
 pub mod watch;
 
-pub use broadcast::{
-    broadcast, recover, CrashPoint, HookUpdate, Options, Recovery, Report, Session,
-};
+pub use broadcast::{broadcast, CrashPoint, HookUpdate, Options, Report, Session};
 pub use error::{FleetError, Result};
 pub use plan::Plan;
+pub use recover::{recover, RecoverOptions, Recovery};

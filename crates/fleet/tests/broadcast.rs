@@ -4,7 +4,7 @@
 
 mod common;
 
-use rdx_fleet::{broadcast, recover, FleetError, Options, Plan};
+use rdx_fleet::{broadcast, recover, FleetError, Options, Plan, RecoverOptions};
 use rdx_test_support::{HostProcess, ScratchDir, ShmPath};
 use std::path::Path;
 
@@ -136,13 +136,20 @@ fn killed_control_plane_is_recovered_at_every_phase() {
             .map(|h| common::active_word(&h.address()))
             .collect();
         // (One hook, so one release level: after the first level nothing is held.)
-        if ["held", "committed", "first-flip"].contains(&phase) {
+        if ["held", "decided", "committed", "first-flip"].contains(&phase) {
             assert!(
                 words.iter().any(|w| w & ACTIVE_HOLD != 0),
                 "{phase}: a hook is held after the crash: {words:x?}"
             );
         }
-        common::recover_one(dir.path(), phase, forward);
+        let names: Vec<String> = (0..hosts.len()).map(|i| format!("n{i}")).collect();
+        let addresses: Vec<String> = hosts.iter().map(|h| h.address()).collect();
+        let nodes: Vec<(&str, &str)> = names
+            .iter()
+            .zip(&addresses)
+            .map(|(n, a)| (n.as_str(), a.as_str()))
+            .collect();
+        common::recover_one(dir.path(), &nodes, phase, forward);
         let want = if forward { 2 } else { 1 };
         for h in &mut hosts {
             let w = common::active_word(&h.address());
@@ -166,7 +173,12 @@ fn killed_control_plane_is_recovered_at_every_phase() {
                 "{phase}: prepared-but-unpublished code freed, published code kept"
             );
         }
-        assert!(recover(dir.path(), false).unwrap().is_empty(), "{phase}");
+        assert!(
+            recover(&RecoverOptions::new(dir.path()))
+                .unwrap()
+                .is_empty(),
+            "{phase}"
+        );
     }
 }
 
