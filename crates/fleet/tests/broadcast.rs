@@ -142,6 +142,24 @@ fn killed_control_plane_is_recovered_at_every_phase() {
                 "{phase}: a hook is held after the crash: {words:x?}"
             );
         }
+        // Another control plane takes each lease meanwhile (and is refused on the held
+        // hook): what the dead broadcast prepared must survive it for the roll forward.
+        for h in &hosts {
+            let mut cf = rdx_control::create_codeflow(&h.address(), Default::default()).unwrap();
+            if ["held", "decided", "committed", "first-flip"].contains(&phase) {
+                let ext = common::extension("stamp_v1");
+                let e = cf
+                    .deploy("on_request", &ext, Some("default"), None)
+                    .unwrap_err();
+                assert!(
+                    matches!(e, rdx_control::ControlError::Held { .. }),
+                    "{phase}: {e}"
+                );
+            } else {
+                cf.mutual_excl().unwrap();
+            }
+            cf.release().unwrap();
+        }
         let names: Vec<String> = (0..hosts.len()).map(|i| format!("n{i}")).collect();
         let addresses: Vec<String> = hosts.iter().map(|h| h.address()).collect();
         let nodes: Vec<(&str, &str)> = names
