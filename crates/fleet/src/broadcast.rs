@@ -1,5 +1,6 @@
-//! The collective update: prepare everywhere, hold, flip, release in dependency order; and
-//! recovery of a broadcast whose control plane died.
+//! The collective update: prepare everywhere (with each node's update record), hold, decide,
+//! flip, release in dependency order. Recovery of a broadcast whose control plane died is
+//! [`mod@crate::recover`]'s.
 //!
 //! Per node, the work runs on its own thread with its own [`CodeFlow`] (its own lease):
 //! nothing is shared between nodes and no lock spans remote operations. The hold, flip and
@@ -16,8 +17,9 @@
 //! for a single deploy.
 //!
 //! `run` reads as the sequence of phases: `check`, `begin`, `prepare`, `log_prepared`,
-//! `hold` (with `drain_flows`), the commit record, `flip`, `release`; `abort` undoes a
-//! broadcast that failed before its commit record.
+//! `hold` (with `drain_flows`), the commit point (`record::commit`: the decision node's
+//! record, then a copy on every node), `flip`, `release`; `abort` undoes a broadcast that
+//! failed before its commit point.
 
 use crate::error::{node_err, slot_err, transport_err, FleetError, Result};
 use crate::intent::{Durability, Entry, IntentLog};
@@ -599,7 +601,7 @@ fn flip(work: &mut [NodeWork], opts: &Options) -> Result<()> {
             })
             .collect();
         // Cannot fail while we hold every slot unless the lease was lost or the host died:
-        // recovery (roll forward from the log) is the way out.
+        // recovery (roll forward: the nodes' records say committed) is the way out.
         w.cf.tx(batch).map_err(node_err(&w.name))?;
         if wi == 0 {
             crash_if(opts, CrashPoint::FirstFlip);
@@ -624,7 +626,7 @@ fn release(release_order: &[Vec<String>], work: &[NodeWork], opts: &Options) -> 
     Ok(())
 }
 
-/// Abort (before the commit record): frees everything prepared on every node (nothing was
+/// Abort (before the commit point): frees everything prepared on every node (nothing was
 /// visible) and records why. Returns the error to report.
 fn abort(work: &mut [NodeWork], mut log: TimedLog, tag: u64, e: FleetError) -> FleetError {
     abort_all(work);
@@ -824,7 +826,7 @@ impl Session {
 }
 
 /// One broadcast: check, then begin, prepare, log, hold, commit, flip, release, done (see
-/// docs/broadcast.md, "The protocol"). Before the commit record a failure undoes
+/// docs/broadcast.md, "The protocol"). Before the commit point a failure undoes
 /// everything; after it, recovery rolls forward.
 fn run(
     plan: &Plan,

@@ -5,11 +5,12 @@
 //! prepared (maps created or reused, code written, nothing visible); both slots are held;
 //! the source's host threads still inside the program finish (their epoch words move on);
 //! every map of the source's active version is copied into the target's maps with one-sided
-//! reads and writes; the commit record is written; the target flips to the new version and
-//! the source to nothing; the holds are released. Callers that waited on the source's hold
-//! find the hook empty (its default return) and go to the target, which already has every
-//! update the source made. The intent log is a broadcast's (same records), so `rdx recover`
-//! finishes or undoes a migration whose control plane died at any phase.
+//! reads and writes; the commit point is passed (the target is the decision node); the
+//! target flips to the new version and the source to nothing; the holds are released.
+//! Callers that waited on the source's hold find the hook empty (its default return) and go
+//! to the target, which already has every update the source made. The records (local log,
+//! both nodes' update records) are a broadcast's, so `rdx recover` finishes or undoes a
+//! migration whose control plane died at any phase.
 
 use crate::broadcast::{crash_if, per_node, CrashPoint, Options};
 use crate::error::{node_err, slot_err, transport_err, FleetError, Result};
