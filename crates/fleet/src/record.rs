@@ -359,3 +359,68 @@ pub(crate) fn settle_all(parts: &[Participant], tag: u64) {
         let _ = settle(t, tag);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdx_region::layout::DATA_ALIGN;
+    use rdx_transport::local::LocalRegion;
+
+    fn intent(id: &str, incarnation: u64) -> NodeIntent {
+        NodeIntent {
+            id: id.into(),
+            decision: Decision::Prepared,
+            settled: false,
+            incarnation,
+            coordinator: 7,
+            holder: 9,
+            participants: 2,
+            is_decider: true,
+            node_name: "a".into(),
+            decider_address: "shm:/dev/shm/a".into(),
+            slots: vec![IntentSlot {
+                slot_offset: 0x4000,
+                expected: 0x1_0000_1000,
+                new_word: 0x2_0000_2000,
+                budget: 5,
+            }],
+        }
+    }
+
+    #[test]
+    fn one_decision_per_update_and_no_second_update_before_the_first_is_settled() {
+        let mut page = vec![0u64; DATA_ALIGN as usize / 8];
+        // SAFETY: `page` outlives `t` and is 8-aligned.
+        let t = unsafe { LocalRegion::from_raw(page.as_mut_ptr() as *mut u8, DATA_ALIGN) };
+        assert_eq!(read(&t).unwrap(), None);
+        let first = intent("b-1", 3);
+        write(&t, "a", &first).unwrap();
+        assert_eq!(read(&t).unwrap(), Some(first.clone()));
+        assert!(matches!(
+            write(&t, "a", &intent("b-2", 3)),
+            Err(FleetError::Unfinished { .. })
+        ));
+        let tag = first.tag();
+        assert_eq!(
+            decide(&t, tag, Decision::Committed).unwrap(),
+            Some(Decision::Committed)
+        );
+        // A late abort finds the decision made.
+        assert_eq!(
+            decide(&t, tag, Decision::Aborted).unwrap(),
+            Some(Decision::Committed)
+        );
+        assert_eq!(decide(&t, tag_of("b-2"), Decision::Aborted).unwrap(), None);
+        assert!(unfinished(&t, 3).unwrap().is_some());
+        // A record of an earlier host incarnation is not unfinished for this one.
+        assert!(unfinished(&t, 4).unwrap().is_none());
+        settle(&t, tag).unwrap();
+        assert!(unfinished(&t, 3).unwrap().is_none());
+        write(&t, "a", &intent("b-2", 3)).unwrap();
+        let now = read(&t).unwrap().unwrap();
+        assert_eq!(
+            (now.id.as_str(), now.decision, now.settled),
+            ("b-2", Decision::Prepared, false)
+        );
+    }
+}

@@ -31,8 +31,9 @@ pub struct RecoverOptions {
     /// Nodes whose update records to read besides those the intent logs name.
     pub nodes: Vec<NodeSpec>,
     /// Also recover updates whose control plane still seems alive (its pid exists on this
-    /// machine, or its lease is live), and settle a decision node although some
-    /// participants were not reached (the operator asserts they are gone).
+    /// machine, or its lease is live), settle a decision node although some participants
+    /// were not reached, and abort an update whose decision node cannot be reached and whose
+    /// decision no participant holds (the operator asserts the missing nodes are gone).
     pub force: bool,
 }
 
@@ -330,10 +331,13 @@ fn recover_recorded(
         Some(_) => copied.unwrap_or(Decision::Aborted),
         None => match copied {
             Some(d) => d,
+            // The operator says the decision node is gone, with its region: no node can have
+            // flipped (flips follow the copies), so aborting leaves the others agreeing.
+            None if force => Decision::Aborted,
             None => {
                 actions.push(
                     "no reachable participant holds the decision: nothing done; run again \
-                     when the decision node is reachable"
+                     when the decision node is reachable (or --force if its host is gone)"
                         .into(),
                 );
                 return Ok(result("undecided", actions));
@@ -361,15 +365,15 @@ fn recover_recorded(
             actions.extend(settle_node(
                 &d.name, &d.address, rec.holder, &rec.slots, committed,
             )?);
-            if members.len() >= rec.participants as usize || force {
+            // The decision node counts itself when it was reached through its address only.
+            let reached_count = members.len() + usize::from(decider_member.is_none());
+            if reached_count >= rec.participants as usize || force {
                 record::settle(d.t.as_ref(), tag).map_err(transport_err(&d.name))?;
             } else {
                 actions.push(format!(
                     "{}: {} of {} participants reached: the decision stays recorded here until \
                      the others are recovered (or --force)",
-                    d.name,
-                    members.len(),
-                    rec.participants
+                    d.name, reached_count, rec.participants
                 ));
             }
         }

@@ -248,3 +248,66 @@ fn a_session_stays_attached_between_broadcasts_and_holds_the_leases() {
     }
     assert!(rdx_fleet::intent::pending(dir.path()).unwrap().is_empty());
 }
+
+/// The decision node's host dies with the broadcast's coordinator: with a copy of the
+/// decision on the others (killed after the copies) recovery follows it; with none (killed
+/// right after the commit point) it waits, and aborts only with `force`.
+#[test]
+fn without_the_decision_node_recovery_follows_a_copy_or_waits() {
+    use rdx_region::layout::{active_version, ACTIVE_HOLD};
+    for (phase, outcome) in [("committed", "rolled_forward"), ("decided", "undecided")] {
+        let mut hosts: Vec<HostProcess> = (0..3)
+            .map(|i| host(&format!("nodecider-{phase}-{i}"), &["on_request"]))
+            .collect();
+        let dir = state_dir(&format!("nodecider-{phase}"));
+        let refs: Vec<&HostProcess> = hosts.iter().collect();
+        broadcast(&plan_for(&refs, 1, None), &Options::new(dir.path())).unwrap();
+        let plan_path = dir.join("plan.yaml");
+        std::fs::write(&plan_path, plan_text(&refs, 2, None)).unwrap();
+        let env = [
+            ("FLEET_PLAN", plan_path.as_os_str()),
+            ("FLEET_STATE", dir.path().as_os_str()),
+        ];
+        common::crash_at("crash_child", phase, &env);
+        // The decision node (the plan's first) is gone with its region.
+        drop(hosts.remove(0));
+        let elsewhere = state_dir(&format!("nodecider-{phase}-elsewhere"));
+        let nodes: Vec<rdx_fleet::plan::NodeSpec> = hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| rdx_fleet::plan::NodeSpec {
+                name: format!("n{}", i + 1),
+                address: h.address(),
+            })
+            .collect();
+        let mut opts = RecoverOptions {
+            nodes,
+            ..RecoverOptions::new(elsewhere.path())
+        };
+        let rec = recover(&opts).unwrap();
+        assert_eq!(rec.len(), 1, "{phase}: {rec:?}");
+        assert_eq!(rec[0].outcome, outcome, "{phase}: {:?}", rec[0].actions);
+        let want = if outcome == "undecided" {
+            for h in &hosts {
+                let w = common::active_word(&h.address());
+                assert_ne!(w & ACTIVE_HOLD, 0, "{phase}: nothing moves undecided");
+            }
+            opts.force = true;
+            let rec = recover(&opts).unwrap();
+            assert_eq!(
+                rec[0].outcome, "rolled_back",
+                "{phase}: {:?}",
+                rec[0].actions
+            );
+            1
+        } else {
+            2
+        };
+        for h in &mut hosts {
+            let w = common::active_word(&h.address());
+            assert_eq!(w & ACTIVE_HOLD, 0, "{phase}: still held");
+            assert_eq!(active_version(w), want, "{phase}");
+            assert_eq!(request(h, "on_request"), (want as u64, want as u64));
+        }
+    }
+}

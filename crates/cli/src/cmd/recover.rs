@@ -14,8 +14,9 @@ pub struct Args {
     #[arg(long = "node", value_name = "NODE")]
     nodes: Vec<String>,
     /// Also recover updates whose control plane still seems alive (its pid exists here, or
-    /// its lease is live), and settle a decision node although some participants were not
-    /// reached.
+    /// its lease is live), settle a decision node although some participants were not
+    /// reached, and abort an update whose decision node is unreachable with no participant
+    /// holding its decision: say that the missing nodes are gone.
     #[arg(long)]
     force: bool,
     /// Print the recoveries as JSON.
