@@ -307,7 +307,10 @@ fn a_killed_broadcast_is_recovered_from_another_state_directory() {
         assert_eq!(show["update"]["settled"], false, "{phase}: {show}");
         let text = env.ok(&["node", "show", &a.address()]);
         assert!(
-            text.contains("HOLD") && text.contains(" held ") && text.contains("unfinished"),
+            text.contains("HOLD TIMEOUTS")
+                && text.contains(" held ")
+                && text.contains("hold timeout 1s")
+                && text.contains("unfinished"),
             "{phase}: {text}"
         );
 
@@ -341,5 +344,49 @@ fn a_killed_broadcast_is_recovered_from_another_state_directory() {
         assert!(elsewhere
             .ok(&["recover", "--node", &a.address()])
             .contains("nothing to recover"));
+    }
+}
+
+/// `rdx migrate` killed right after its commit point (the target's record says committed,
+/// no copy on the source yet): `rdx recover` from another state directory moves the program
+/// to the target and leaves no hold.
+#[test]
+fn a_killed_migration_is_recovered_from_another_state_directory() {
+    use std::os::unix::process::ExitStatusExt;
+    let (src, dst) = (host("kill-mig-s"), host("kill-mig-t"));
+    let env = rdx("kill-mig");
+    let elsewhere = rdx("kill-mig-elsewhere");
+    let (s, t) = (src.address(), dst.address());
+    env.ok(&[
+        "deploy",
+        &object("stamp_v1"),
+        "--node",
+        &s,
+        "--hook",
+        "on_request",
+    ]);
+    assert_eq!(src.request(0).0, 1);
+    let out = env
+        .command(&[
+            "migrate",
+            &object("stamp_v1"),
+            "--from",
+            &s,
+            "--to",
+            &t,
+            "--hook",
+            "on_request",
+        ])
+        .env("RDX_FLEET_CRASH_AT", "decided")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
+    let recovered = elsewhere.json(&["recover", "--node", &s, "--node", &t]);
+    assert_eq!(recovered[0]["outcome"], "rolled_forward", "{recovered}");
+    assert_eq!(src.request(0).0, 0, "the source runs nothing");
+    assert_eq!(dst.request(0).0, 1, "the target runs v1");
+    for node in [&s, &t] {
+        let show = env.json(&["node", "show", node]);
+        assert_eq!(show["hooks"][0]["held"], false, "{show}");
     }
 }

@@ -80,9 +80,10 @@ pub struct NodeIntent {
     pub participants: u32,
     /// This node holds the decision.
     pub is_decider: bool,
-    /// This node's name in the update.
+    /// This node's name in the update (cut to the record's 32 bytes).
     pub node_name: String,
-    /// The decision node's address.
+    /// The decision node's address, redacted (`rdx_control::node::redact_address`): a
+    /// token never goes into a region.
     pub decider_address: String,
     /// This node's slots in the update.
     #[serde(skip)]
@@ -119,6 +120,17 @@ fn text<const N: usize>(what: &str, s: &str) -> Result<[u8; N]> {
     let mut out = [0u8; N];
     out[..bytes.len()].copy_from_slice(bytes);
     Ok(out)
+}
+
+/// `s` cut to at most `N` bytes on a character boundary: for names that only inform.
+fn truncated<const N: usize>(s: &str) -> [u8; N] {
+    let mut end = s.len().min(N);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = [0u8; N];
+    out[..end].copy_from_slice(&s.as_bytes()[..end]);
+    out
 }
 
 fn untext(b: &[u8]) -> String {
@@ -218,10 +230,12 @@ fn encode(r: &NodeIntent) -> Result<Vec<u8>> {
     );
     let id: [u8; UPDATE_INTENT_ID_LEN] = text("update id", &r.id)?;
     b[offset_of!(UpdateIntent, id)..][..UPDATE_INTENT_ID_LEN].copy_from_slice(&id);
-    let name: [u8; UPDATE_INTENT_NAME_LEN] = text("node name", &r.node_name)?;
+    let name: [u8; UPDATE_INTENT_NAME_LEN] = truncated(&r.node_name);
     b[offset_of!(UpdateIntent, node_name)..][..UPDATE_INTENT_NAME_LEN].copy_from_slice(&name);
-    let address: [u8; UPDATE_INTENT_ADDRESS_LEN] =
-        text("decision node address", &r.decider_address)?;
+    let address: [u8; UPDATE_INTENT_ADDRESS_LEN] = text(
+        "decision node address",
+        &rdx_control::node::redact_address(&r.decider_address),
+    )?;
     b[offset_of!(UpdateIntent, decider_address)..][..UPDATE_INTENT_ADDRESS_LEN]
         .copy_from_slice(&address);
     for (i, s) in r.slots.iter().enumerate() {

@@ -302,15 +302,11 @@ fn recover_recorded(
     let decider: Option<&Reached> = match decider_member {
         Some(r) => Some(r),
         None => {
+            // Recorded redacted: a node given with its token is matched by its redacted form.
             let address = &first.decider_address;
-            decider_extra = reached
-                .iter()
-                .all(|r| &r.address != address)
-                .then(|| reach(address, address));
-            match (
-                &decider_extra,
-                reached.iter().find(|r| &r.address == address),
-            ) {
+            let given = |r: &&Reached| &rdx_control::node::redact_address(&r.address) == address;
+            decider_extra = (!reached.iter().any(|r| given(&r))).then(|| reach(address, address));
+            match (&decider_extra, reached.iter().find(given)) {
                 (_, Some(r)) => Some(r),
                 (Some(Ok(r)), None) => Some(r),
                 (Some(Err(e)), None) => {

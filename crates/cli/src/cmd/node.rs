@@ -155,6 +155,8 @@ struct NodeReport {
     region_bytes: u64,
     incarnation: u64,
     generation: u64,
+    /// How long a caller waits on a held hook before it runs the published version anyway.
+    hold_timeout_ns: u64,
     lease: String,
     /// The collective update (broadcast or migration) recorded in the region for this host,
     /// if any: unsettled, its hooks may still be held.
@@ -277,6 +279,7 @@ fn report(name: &str, address: &str, cf: &CodeFlow) -> anyhow::Result<NodeReport
         region_bytes: info.region_size,
         incarnation: view.incarnation,
         generation: t.read_u64(offsets::HEADER_GENERATION)?,
+        hold_timeout_ns: info.hold_timeout_ns,
         lease,
         update: rdx_fleet::record::read(t)?.filter(|u| u.incarnation == view.incarnation),
         hooks,
@@ -287,13 +290,15 @@ fn report(name: &str, address: &str, cf: &CodeFlow) -> anyhow::Result<NodeReport
 fn print_report(r: &NodeReport) {
     println!("node {} ({})", r.name, r.address);
     println!(
-        "  host pid {}, {}, region {} KiB, incarnation {}, generation {}, lease {}",
+        "  host pid {}, {}, region {} KiB, incarnation {}, generation {}, lease {}, hold \
+         timeout {:?}",
         r.host_pid,
         r.arch,
         r.region_bytes / 1024,
         r.incarnation,
         r.generation,
-        r.lease
+        r.lease,
+        std::time::Duration::from_nanos(r.hold_timeout_ns)
     );
     if let Some(u) = &r.update {
         println!(
@@ -314,8 +319,8 @@ fn print_report(r: &NodeReport) {
     }
     println!("hooks:");
     println!(
-        "  {:<20} {:>7} {:<10} {:>12} {:>9} {:>7} {:>8} {:<4} {:>8}  HELD VERSIONS",
-        "NAME", "VERSION", "TIER", "RUNS", "FAILURES", "ERRORS", "AVG NS", "HOLD", "HOLD T/O"
+        "  {:<20} {:>7} {:<10} {:>12} {:>9} {:>7} {:>8} {:<4} {:>13}  HELD VERSIONS",
+        "NAME", "VERSION", "TIER", "RUNS", "FAILURES", "ERRORS", "AVG NS", "HOLD", "HOLD TIMEOUTS"
     );
     for h in &r.hooks {
         let held: Vec<String> = h
@@ -330,7 +335,7 @@ fn print_report(r: &NodeReport) {
             })
             .collect();
         println!(
-            "  {:<20} {:>7} {:<10} {:>12} {:>9} {:>7} {:>8} {:<4} {:>8}  {}",
+            "  {:<20} {:>7} {:<10} {:>12} {:>9} {:>7} {:>8} {:<4} {:>13}  {}",
             h.name,
             if h.status.version == 0 {
                 "-".to_string()
