@@ -49,6 +49,8 @@ pub enum FleetError {
     DrainTimeout { flow: String, reason: String },
     #[error("intent log {path}: {reason}")]
     Intent { path: PathBuf, reason: String },
+    /// A node's update record names an update that is not settled: a new one would
+    /// overwrite what its recovery needs.
     #[error(
         "node {node}: update {id} is unfinished there ({decision}); its hooks may still be \
          held: run `rdx recover --node ADDRESS` (any machine that reaches the nodes) to finish \
@@ -59,6 +61,8 @@ pub enum FleetError {
         id: String,
         decision: &'static str,
     },
+    /// The commit point's compare-and-swap found the update decided otherwise (a recovery
+    /// aborted it): nothing was flipped.
     #[error("node {node}: the update was decided aborted by a recovery before it could commit (found {found})")]
     DecidedAbort { node: String, found: &'static str },
     /// A failure after the commit point: the update is decided committed and `rdx recover`

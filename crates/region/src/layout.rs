@@ -634,7 +634,9 @@ pub mod offsets {
     pub const MAP_DROPPED: u64 = offset_of!(MapHeader, dropped) as u64;
     pub const MAP_WRITE_SEQ: u64 = offset_of!(MapHeader, write_seq) as u64;
     pub const XMETA_STATE: u64 = offset_of!(XStateMeta, state) as u64;
+    /// Region offset of [`UpdateIntent::state`].
     pub const INTENT_STATE: u64 = UPDATE_INTENT_OFFSET + offset_of!(UpdateIntent, state) as u64;
+    /// Region offset of [`UpdateIntent::settled`].
     pub const INTENT_SETTLED: u64 = UPDATE_INTENT_OFFSET + offset_of!(UpdateIntent, settled) as u64;
 }
 
