@@ -19,7 +19,7 @@ pub struct Args {
     /// holding its decision: say that the missing nodes are gone.
     #[arg(long)]
     force: bool,
-    /// Print the recoveries as JSON.
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
