@@ -208,7 +208,7 @@ pub fn recover(opts: &RecoverOptions) -> Result<Vec<Recovery>> {
             Some(l) if !reached.iter().any(|r| names(r, &id)) => {
                 recover_unrecorded(l, &reached, &unreachable)?
             }
-            _ => recover_recorded(&id, &reached, &unreachable, opts.force)?,
+            _ => recover_recorded(&id, log, &reached, &unreachable, opts.force)?,
         };
         if let Some(l) = log {
             let ended = match recovery.outcome.as_str() {
@@ -260,9 +260,12 @@ fn recover_unrecorded(
 }
 
 /// An update recorded on at least one reached node: decide (or learn the decision), copy it
-/// to every reached participant, settle each, the decision node last.
+/// to every reached participant, settle each, the decision node last. Nodes its intent log
+/// names that hold no record of it (the coordinator died before writing it there) only have
+/// what it prepared freed.
 fn recover_recorded(
     id: &str,
+    log: Option<&LogRef>,
     reached: &[Reached],
     unreachable: &[(String, String)],
     force: bool,
@@ -371,6 +374,19 @@ fn recover_recorded(
                      the others are recovered (or --force)",
                     d.name, reached_count, rec.participants
                 ));
+            }
+        }
+    }
+    for (name, address) in log.map_or(&[][..], |l| &l.nodes[..]) {
+        let unrecorded = reached
+            .iter()
+            .any(|r| &r.address == address && !names(r, id));
+        if unrecorded {
+            // Only frees what was prepared there; another control plane holding the lease
+            // frees it as well when it next takes it.
+            match settle_node(name, address, first.holder, &[], false) {
+                Ok(done) => actions.extend(done),
+                Err(e) => actions.push(format!("{name}: prepared versions left pending: {e}")),
             }
         }
     }
