@@ -311,3 +311,52 @@ fn without_the_decision_node_recovery_follows_a_copy_or_waits() {
         }
     }
 }
+
+/// Recovery leaves an update alone while its control plane (a process of this machine)
+/// lives, and decides it once that process is gone.
+#[test]
+fn recovery_waits_for_a_live_coordinator() {
+    use rdx_fleet::record::{self, Decision, NodeIntent};
+    let h = host("live-coordinator", &["on_request"]);
+    let mut coordinator = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let t = rdx_control::node::connect(&h.address()).unwrap();
+    let incarnation = t
+        .read_u64(rdx_region::layout::offsets::HEADER_INCARNATION)
+        .unwrap();
+    let intent = NodeIntent {
+        id: "live-1".into(),
+        decision: Decision::Prepared,
+        settled: false,
+        incarnation,
+        coordinator: rdx_control::lease::holder_record(coordinator.id()),
+        holder: rdx_control::lease::new_holder_id(),
+        participants: 1,
+        is_decider: true,
+        node_name: "n0".into(),
+        decider_address: h.address(),
+        slots: Vec::new(),
+    };
+    record::write(t.as_ref(), "n0", &intent).unwrap();
+    let elsewhere = state_dir("live-coordinator-elsewhere");
+    let opts = RecoverOptions {
+        nodes: vec![rdx_fleet::plan::NodeSpec {
+            name: "n0".into(),
+            address: h.address(),
+        }],
+        ..RecoverOptions::new(elsewhere.path())
+    };
+    let rec = recover(&opts).unwrap();
+    assert_eq!(rec[0].outcome, "left_running", "{rec:?}");
+    let now = record::read(t.as_ref()).unwrap().unwrap();
+    assert_eq!((now.decision, now.settled), (Decision::Prepared, false));
+    coordinator.kill().unwrap();
+    coordinator.wait().unwrap();
+    let rec = recover(&opts).unwrap();
+    assert_eq!(rec[0].outcome, "rolled_back", "{rec:?}");
+    let now = record::read(t.as_ref()).unwrap().unwrap();
+    assert_eq!((now.decision, now.settled), (Decision::Aborted, true));
+    assert!(recover(&opts).unwrap().is_empty());
+}
