@@ -208,7 +208,8 @@ fn a_killed_migration_is_recovered_at_every_phase() {
             ("FLEET_STATE", dir.path().as_os_str()),
         ];
         common::crash_at("migrate_crash_child", phase, &env);
-        common::recover_one(dir.path(), phase, forward);
+        let nodes = [("s", s.address.as_str()), ("t", t.address.as_str())];
+        common::recover_one(dir.path(), &nodes, phase, forward);
         for (node, runs) in [(&s, !forward), (&t, forward)] {
             let w = common::active_word(&node.address);
             assert_eq!(w & ACTIVE_HOLD, 0, "{phase}: {} still held", node.name);

@@ -12,7 +12,7 @@ use rdx_control::registry::HistoryEntry;
 use rdx_control::Extension;
 use serde::Serialize;
 
-use super::node::{attach, StateArgs};
+use super::node::{attach, explain_held, StateArgs};
 
 /// Check, compile and test RDMA ACL policy files.
 #[derive(clap::Args)]
@@ -199,7 +199,9 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let compiled = cf.jit_compile_code(&code, &checked, Some(&registry))?;
     let compile_us = us(t);
     let t = Instant::now();
-    let prepared = cf.prepare_prog(&a.hook, &policy_ext, &compiled)?;
+    let prepared = cf
+        .prepare_prog(&a.hook, &policy_ext, &compiled)
+        .map_err(explain_held(&cf, &node))?;
     pause_point("prepared");
     let writes = enforce::bank_writes(&image, &rdx_acl::classify::image::Dirty::everything(), bank);
     let (first_half, second_half) = writes.split_at(writes.len() / 2);
