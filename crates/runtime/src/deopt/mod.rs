@@ -3,7 +3,7 @@
 //! control plane wrote beside that code (`docs/deopt.md`, `docs/region.md` "Elite code
 //! records").
 //!
-//! Here: synchronous resumption ([`resume`], on the run's own thread before it leaves its
+//! Here: synchronous resumption (`resume`, on the run's own thread before it leaves its
 //! epoch) and the state transfer of a run that leaves its thread ([`transfer`]). Elsewhere
 //! in this crate: `hook/stopped.rs` sends a stopped run here (or to queued mode), counting
 //! it in the thread's `deopts` cell; `hook/queued.rs` is the host's queued mode
