@@ -35,11 +35,16 @@ fn deploying_to_a_host_without_an_eim_spec_says_how_the_host_publishes_one() {
     let _rt = small_runtime(&region, None);
     let object = rdx_testdata::object_path("control/plus_one");
     let env = Rdx::with_state(env!("CARGO_BIN_EXE_rdx"), "cli-no-eim-state");
+    let address = format!("shm:{}", region.display());
+    let added = env.output(&["node", "add", "bare", &address]);
+    assert!(added.status.success());
+    let warning = String::from_utf8_lossy(&added.stderr);
+    assert!(warning.contains("publishes no EIM spec"), "{warning}");
     let err = env.fails(&[
         "deploy",
         object.to_str().unwrap(),
         "--node",
-        &format!("shm:{}", region.display()),
+        "bare",
         "--hook",
         "on_request",
     ]);

@@ -188,6 +188,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         hooks.join(", ")
                     }
                 );
+                if cf.view().eim_text.is_none() {
+                    eprintln!(
+                        "warning: {name} publishes no EIM spec, so every deploy to it is refused \
+                         until its host stores one in its region (`Runtime::builder().eim_spec(..)`, \
+                         or `eim` of `rdx_options` in C)"
+                    );
+                }
             } else {
                 println!("added {name}: {shown}");
             }
