@@ -44,7 +44,7 @@ use crate::tier::Tier;
 use rdx_bpf::isa::{encode, raw_to_bytes, Insn};
 use rdx_bpf::program::{MapDef, MapOrigin, Object};
 use rdx_jit::artifact::Artifact;
-use rdx_jit::{CompileOptions, Compiler, LinkTarget, Symbol};
+use rdx_jit::{Build, CompileOptions, Compiler, LinkTarget, Symbol};
 use rdx_region::abi::{FallbackLocator, FALLBACK_MAGIC};
 use rdx_region::layout::*;
 use rdx_transport::local::LocalRegion;
@@ -743,14 +743,14 @@ impl CodeFlow {
         speculation: Option<rdx_jit::Speculation>,
         tier: Tier,
     ) -> CompileOptions {
-        let mut opts = CompileOptions::new(jit_arch(self.arch));
+        let build = speculation.map_or(Build::Generic, Build::Elite);
+        let mut opts = CompileOptions::new(jit_arch(self.arch), build);
         opts.needs_budget = checked.facts.needs_budget;
         opts.eim_class = format!("{}/{}", checked.hook, checked.class);
         opts.verify_ir = false;
         // Array lookups are inlined against the definitions' geometry: `maps_for` links
         // only maps of exactly that shape (a live map of another shape is an error).
         opts.inline_array_lookups(&ext.maps);
-        opts.speculation = speculation;
         opts.pipeline = tier.pipeline();
         opts
     }

@@ -11,7 +11,7 @@
 use crate::callee::CALLEE_HELPERS;
 use rdx_bpf::isa::{CallTarget, Insn};
 use rdx_control::{CodeFlow, Compiled, ControlError, Extension, Published};
-use rdx_jit::{CompileOptions, Compiler, HelperCalls};
+use rdx_jit::{Build, CompileOptions, Compiler, HelperCalls};
 use sha2::{Digest, Sha256};
 
 #[derive(Debug, thiserror::Error)]
@@ -79,7 +79,7 @@ pub fn deploy_export(
         rdx_region::layout::Arch::X86_64 => rdx_jit::Arch::X86_64,
         rdx_region::layout::Arch::Aarch64 => rdx_jit::Arch::Aarch64,
     };
-    let mut opts = CompileOptions::new(arch);
+    let mut opts = CompileOptions::new(arch, Build::Generic);
     opts.needs_budget = checked.facts.needs_budget;
     opts.helper_calls = HelperCalls::Table {
         table_len: cf.view().info.helper_capacity,

@@ -13,7 +13,7 @@ use rdx_control::codeflow::{hex, Compiled};
 use rdx_control::registry::{HistoryEntry, Registry};
 use rdx_control::{CodeFlow, Extension};
 use rdx_deopt::profile::{BranchProfile, Policy};
-use rdx_jit::{branch_sites, BranchCounters, CompileOptions, Compiler, Symbol};
+use rdx_jit::{branch_sites, BranchCounters, Build, CompileOptions, Compiler, Symbol};
 use serde::{Deserialize, Serialize};
 
 use super::deploy::ProgramTarget;
@@ -203,13 +203,13 @@ pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::R
         .name()
         .parse()
         .context("the node's architecture")?;
-    let mut opts = CompileOptions::new(arch);
+    let counters = BranchCounters {
+        symbol: Symbol::MapValue(counter_index),
+    };
+    let mut opts = CompileOptions::new(arch, Build::Scouting(counters));
     opts.needs_budget = checked.facts.needs_budget;
     opts.eim_class = format!("{}/{}", checked.hook, checked.class);
     opts.verify_ir = false;
-    opts.branch_counters = Some(BranchCounters {
-        symbol: Symbol::MapValue(counter_index),
-    });
     let (artifact, _) = Compiler::new(arch)?.compile(&scout.insns, &opts)?;
     let artifact_bytes = artifact.to_bytes();
     let compiled = Compiled {
