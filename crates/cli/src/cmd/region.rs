@@ -73,6 +73,7 @@ enum Status {
     Stale,
 }
 
+/// Runs `rdx region ls` or `rdx region gc`; `gc` fails if a stale file could not be removed.
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         RegionCommand::Ls { scan } => {
