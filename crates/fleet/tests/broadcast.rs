@@ -1,4 +1,4 @@
-//! Broadcast against real host processes (`fleet-host`): a transactional update of several
+//! Broadcast against real host processes (`rdx-test-host fleet`): a transactional update of several
 //! nodes, refusals before anything is written, and recovery after the control plane is
 //! killed (SIGKILL) at every phase.
 
@@ -8,10 +8,10 @@ use rdx_fleet::{broadcast, recover, FleetError, Options, Plan};
 use rdx_test_support::{HostProcess, ScratchDir, ShmPath};
 use std::path::Path;
 
-/// A `fleet-host` declaring `hooks`, removed (process and region) on drop.
+/// An `rdx-test-host fleet` declaring `hooks`, removed (process and region) on drop.
 fn host(tag: &str, hooks: &[&str]) -> HostProcess {
     let region = ShmPath::new(&format!("fleet-test-{tag}"));
-    HostProcess::start(env!("CARGO_BIN_EXE_fleet-host"), region, hooks)
+    HostProcess::start("fleet", region, hooks)
 }
 
 /// `(r0, out)` of one request.
