@@ -9,11 +9,10 @@
 //! How the blocks are run, as a reader would from the repository's root: in a scratch
 //! directory holding links to the repository's `bpf/`, `eim/`, `include/`, `tools/` and to
 //! the target directory (`target/`), so nothing is written into the checkout. In the host
-//! block, `cargo build` and `make` lines are what this test's build already did (the example
-//! binaries come from `cargo build -p rdx-kv-host -p rdx-acl-gateway`, which a workspace test
-//! run does; c-host is compiled here against the runtime's static library), `cd` changes
-//! directory, a fixed `--port N` becomes `--port 0`, and the one remaining line starts the
-//! host. The deploy block gets `REGION`, the path the host printed, and a state directory
+//! block, `cargo build` and `make` lines are what this test does itself (it builds kv-host
+//! and acl-gateway with `rdx_test_support::workspace_bin`, and compiles c-host against the
+//! runtime's static library), `cd` changes directory, a fixed `--port N` becomes
+//! `--port 0`, and the one remaining line starts the host. The deploy block gets `REGION`, the path the host printed, and a state directory
 //! of its own.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -23,7 +22,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
-use rdx_test_support::{c_host, Rdx, ScratchDir};
+use rdx_test_support::{c_host, workspace_bin, Rdx, ScratchDir};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -246,19 +245,16 @@ fn hook_versions(region: &Path) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// A built example binary next to `rdx`.
-fn require_built(name: &str, package: &str) {
-    let exe = bin_dir().join(name);
-    assert!(
-        exe.exists(),
-        "{} not built: run `cargo build -p {package}` (a workspace test run builds it)",
-        exe.display()
-    );
+/// Builds `bin` of the example package in `examples/<example>` next to `rdx`, where the
+/// README's `target/debug/<bin>` finds it.
+fn build_example(example: &str, bin: &str) {
+    let exe = workspace_bin(&format!("examples/{example}"), bin);
+    assert_eq!(exe.parent(), Some(bin_dir().as_path()));
 }
 
 #[test]
 fn kv_host_readme() {
-    require_built("kv-host", "rdx-kv-host");
+    build_example("kv-host", "kv-host");
     let dir = workspace("cli-readme-kv");
     let host = Host::start("kv-host", dir.path());
     let log = deploy("kv-host", dir.path(), &host);
@@ -314,7 +310,7 @@ fn c_host_readme() {
 
 #[test]
 fn acl_gateway_readme() {
-    require_built("acl-gateway", "rdx-acl-gateway");
+    build_example("acl-gateway", "acl-gateway");
     let dir = workspace("cli-readme-acl");
     let host = Host::start("acl-gateway", dir.path());
     deploy("acl-gateway", dir.path(), &host);
