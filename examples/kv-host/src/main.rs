@@ -134,7 +134,7 @@ impl Server {
     }
 
     /// Answers one connection's commands in order. Replies are buffered and sent when no
-    /// further command has arrived, so a reply (or the replies to commands that came
+    /// further complete command has arrived, so a reply (or the replies to commands that came
     /// together) leaves in one segment: written as two sends, the second small segment waited
     /// under Nagle's algorithm for the client's delayed ACK of the first, about 40 ms per
     /// request. TCP_NODELAY covers what remains, a reply sent while an earlier one is still
@@ -150,7 +150,8 @@ impl Server {
             let reply = self.handle(&get, &set, line.trim_end_matches(['\r', '\n']));
             writeln!(out, "{reply}")?;
             line.clear();
-            if input.buffer().is_empty() {
+            // Another complete command already here: its reply joins this one.
+            if !input.buffer().contains(&b'\n') {
                 out.flush()?;
             }
         }
