@@ -20,7 +20,11 @@ pub enum ControlError {
     HostDead { pid: u32, what: String },
     #[error("host restarted since this control plane attached (incarnation {attached} -> {now}); attach again")]
     HostRestarted { attached: u64, now: u64 },
-    #[error("node publishes no EIM spec; cannot check programs against its hooks")]
+    #[error(
+        "node publishes no EIM spec, so no program can be verified for its hooks: the host \
+         must store one in its region when it creates it (`Runtime::builder().eim_spec(..)`, \
+         or `eim`/`eim_len` of `rdx_options` in C; see docs/runtime.md)"
+    )]
     NoEimSpec,
     #[error("node's EIM spec is invalid: {0}")]
     BadEimSpec(String),

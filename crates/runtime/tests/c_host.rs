@@ -1,6 +1,6 @@
 //! The C example host (examples/c-host), built with the system C compiler against the C
-//! ABI's static library (crate `rdx-runtime-c`), serving HTTP while an extension is deployed into it from this
-//! test process (the control plane).
+//! ABI's static library (crate `rdx-runtime-c`), serving HTTP while an extension is verified
+//! and deployed into it from this test process (the control plane).
 
 #![cfg(target_arch = "x86_64")]
 
@@ -125,6 +125,15 @@ fn c_host_serves_and_runs_a_deployed_extension() {
     )
     .unwrap();
     assert_eq!(stored, eim);
+
+    // What a control plane checks before it deploys: the program is accepted for the hook
+    // under the spec's `responder` class (the one that may set `status`).
+    let spec = rdx_verifier::EimSpec::from_yaml(std::str::from_utf8(&eim).unwrap()).unwrap();
+    let object = rdx_bpf::loader::load(&rdx_testdata::object("runtime/http_block")).unwrap();
+    let responder = rdx_verifier::VerifyOptions::eim(&spec, "http_request", "responder").unwrap();
+    if let Err(e) = rdx_verifier::verify(&object.programs[0], &object.maps, &responder) {
+        panic!("http_block rejected for the responder class: {e}");
+    }
 
     let mut cp = Deployer::new(&node);
     let (v1, maps) = cp.prepare(&mut node, "runtime/http_block", 1, false);

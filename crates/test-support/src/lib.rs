@@ -9,8 +9,9 @@
 //! - [`process`]: host processes started and awaited until their region is registered,
 //!   driven by stdin/stdout lines with a timeout on every reply; killed and their region
 //!   file removed on drop. [`process::test_host`] builds and finds `rdx-test-host` (crate
-//!   `rdx-test-hosts`), the host binary every crate's tests start; [`process::example_bin`]
-//!   finds a built example.
+//!   `rdx-test-hosts`), the host binary every crate's tests start; [`process::workspace_bin`]
+//!   builds another package's binary (an example host); [`process::example_bin`] finds a
+//!   built example.
 //! - [`rdx`]: the `rdx` binary run with arguments, with a panic message that shows its
 //!   stderr when it does not do what the test expects.
 //! - [`netns`]: network namespaces joined by veth pairs, deleted on drop.
@@ -36,7 +37,7 @@ pub mod stranger;
 pub use eim::EimSpec;
 pub use host::{LocalHost, ValueOut};
 pub use netns::NetnsStar;
-pub use process::{example_bin, test_host, HostProcess, LineProcess};
+pub use process::{example_bin, test_host, workspace_bin, HostProcess, LineProcess};
 pub use rdx::Rdx;
 pub use scratch::{ScratchDir, ShmPath};
 pub use stranger::Stranger;

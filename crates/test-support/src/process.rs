@@ -45,10 +45,14 @@ pub fn example_bin(name: &str) -> PathBuf {
 /// a no-op when the binary is current, and never a stale host when its source changed.
 pub fn test_host() -> &'static Path {
     static HOST: OnceLock<PathBuf> = OnceLock::new();
-    HOST.get_or_init(build_test_host)
+    HOST.get_or_init(|| workspace_bin("crates/test-hosts", "rdx-test-host"))
 }
 
-fn build_test_host() -> PathBuf {
+/// The binary `bin` of the workspace package in `package_dir` (relative to the repository's
+/// root, e.g. `examples/kv-host`), built by `cargo build` into this test's target directory
+/// and profile, as [`test_host`] builds the test host: for a test that runs another
+/// package's binary (an example host), which cargo does not build for it.
+pub fn workspace_bin(package_dir: &str, bin: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     // Test and bench binaries live in target/<profile>/deps.
     let profile_dir = exe
@@ -61,28 +65,27 @@ fn build_test_host() -> PathBuf {
         Some(dir) => dir,
         None => panic!("no profile directory above {}", exe.display()),
     };
-    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../test-hosts/Cargo.toml");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(package_dir)
+        .join("Cargo.toml");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = Command::new(cargo)
         // Not `--offline`: a first `cargo test -p <crate>` may not have fetched every crate
-        // the host needs; with everything fetched, cargo does not go to the network.
-        .args(["build", "--quiet", "--bin", "rdx-test-host"])
-        .args([
-            "--profile",
-            profile,
-            "--manifest-path",
-            manifest,
-            "--target-dir",
-        ])
+        // the binary needs; with everything fetched, cargo does not go to the network.
+        .args(["build", "--quiet", "--bin", bin, "--profile", profile])
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .arg("--target-dir")
         .arg(target_dir)
         .output()
-        .expect("run cargo to build rdx-test-host");
+        .unwrap_or_else(|e| panic!("run cargo to build {bin}: {e}"));
     assert!(
         out.status.success(),
-        "building rdx-test-host failed:\n{}",
+        "building {bin} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    profile_dir.join("rdx-test-host")
+    profile_dir.join(bin)
 }
 
 /// Which stdout lines are replies: a child that is itself a test binary also prints

@@ -13,6 +13,9 @@
 //!
 //! `cache-and-store` (or `cache-and-store demo`) runs the whole scenario and prints what
 //! happens; it exits non-zero if any request is answered wrongly.
+//!
+//! SIGINT or SIGTERM stop either process with its files removed (the plan and both regions
+//! for the demo, which also kills the storage process; its own region for the storage).
 
 use anyhow::{bail, Context, Result};
 use rdx_control::{create_codeflow, ExtSpec, Extension};
@@ -21,7 +24,10 @@ use rdx_xcall::plan::{Plan, PlanSpec};
 use rdx_xcall::service::Service;
 use rdx_xcall::Target;
 use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 const STORAGE_SLOT: u16 = 1;
@@ -74,8 +80,61 @@ fn extension(object: &str, prog: &str) -> Result<Extension> {
     Ok(Extension::from_object(&obj, Some(prog))?)
 }
 
-/// The storage process: serves `put <k> <v>` on stdin through its own hook.
+/// Files this process created, removed on SIGINT/SIGTERM (a region outlives its host).
+static CREATED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// The storage process the demo started (0: none), killed on SIGINT/SIGTERM.
+static STORAGE_PID: AtomicU32 = AtomicU32::new(0);
+
+fn created(path: impl Into<PathBuf>) {
+    CREATED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(path.into());
+}
+
+/// Blocks SIGINT and SIGTERM in this thread and every thread it starts from now on, and
+/// starts the thread that takes them: it kills the storage process (if any), removes the
+/// files recorded with [`created`] and exits with `code`.
+fn remove_files_on_termination(code: i32) -> Result<()> {
+    // SAFETY: sigemptyset/sigaddset initialise and fill the set they are given.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        set
+    };
+    // SAFETY: `set` is an initialised signal set; the old mask is not wanted.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        bail!(
+            "blocking SIGINT/SIGTERM: {}",
+            std::io::Error::from_raw_os_error(rc)
+        );
+    }
+    std::thread::spawn(move || {
+        let mut sig = 0;
+        // SAFETY: `set` is initialised and `sig` writable; the signals are blocked in every
+        // thread, so sigwait is their only taker.
+        unsafe { libc::sigwait(&set, &mut sig) };
+        let pid = STORAGE_PID.load(Ordering::Acquire);
+        if pid != 0 {
+            // SAFETY: signalling our own child (SIGKILL ends it even while it is stopped);
+            // it is reaped when this process exits.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        for path in CREATED.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let _ = std::fs::remove_file(path);
+        }
+        std::process::exit(code);
+    });
+    Ok(())
+}
+
+/// The storage process: serves `put <k> <v>` on stdin through its own hook, until its stdin
+/// ends (its region is then removed).
 fn store(plan: &str) -> Result<()> {
+    remove_files_on_termination(0)?;
     let plan = Plan::open(plan)?;
     let svc = Service::builder(&plan, "storage")
         .slot(STORAGE_SLOT)
@@ -86,8 +145,15 @@ fn store(plan: &str) -> Result<()> {
                 .hook("put", HookSpec::new(16)),
         )
         .build()?;
+    created(svc.runtime().path());
     println!("ready {}", svc.address());
     let put = svc.runtime().hook("put")?;
+    let served = serve_puts(&put);
+    svc.runtime().unlink()?;
+    served
+}
+
+fn serve_puts(put: &rdx_runtime::Hook<'_>) -> Result<()> {
     for line in std::io::stdin().lock().lines() {
         let line = line?;
         let w: Vec<&str> = line.split_whitespace().collect();
@@ -103,8 +169,10 @@ fn store(plan: &str) -> Result<()> {
 }
 
 fn demo() -> Result<()> {
+    remove_files_on_termination(1)?;
     let plan_path = format!("/dev/shm/rdx-cache-and-store-{}", std::process::id());
     let _ = std::fs::remove_file(&plan_path);
+    created(&plan_path);
     let plan = Plan::create(&plan_path, PlanSpec::default())?;
     let mut child = Command::new(std::env::current_exe()?)
         .args(["store", "--plan", &plan_path])
@@ -112,6 +180,7 @@ fn demo() -> Result<()> {
         .stdout(Stdio::piped())
         .spawn()
         .context("starting the storage process")?;
+    STORAGE_PID.store(child.id(), Ordering::Release);
     let result = run(&plan, &mut child);
     let storage_region = plan.slot(STORAGE_SLOT).ok().map(|s| s.path);
     // SAFETY: signalling our own child.
@@ -135,6 +204,9 @@ fn run(plan: &Plan, child: &mut std::process::Child) -> Result<()> {
         .strip_prefix("ready ")
         .with_context(|| format!("storage said {line:?}"))?
         .to_string();
+    if let Some(path) = address.strip_prefix("shm:") {
+        created(path);
+    }
     let storage_pid = child.id();
     println!("storage sandbox: pid {storage_pid}, slot {STORAGE_SLOT}, region {address}");
 
@@ -167,6 +239,7 @@ fn run(plan: &Plan, child: &mut std::process::Child) -> Result<()> {
                 .hook("on_get", HookSpec::new(24)),
         )
         .build()?;
+    created(cache.runtime().path());
     cache.runtime().register_function(
         "call_storage_lookup",
         CALL_ID,

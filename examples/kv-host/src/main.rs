@@ -15,14 +15,23 @@
 //! - `kv_set`: runs before the store; returning 1 refuses it (DENIED); the extension may
 //!   rewrite the value first.
 //!
-//! `kv-host [--port N] [--path REGION]` prints `region <path>` and `listening <port>`.
+//! The region publishes the EIM spec `eim/kv.yaml` (one extension class per hook), so
+//! `rdx deploy` verifies a program for a hook before it writes it.
+//!
+//! `kv-host [--port N] [--path REGION]` prints `region <path>` and `listening <port>`, then
+//! serves until SIGINT or SIGTERM, on which it removes its region file and exits.
 
 use anyhow::{bail, Context, Result};
 use rdx_runtime::{Hook, HookSpec, Runtime};
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The interface this host publishes in its region: the hooks' context fields and the
+/// classes a control plane verifies programs against.
+const EIM_SPEC: &str = include_str!("../../../eim/kv.yaml");
 
 /// The context both hooks receive (64-bit-friendly, no padding: 336 bytes).
 #[repr(C)]
@@ -124,16 +133,73 @@ impl Server {
         Ok("OK".into())
     }
 
+    /// Answers one connection's commands in order. Replies are buffered and sent when no
+    /// further complete command has arrived, so a reply (or the replies to commands that came
+    /// together) leaves in one segment: written as two sends, the second small segment waited
+    /// under Nagle's algorithm for the client's delayed ACK of the first, about 40 ms per
+    /// request. TCP_NODELAY covers what remains, a reply sent while an earlier one is still
+    /// unacknowledged (a client that pipelines commands in separate segments).
     fn serve(&self, stream: TcpStream) -> Result<()> {
         let get = self.rt.hook("kv_get")?;
         let set = self.rt.hook("kv_set")?;
-        let mut out = stream.try_clone()?;
-        for line in BufReader::new(stream).lines() {
-            let reply = self.handle(&get, &set, &line?);
+        stream.set_nodelay(true)?;
+        let mut out = BufWriter::new(stream.try_clone()?);
+        let mut input = BufReader::new(stream);
+        let mut line = String::new();
+        while input.read_line(&mut line)? > 0 {
+            let reply = self.handle(&get, &set, line.trim_end_matches(['\r', '\n']));
             writeln!(out, "{reply}")?;
+            line.clear();
+            // Another complete command already here: its reply joins this one.
+            if !input.buffer().contains(&b'\n') {
+                out.flush()?;
+            }
         }
+        out.flush()?;
         Ok(())
     }
+}
+
+/// SIGINT and SIGTERM, blocked in every thread (threads inherit the mask of the thread that
+/// starts them) and taken by [`wait_for_termination`] instead.
+fn termination_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise and fill the set they are given.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        set
+    }
+}
+
+fn block_termination_signals() -> Result<()> {
+    let set = termination_signals();
+    // SAFETY: `set` is an initialised signal set; the old mask is not wanted.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        bail!(
+            "blocking SIGINT/SIGTERM: {}",
+            std::io::Error::from_raw_os_error(rc)
+        );
+    }
+    Ok(())
+}
+
+/// Waits for SIGINT or SIGTERM, then stops running extensions and removes the region file
+/// (nothing else would: a region outlives its host) before exiting.
+fn wait_for_termination(server: &Server) -> ! {
+    let set = termination_signals();
+    let mut sig = 0;
+    // SAFETY: `set` is initialised and `sig` writable; the signals are blocked in every
+    // thread, so sigwait is their only taker.
+    unsafe { libc::sigwait(&set, &mut sig) };
+    let _ = server.rt.teardown(Duration::from_millis(200));
+    if let Err(e) = server.rt.unlink() {
+        eprintln!("kv-host: {e}");
+        std::process::exit(1);
+    }
+    std::process::exit(0);
 }
 
 fn main() -> Result<()> {
@@ -155,14 +221,21 @@ fn main() -> Result<()> {
             }
         }
     }
+    // Before any thread starts, so that every thread inherits the mask.
+    block_termination_signals()?;
+    // Before the region exists, so that a port in use leaves no region behind.
+    let listener = TcpListener::bind(("127.0.0.1", port)).context("binding")?;
     let spec = HookSpec::for_context::<KvContext>();
     let rt = builder
+        .eim_spec(EIM_SPEC)
         .hook("kv_get", spec)
         .hook("kv_set", spec)
         .build()
         .context("creating the region")?;
-    rt.register().context("exposing the region")?;
-    let listener = TcpListener::bind(("127.0.0.1", port)).context("binding")?;
+    if let Err(e) = rt.register() {
+        let _ = rt.unlink();
+        return Err(e).context("exposing the region");
+    }
     println!("region {}", rt.path().display());
     println!("listening {}", listener.local_addr()?.port());
     std::io::stdout().flush()?;
@@ -170,6 +243,10 @@ fn main() -> Result<()> {
         rt,
         store: Mutex::new(HashMap::new()),
     });
+    {
+        let server = server.clone();
+        std::thread::spawn(move || wait_for_termination(&server));
+    }
     for stream in listener.incoming() {
         let stream = stream?;
         let server = server.clone();

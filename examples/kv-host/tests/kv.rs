@@ -68,7 +68,8 @@ impl Client {
     }
 
     fn ask(&mut self, cmd: &str) -> String {
-        writeln!(self.out, "{cmd}").unwrap();
+        // One send: a command written as two stalls in the client's own Nagle wait.
+        self.out.write_all(format!("{cmd}\n").as_bytes()).unwrap();
         let mut line = String::new();
         self.inp.read_line(&mut line).unwrap();
         line.trim().to_string()
@@ -160,4 +161,60 @@ fn deployed_get_and_set_extensions_change_the_servers_answers() {
         .sum();
     assert_eq!(total, 1);
     assert_eq!(c.ask("STATS"), "STATS get 3 0 set 2 0");
+}
+
+#[test]
+fn a_reply_does_not_wait_for_the_clients_delayed_ack() {
+    let host = start();
+    let mut c = Client::new(host.port);
+    assert_eq!(c.ask("SET a hello"), "OK");
+    // A reply written as two sends stalled ~40 ms (Nagle's algorithm holding the second
+    // segment until the client's delayed ACK of the first): 20 requests took 800 ms.
+    let start = std::time::Instant::now();
+    for _ in 0..20 {
+        assert_eq!(c.ask("GET a"), "VALUE hello");
+    }
+    let took = start.elapsed();
+    assert!(
+        took < std::time::Duration::from_millis(400),
+        "20 GETs took {took:?}"
+    );
+    // Commands that arrive together are answered together: none of the replies stalls
+    // behind an earlier one still unacknowledged (10 rounds stalled at least 800 ms).
+    let start = std::time::Instant::now();
+    for _ in 0..10 {
+        c.out.write_all(b"GET a\nGET b\nGET a\n").unwrap();
+        let mut replies = Vec::new();
+        for _ in 0..3 {
+            let mut line = String::new();
+            c.inp.read_line(&mut line).unwrap();
+            replies.push(line.trim().to_string());
+        }
+        assert_eq!(replies, ["VALUE hello", "NOTFOUND", "VALUE hello"]);
+    }
+    let took = start.elapsed();
+    assert!(
+        took < std::time::Duration::from_millis(400),
+        "10 rounds of 3 pipelined commands took {took:?}"
+    );
+}
+
+#[test]
+fn sigterm_and_sigint_remove_the_region_file() {
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let mut host = start();
+        assert!(std::path::Path::new(&host.region).exists());
+        // SAFETY: signalling the child we spawned and have not reaped, by its pid.
+        assert_eq!(unsafe { libc::kill(host.child.id() as i32, signal) }, 0);
+        let status = host.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "kv-host exited with {status} on signal {signal}"
+        );
+        assert!(
+            !std::path::Path::new(&host.region).exists(),
+            "{} left behind after signal {signal}",
+            host.region
+        );
+    }
 }

@@ -44,6 +44,7 @@ subcommands! {
     events => Events,
     broadcast => Broadcast,
     recover => Recover,
+    region => Region,
     profile => Profile,
     optimize => Optimize,
     watch => Watch,

@@ -109,6 +109,11 @@ enum NodeCommand {
         /// Register even if the node cannot be reached now.
         #[arg(long)]
         no_check: bool,
+        /// Re-point a name already registered at another address (refused without it, so
+        /// that a typo does not silently redirect every command that uses the name; a new
+        /// inline token for the same node needs no --force).
+        #[arg(long)]
+        force: bool,
     },
     /// List registered nodes.
     Ls {
@@ -180,9 +185,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             name,
             address,
             no_check,
+            force,
         } => {
             // The address may carry a token: only its redacted form is ever printed.
             let shown = redact_address(&address);
+            // Another token for the same node (a rotated inline token) is no re-pointing.
+            let registered = registry.nodes()?.into_iter().find(|n| n.name == name);
+            if let Some(old) = registered.filter(|n| n.shown_address() != shown) {
+                if !force {
+                    anyhow::bail!(
+                        "node {name} is already registered at {}; pass --force to re-point it \
+                         to {shown}, or choose another name",
+                        old.shown_address()
+                    );
+                }
+                eprintln!("re-pointing {name} from {}", old.shown_address());
+            }
             if address != shown {
                 eprintln!(
                     "warning: the token in this address is stored in the registry ({}); prefer ?token-file=PATH",
@@ -204,6 +222,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         hooks.join(", ")
                     }
                 );
+                if cf.view().eim_text.is_none() {
+                    eprintln!(
+                        "warning: {name} publishes no EIM spec, so every deploy to it is refused \
+                         until its host stores one in its region (`Runtime::builder().eim_spec(..)`, \
+                         or `eim` of `rdx_options` in C)"
+                    );
+                }
             } else {
                 println!("added {name}: {shown}");
             }

@@ -68,6 +68,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         None => None,
     };
+    if loaded.object.programs.is_empty() {
+        bail!(
+            "{} has no program entry: every function is in `.text`, which holds subprograms \
+             that run only when a program calls them; give the entry function a section of \
+             its own, e.g. SEC(\"rdx/<hook>\") or SEC(\"xdp\")",
+            args.object.display()
+        );
+    }
     let selected: Vec<usize> = match &args.program {
         None => (0..loaded.object.programs.len()).collect(),
         Some(name) => vec![crate::cmd::run::find_program(&loaded, name)?],
