@@ -64,6 +64,40 @@ fn errors_point_at_the_line() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The JANUS paper's notation through the CLI: a file of paper-style policies checks clean,
+/// and a prefix with host bits set or an `apply` of a misspelt policy is refused with the
+/// fix it probably needs, under a caret at the offending token.
+#[test]
+fn paper_notation_checks_and_errors_suggest_a_fix() {
+    let paper = repo("crates/acl/tests/data/paper-style.acl");
+    let (ok, out, err) = rdx(&["acl", "check", paper.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(out.contains("ok: 7 policies"), "{out}");
+
+    let dir = std::env::temp_dir().join(format!("rdx-acl-cli-paper-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text, want) in [
+        (
+            "host-bits.acl",
+            "policy a {\n  predicate = match(sip in 10.0.4.1/24) & match(dQPN = any)\n  action = deny\n}\napply(a)\n",
+            "host-bits.acl:2:28: `10.0.4.1/24` has host bits set below its /24 prefix for sip; did you mean `10.0.4.0/24`?",
+        ),
+        (
+            "apply.acl",
+            "policy deny_atomics {\n  predicate = match(opcode in {CAS, FAA}) & match(VA in [0, inf])\n  action = deny\n}\napply(deny_atomic)\n",
+            "apply.acl:5:7: apply(...) names `deny_atomic`, which is not defined; did you mean `deny_atomics`?",
+        ),
+    ] {
+        let file = dir.join(name);
+        std::fs::write(&file, text).unwrap();
+        let (ok, _, err) = rdx(&["acl", "check", file.to_str().unwrap()]);
+        assert!(!ok, "{name}");
+        assert!(err.contains(want), "{err}");
+        assert!(err.contains("^"), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `rdx acl apply` against a live host that declares the ACL packet hook (this test process,
 /// through the runtime library): the policy takes effect, a second apply replaces it, and a
 /// program the policy does not fit is refused while the node keeps its version.
