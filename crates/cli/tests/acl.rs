@@ -563,3 +563,82 @@ fn apply_under_traffic_is_atomic_even_when_killed_at_every_step() {
     let _ = rt.teardown(std::time::Duration::from_millis(200));
     let _ = rt.unlink();
 }
+
+/// `rdx acl apply` deploys the enforcement program the binary carries: a copy of `rdx` run
+/// where neither the source tree nor the target directory exists (hidden under empty mounts
+/// in a mount namespace of its own) still applies a policy, and the hook enforces it.
+#[test]
+fn apply_runs_from_a_copy_of_the_binary_without_the_build_tree() {
+    use rdx_acl::enforce::{self, AclContext};
+    use rdx_runtime::{HookSpec, Runtime};
+    use rdx_test_support::{ScratchDir, ShmPath};
+
+    let unshare_works = Command::new("unshare")
+        .args(["--mount", "true"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !unshare_works {
+        eprintln!("SKIPPED: needs root and unshare(1) for a mount namespace");
+        return;
+    }
+    let scratch = ScratchDir::new("acl-shipped");
+    let rdx = scratch.join("rdx");
+    std::fs::copy(env!("CARGO_BIN_EXE_rdx"), &rdx).unwrap();
+    let policy = scratch.join("server.acl");
+    std::fs::copy(repo("tools/acl-traffic/policies/server.acl"), &policy).unwrap();
+    let region = ShmPath::new("acl-shipped");
+    let rt = Runtime::builder()
+        .path(region.path())
+        .eim_spec(enforce::EIM_SPEC.as_bytes().to_vec())
+        .code_size(8 << 20)
+        .scratch_size(512 << 20)
+        .hook(
+            enforce::HOOK,
+            HookSpec::for_context::<AclContext>().default_return(1),
+        )
+        .build()
+        .unwrap();
+    rt.register().unwrap();
+
+    let source_tree = repo("").canonicalize().unwrap();
+    let target_dir = Path::new(env!("CARGO_BIN_EXE_rdx"))
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .canonicalize()
+        .unwrap();
+    // The target directory first: it may lie inside the source tree.
+    let script = format!(
+        "mount -t tmpfs none '{}' && mount -t tmpfs none '{}' && \
+         test ! -e '{}' && cd / && exec '{}' acl apply '{}' --node '{}' --state-dir '{}'",
+        target_dir.display(),
+        source_tree.display(),
+        env!("CARGO_BIN_EXE_rdx"),
+        rdx.display(),
+        policy.display(),
+        region.address(),
+        scratch.join("state").display(),
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("version 1 (was 0)"), "{stdout}");
+
+    // The policy decides: every frame of the attack trace gets the native engine's verdict.
+    let trace_path = repo("crates/acl/tests/data/attacks.pcap");
+    let trace = rdx_acl::pcap::read(&trace_path).unwrap();
+    let report = rdx_acl::api::test(&policy, &trace_path).unwrap();
+    let hook = rt.hook(enforce::HOOK).unwrap();
+    for (i, (frame, want)) in trace.packets.iter().zip(&report.verdicts).enumerate() {
+        let mut ctx = AclContext::for_frame(trace.link, frame);
+        let ret = hook.run(&mut ctx);
+        assert_eq!(ctx.outcome(ret).action, want.action, "frame {i}");
+    }
+    rt.teardown(std::time::Duration::from_millis(100)).unwrap();
+}
