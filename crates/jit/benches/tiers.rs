@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use rdx_bpf::helpers::{native_helper, Helpers};
+use rdx_bpf::helpers::{native_helpers, Helpers};
 use rdx_bpf::interp::{Config, Input, Vm, XdpMd};
 use rdx_bpf::isa::Insn;
 use rdx_bpf::maps::MapSet;
@@ -250,10 +250,8 @@ fn main() {
                     syms.insert(Symbol::MapValue(i as u32), v);
                 }
             }
-            for id in 1..=8 {
-                if let Some(f) = native_helper(id) {
-                    syms.insert(Symbol::Helper(id as u32), f as *const () as u64);
-                }
+            for (id, f) in native_helpers() {
+                syms.insert(Symbol::Helper(id.get()), f as *const () as u64);
             }
             syms
         };
@@ -546,10 +544,8 @@ fn blinding_table(compiler: &Compiler, object: &rdx_bpf::program::Object, packet
                         syms.insert(Symbol::MapValue(i as u32), v);
                     }
                 }
-                for id in 1..=8 {
-                    if let Some(f) = native_helper(id) {
-                        syms.insert(Symbol::Helper(id as u32), f as *const () as u64);
-                    }
+                for (id, f) in native_helpers() {
+                    syms.insert(Symbol::Helper(id.get()), f as *const () as u64);
                 }
                 let (artifact, _) = compiler.compile(&prog.insns, &opts).expect("compile");
                 let code = ExecutableCode::load(&artifact, &syms).expect("load");

@@ -11,15 +11,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use rdx_bpf::helpers::{native_helper, Helpers};
+use rdx_bpf::helpers::{native_helpers, Helpers};
 use rdx_bpf::interp::{Config, ContextModel, Input, SkBuff, Vm, XdpMd};
 use rdx_bpf::isa::Size;
 use rdx_bpf::maps::MapSet;
 use rdx_jit::{Arch, CompileOptions, Compiler, ExecutableCode, Pipeline, Symbol};
 use rdx_region::abi::RunState;
+use rdx_region::helpers::HelperId;
 
 const SKB_SIZE: usize = 192;
-const SKB_LOAD_BYTES: u32 = 26;
 
 /// Memory mapped below 4 GiB, holding the packet.
 struct LowMem {
@@ -243,13 +243,11 @@ fn every_corpus_program_matches(pipeline: Pipeline) {
                     syms.insert(Symbol::MapValue(i as u32), v);
                 }
             }
-            for id in 0..64 {
-                if let Some(f) = native_helper(id) {
-                    syms.insert(Symbol::Helper(id as u32), f as *const () as u64);
-                }
+            for (id, f) in native_helpers() {
+                syms.insert(Symbol::Helper(id.get()), f as *const () as u64);
             }
             syms.insert(
-                Symbol::Helper(SKB_LOAD_BYTES),
+                Symbol::Helper(HelperId::SKB_LOAD_BYTES.get()),
                 skb_load_bytes as *const () as u64,
             );
             let mut opts = CompileOptions::new(host);

@@ -13,8 +13,9 @@
 //! ([`best_ns`]), in nanoseconds per operation. `RDX_BENCH=hook` (or `maps`) runs one half
 //! only, without the kernel baselines: for `perf record` and quick before/after checks.
 
+use rdx_region::helpers::HelperId;
 use rdx_region::layout::{active_word, offsets, MapType, SectionId};
-use rdx_runtime::{helper_ids, HookSpec, Runtime, HELPERS};
+use rdx_runtime::{hook_helper, HookSpec, Runtime};
 use rdx_transport::shm::ShmTransport;
 use rdx_transport::xstate::{self, Copies, MapSpec, UPDATE_ANY};
 use rdx_transport::Transport;
@@ -63,12 +64,8 @@ fn row(name: &str, ns: f64, note: &str) {
     println!("  {name:<46} {ns:>9.2} ns  {note}");
 }
 
-fn helper(id: u32) -> rdx_region::abi::HelperFn {
-    HELPERS
-        .iter()
-        .find(|h| h.id == id)
-        .expect("built-in helper")
-        .func
+fn helper(id: HelperId) -> rdx_region::abi::HelperFn {
+    hook_helper(id).expect("built-in helper")
 }
 
 /// File offset of `addr` in this executable, from /proc/self/maps.
@@ -403,8 +400,8 @@ fn main() {
         })
         .collect();
     let (lookup, update) = (
-        helper(helper_ids::MAP_LOOKUP_ELEM),
-        helper(helper_ids::MAP_UPDATE_ELEM),
+        helper(HelperId::MAP_LOOKUP_ELEM),
+        helper(HelperId::MAP_UPDATE_ELEM),
     );
     let (array_addr, hash_addr) = (
         info.base_address + array.offset,

@@ -24,6 +24,7 @@ use rdx_bpf::interp::{self, SkBuff, Vm, XdpMd};
 use rdx_bpf::isa::{AluOp, CallTarget, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width};
 use rdx_bpf::maps::MapSet;
 use rdx_bpf::{MapDef, MapOrigin, MapType};
+use rdx_region::helpers::HelperId;
 use rdx_verifier::embed::{run_embedded, EmbeddedRun};
 use rdx_verifier::{verify_insns, KernelProgType, Rule, VerifyOptions};
 use std::cell::RefCell;
@@ -62,7 +63,10 @@ fn empty_tail_call(_: &mut HelperCtx<'_, '_>, _: [u64; 5]) -> Result<u64, Helper
 
 fn helpers() -> Helpers {
     let mut h = Helpers::standard();
-    h.register(12, "bpf_tail_call", empty_tail_call);
+    h.register(
+        rdx_region::helpers::by_id(HelperId::TAIL_CALL).unwrap(),
+        empty_tail_call,
+    );
     h
 }
 

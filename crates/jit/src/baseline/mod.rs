@@ -44,8 +44,8 @@ use crate::compile::{
 use crate::target::Arch;
 use crate::translate::FuncPlan;
 
-/// Helper id of `bpf_map_lookup_elem`.
-const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
+/// `call` immediate of `map_lookup_elem` (a constant, for patterns).
+const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = rdx_region::helpers::HelperId::MAP_LOOKUP_ELEM.imm();
 
 /// Where an inlined array lookup finds its 4-byte key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
