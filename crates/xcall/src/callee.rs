@@ -167,18 +167,9 @@ unsafe fn lookup_other(cur: &Current, m: &MapRef, key: u64) -> u64 {
     let key = unsafe { bytes(key, m.key_size as usize) };
     let copy = if m.copies > 1 { cur.thread_slot() } else { 0 };
     let svc = cur.svc();
-    // Hash and array maps through the fast paths for a mapping in this process's memory (the
-    // runtime's own helpers use the same ones), the rest through the generic code.
-    let found = match m.map_type {
-        MapType::Hash | MapType::PerThreadHash => {
-            xstate::hash::local::lookup_ref(&svc.data, m, key, copy)
-        }
-        MapType::Array | MapType::PerThreadArray => xstate::array::local::lookup_ref(m, key, copy),
-        // Program arrays hold jump words and ring buffers records: not program data.
-        MapType::ProgArray | MapType::RingBuf => None,
-        _ => xstate::lookup_ref(&svc.data, m, key, copy).ok().flatten(),
-    };
-    match found {
+    // The map helpers' operations for a mapping in this process (the runtime's own helpers
+    // call the same ones).
+    match xstate::local::lookup_ref(&svc.data, m, key, copy) {
         Some(off) => svc.base + off,
         None => 0,
     }
@@ -201,23 +192,7 @@ unsafe extern "C" fn map_update_elem(map: u64, key: u64, value: u64, flags: u64,
     } else {
         Copies::All
     };
-    let (r, token) = (&cur.svc().data, token(&cur));
-    let done = match m.map_type {
-        MapType::Hash | MapType::PerThreadHash => {
-            xstate::hash::local::update(r, m, key, value, flags, copies, token)
-        }
-        MapType::Array | MapType::PerThreadArray => {
-            xstate::array::local::update(r, m, key, value, flags, copies, token)
-        }
-        // A program cannot write a jump word (`version << 32 | code offset`) of a program
-        // array, nor a ring buffer's records, whatever the verifier let through.
-        MapType::ProgArray | MapType::RingBuf => return EINVAL,
-        _ => xstate::update(r, m, key, value, flags, copies, token),
-    };
-    match done {
-        Ok(()) => 0,
-        Err(e) => e.errno() as u64,
-    }
+    xstate::local::update(&cur.svc().data, m, key, value, flags, copies, token(&cur))
 }
 
 unsafe extern "C" fn map_delete_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
@@ -225,15 +200,9 @@ unsafe extern "C" fn map_delete_elem(map: u64, key: u64, _: u64, _: u64, _: u64)
     let Some(m) = map_at(&cur, map) else {
         return EINVAL;
     };
-    if matches!(m.map_type, MapType::ProgArray | MapType::RingBuf) {
-        return EINVAL;
-    }
     // SAFETY: the verifier proved `key` readable for the map's key size.
     let key = unsafe { bytes(key, m.key_size as usize) };
-    match xstate::delete(&cur.svc().data, m, key, token(&cur)) {
-        Ok(()) => 0,
-        Err(e) => e.errno() as u64,
-    }
+    xstate::local::delete(&cur.svc().data, m, key, token(&cur))
 }
 
 unsafe extern "C" fn ktime_get_ns(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
