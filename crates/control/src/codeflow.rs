@@ -361,13 +361,6 @@ impl std::fmt::Debug for CodeFlow {
     }
 }
 
-fn jit_arch(a: Arch) -> rdx_jit::Arch {
-    match a {
-        Arch::X86_64 => rdx_jit::Arch::X86_64,
-        Arch::Aarch64 => rdx_jit::Arch::Aarch64,
-    }
-}
-
 fn region_map_type(m: &MapDef) -> Result<MapType> {
     use rdx_bpf::program::MapType as B;
     Ok(match m.map_type {
@@ -718,7 +711,7 @@ impl CodeFlow {
         if artifact.meta.source_hash != source {
             return Err(refuse("another program's bytecode"));
         }
-        if artifact.meta.arch != jit_arch(self.arch) {
+        if artifact.meta.arch != self.arch {
             return Err(refuse("another architecture"));
         }
         if artifact.meta.deoptimises() {
@@ -742,7 +735,7 @@ impl CodeFlow {
         speculation: Option<rdx_jit::Speculation>,
         tier: Tier,
     ) -> CompileOptions {
-        let mut opts = CompileOptions::new(jit_arch(self.arch));
+        let mut opts = CompileOptions::new(self.arch);
         opts.needs_budget = checked.facts.needs_budget;
         opts.eim_class = format!("{}/{}", checked.hook, checked.class);
         opts.verify_ir = false;
@@ -1079,7 +1072,7 @@ impl CodeFlow {
         let resolver = self.resolver(map_ids)?;
         let linked = rdx_jit::link::link(
             &compiled.artifact,
-            LinkTarget::new(jit_arch(self.arch)),
+            LinkTarget::new(self.arch),
             &resolver,
             self.view.info.base_address + code_offset,
         )
@@ -1092,7 +1085,7 @@ impl CodeFlow {
     /// otherwise into a reused buffer written with one transport write.
     fn write_code(&mut self, compiled: &Compiled, map_ids: &[u32], code_offset: u64) -> Result<()> {
         let len = compiled.artifact.code.len();
-        let target = LinkTarget::new(jit_arch(self.arch));
+        let target = LinkTarget::new(self.arch);
         let load_address = self.view.info.base_address + code_offset;
         let link_err = |e: rdx_jit::link::LinkError| ControlError::Link(e.to_string());
         if let Some(region) = self.mapped {

@@ -26,7 +26,7 @@
 //! # let insns: Vec<rdx_bpf::isa::Insn> = vec![];
 //! # let counters: Vec<u8> = vec![];
 //! let profile = BranchProfile::from_counters(&insns, &counters)?;
-//! let mut opts = rdx_jit::CompileOptions::new(rdx_jit::Arch::X86_64);
+//! let mut opts = rdx_jit::CompileOptions::new(rdx_region::layout::Arch::X86_64);
 //! opts.speculation = Some(profile.speculation(&Policy::default()));
 //! let (elite, stats) = rdx_jit::Compiler::new(opts.arch)?.compile(&insns, &opts)?;
 //! println!("{} guards, {} slots dropped", stats.guards, stats.dropped_insns);

@@ -19,8 +19,8 @@ use crate::artifact::{
     sha256, Artifact, Metadata, RelocKind, Relocation, Symbol, FLAG_DEOPT, FLAG_ENTRY_LENGTH_ARG,
     FLAG_HELPER_TABLE, FLAG_NEEDS_BUDGET,
 };
-use crate::target::Arch;
 use crate::translate::{self, FuncPlan, NS_FUNC, NS_SYMBOL};
+use rdx_region::layout::Arch;
 
 /// How generated code reaches helpers and host functions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -620,7 +620,9 @@ impl Compiler {
 
 fn build_isa(arch: Arch, pipeline: Pipeline) -> Result<OwnedTargetIsa, CompileError> {
     let isa_err = |reason: String| CompileError::Isa { arch, reason };
-    let triple: Triple = arch.triple().parse().map_err(|e| isa_err(format!("{e}")))?;
+    let triple: Triple = crate::target::triple(arch)
+        .parse()
+        .map_err(|e| isa_err(format!("{e}")))?;
     let mut flags = settings::builder();
     let (opt_level, regalloc) = match pipeline {
         Pipeline::Fast => ("none", "single_pass"),

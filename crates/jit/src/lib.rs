@@ -13,7 +13,8 @@
 //! runtime only executes code this crate produced elsewhere.
 //!
 //! ```no_run
-//! use rdx_jit::{Arch, CompileOptions, Compiler, link::{link, LinkTarget}};
+//! use rdx_jit::{CompileOptions, Compiler, link::{link, LinkTarget}};
+//! use rdx_region::layout::Arch;
 //! # let insns: Vec<rdx_bpf::isa::Insn> = vec![];
 //! let compiler = Compiler::new(Arch::Aarch64)?;
 //! let (artifact, _stats) = compiler.compile(&insns, &CompileOptions::new(Arch::Aarch64))?;
@@ -30,7 +31,7 @@ pub mod exec;
 pub mod link;
 mod loops;
 mod stack;
-pub mod target;
+mod target;
 mod translate;
 
 pub use artifact::{Artifact, ArtifactError, Symbol};
@@ -40,4 +41,3 @@ pub use compile::{
 };
 pub use exec::{ExecError, ExecutableCode};
 pub use link::{LinkError, LinkTarget, LinkedCode, SymbolResolver};
-pub use target::Arch;

@@ -15,9 +15,10 @@ use rdx_bpf::helpers::{native_helpers, Helpers};
 use rdx_bpf::interp::{Config, ContextModel, Input, SkBuff, Vm, XdpMd};
 use rdx_bpf::isa::Size;
 use rdx_bpf::maps::MapSet;
-use rdx_jit::{Arch, CompileOptions, Compiler, ExecutableCode, Pipeline, Symbol};
+use rdx_jit::{CompileOptions, Compiler, ExecutableCode, Pipeline, Symbol};
 use rdx_region::abi::RunState;
 use rdx_region::helpers::HelperId;
+use rdx_region::layout::Arch;
 
 const SKB_SIZE: usize = 192;
 
@@ -208,7 +209,7 @@ fn baseline_every_corpus_program_matches_the_interpreter() {
 }
 
 fn every_corpus_program_matches(pipeline: Pipeline) {
-    let host = Arch::host().expect("supported host");
+    let host = Arch::HOST.expect("supported host");
     let compiler = Compiler::new(host).unwrap();
     let names = rdx_testdata::objects_in("tests");
     assert!(names.len() >= 15, "corpus has only {} objects", names.len());

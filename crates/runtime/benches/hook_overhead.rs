@@ -239,15 +239,15 @@ fn main() {
 
     // Deploy `r0 = 42; exit` into the trivial hook, as a control plane would.
     let insns = rdx_bpf::asm::assemble("mov %r0, 42\nexit").unwrap();
-    let opts = rdx_jit::CompileOptions::new(rdx_jit::Arch::X86_64);
-    let (artifact, _) = rdx_jit::Compiler::new(rdx_jit::Arch::X86_64)
+    let opts = rdx_jit::CompileOptions::new(rdx_region::layout::Arch::X86_64);
+    let (artifact, _) = rdx_jit::Compiler::new(rdx_region::layout::Arch::X86_64)
         .unwrap()
         .compile(&insns, &opts)
         .unwrap();
     let code_at = info.section(SectionId::Code).offset;
     let linked = rdx_jit::link::link(
         &artifact,
-        rdx_jit::LinkTarget::new(rdx_jit::Arch::X86_64),
+        rdx_jit::LinkTarget::new(rdx_region::layout::Arch::X86_64),
         &|_: &rdx_jit::Symbol| None,
         info.base_address + code_at,
     )

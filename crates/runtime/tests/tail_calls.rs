@@ -14,11 +14,10 @@ use rdx_bpf::isa::{ImmKind, Insn};
 use rdx_bpf::maps::MapSet;
 use rdx_bpf::program::{MapDef, MapOrigin, MapType as BpfMapType};
 use rdx_jit::link::{link, LinkTarget};
-use rdx_jit::{
-    branch_sites, Arch, CompileOptions, Compiler, Expect, Pipeline, Speculation, Symbol,
-};
+use rdx_jit::{branch_sites, CompileOptions, Compiler, Expect, Pipeline, Speculation, Symbol};
 use rdx_region::abi::{FallbackLocator, FALLBACK_MAGIC};
 use rdx_region::helpers::HelperId;
+use rdx_region::layout::Arch;
 use rdx_region::layout::{active_word, offsets, MapType, SectionId, MAP_ALIGN};
 use rdx_runtime::{HookSpec, Runtime};
 use rdx_transport::context::read_context;

@@ -79,10 +79,7 @@ pub fn deploy_export(
     }
     let checked = cf.validate_code(ext, entry, class)?;
     check_callee_helpers(&ext.insns)?;
-    let arch = match cf.arch() {
-        rdx_region::layout::Arch::X86_64 => rdx_jit::Arch::X86_64,
-        rdx_region::layout::Arch::Aarch64 => rdx_jit::Arch::Aarch64,
-    };
+    let arch = cf.arch();
     let mut opts = CompileOptions::new(arch);
     opts.needs_budget = checked.facts.needs_budget;
     opts.helper_calls = HelperCalls::Table {

@@ -107,7 +107,7 @@ fn deployed_get_and_set_extensions_change_the_servers_answers() {
         &spec,
     )
     .unwrap();
-    let compiler = Compiler::new(rdx_jit::Arch::X86_64).unwrap();
+    let compiler = Compiler::new(rdx_region::layout::Arch::X86_64).unwrap();
     let mut code_at = info.section(SectionId::Code).offset;
     for prog in &obj.programs {
         let hook = prog.section.strip_prefix("rdx/").unwrap();
@@ -117,7 +117,10 @@ fn deployed_get_and_set_extensions_change_the_servers_answers() {
             .unwrap()
             .addr;
         let (artifact, _) = compiler
-            .compile(&prog.insns, &CompileOptions::new(rdx_jit::Arch::X86_64))
+            .compile(
+                &prog.insns,
+                &CompileOptions::new(rdx_region::layout::Arch::X86_64),
+            )
             .unwrap();
         let resolve = |s: &Symbol| match s {
             Symbol::Map(0) => Some(info.base_address + gets.offset),
@@ -128,7 +131,7 @@ fn deployed_get_and_set_extensions_change_the_servers_answers() {
         };
         let linked = link(
             &artifact,
-            LinkTarget::new(rdx_jit::Arch::X86_64),
+            LinkTarget::new(rdx_region::layout::Arch::X86_64),
             &resolve,
             info.base_address + code_at,
         )

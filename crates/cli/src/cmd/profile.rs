@@ -197,11 +197,7 @@ pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::R
     let scout = Extension::new(&ext.name, &ext.section, ext.insns.clone(), maps);
 
     let checked = cf.validate_code(&scout, s.hook, s.class)?;
-    let arch: rdx_jit::Arch = cf
-        .arch()
-        .name()
-        .parse()
-        .context("the node's architecture")?;
+    let arch = cf.arch();
     let mut opts = CompileOptions::new(arch);
     opts.needs_budget = checked.facts.needs_budget;
     opts.eim_class = format!("{}/{}", checked.hook, checked.class);

@@ -41,8 +41,8 @@ use crate::compile::{
     max_call_depth, plan_functions, CompileError, CompileOptions, CompileStats, EntryAbi,
     HelperCalls, InlineArray,
 };
-use crate::target::Arch;
 use crate::translate::FuncPlan;
+use rdx_region::layout::Arch;
 
 /// `call` immediate of `map_lookup_elem` (a constant, for patterns).
 const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = rdx_region::helpers::HelperId::MAP_LOOKUP_ELEM.imm();

@@ -200,9 +200,9 @@ impl Deployer {
             maps.push(m);
         }
         let prog = &obj.programs[0];
-        let mut opts = CompileOptions::new(rdx_jit::Arch::X86_64);
+        let mut opts = CompileOptions::new(rdx_region::layout::Arch::X86_64);
         opts.needs_budget = needs_budget;
-        let (artifact, _) = Compiler::new(rdx_jit::Arch::X86_64)
+        let (artifact, _) = Compiler::new(rdx_region::layout::Arch::X86_64)
             .unwrap()
             .compile(&prog.insns, &opts)
             .expect("compile");
@@ -221,7 +221,7 @@ impl Deployer {
         let load_offset = node.next_code;
         let linked = link(
             &artifact,
-            LinkTarget::new(rdx_jit::Arch::X86_64),
+            LinkTarget::new(rdx_region::layout::Arch::X86_64),
             &resolve,
             base + load_offset,
         )
