@@ -634,7 +634,8 @@ pub fn native_helpers() -> impl Iterator<Item = (HelperId, HelperFn)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::program::{MapDef, MapOrigin, MapType};
+    use crate::program::{MapDef, MapOrigin};
+    use rdx_region::layout::MapType;
 
     /// The ids `implementation` answers for, up to beyond the largest table id.
     fn implemented(implementation: impl Fn(HelperId) -> bool) -> Vec<HelperId> {
@@ -694,7 +695,7 @@ mod tests {
     fn native_map_helpers_share_the_map() {
         let map = Map::new(&MapDef {
             name: "h".into(),
-            map_type: MapType::Hash,
+            map_type: MapType::Hash.into(),
             key_size: 4,
             value_size: 8,
             max_entries: 4,
@@ -730,7 +731,7 @@ mod tests {
     fn native_ringbuf_round_trip() {
         let map = Map::new(&MapDef {
             name: "rb".into(),
-            map_type: MapType::RingBuf,
+            map_type: MapType::RingBuf.into(),
             key_size: 0,
             value_size: 0,
             max_entries: 4096,

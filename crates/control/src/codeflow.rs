@@ -42,7 +42,7 @@ use crate::node::{self, HookInfo, NodeView};
 use crate::registry::Registry;
 use crate::tier::Tier;
 use rdx_bpf::isa::{encode, raw_to_bytes, Insn};
-use rdx_bpf::program::{MapDef, MapOrigin, Object};
+use rdx_bpf::program::{MapDef, MapOrigin, Object, ObjectMapType};
 use rdx_jit::artifact::Artifact;
 use rdx_jit::{CompileOptions, Compiler, LinkTarget, Symbol};
 use rdx_region::abi::{FallbackLocator, FALLBACK_MAGIC};
@@ -362,22 +362,13 @@ impl std::fmt::Debug for CodeFlow {
 }
 
 fn region_map_type(m: &MapDef) -> Result<MapType> {
-    use rdx_bpf::program::MapType as B;
-    Ok(match m.map_type {
-        B::Hash => MapType::Hash,
-        B::Array => MapType::Array,
-        B::ProgArray => MapType::ProgArray,
-        B::PerCpuHash => MapType::PerThreadHash,
-        B::PerCpuArray => MapType::PerThreadArray,
-        B::LpmTrie => MapType::LpmTrie,
-        B::RingBuf => MapType::RingBuf,
-        B::Other(n) => {
-            return Err(ControlError::BadMap {
-                name: m.name.clone(),
-                reason: format!("map type {n} is not supported by rdx"),
-            })
-        }
-    })
+    match m.map_type {
+        ObjectMapType::Supported(t) => Ok(t),
+        ObjectMapType::Other(n) => Err(ControlError::BadMap {
+            name: m.name.clone(),
+            reason: format!("map type {n} is not supported by rdx"),
+        }),
+    }
 }
 
 impl CodeFlow {

@@ -184,7 +184,7 @@ impl CompileOptions {
     /// depends on the running thread).
     pub fn inline_array_lookups(&mut self, maps: &[rdx_bpf::program::MapDef]) {
         for (i, m) in maps.iter().enumerate() {
-            if m.map_type == rdx_bpf::program::MapType::Array
+            if m.map_type == rdx_region::layout::MapType::Array
                 && m.key_size == 4
                 && m.value_size > 0
                 && m.max_entries > 0

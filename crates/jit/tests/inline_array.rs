@@ -161,7 +161,7 @@ fn only_plain_arrays_are_inlined_from_an_object() {
     opts.inline_array_lookups(&object.maps);
     for (i, m) in object.maps.iter().enumerate() {
         let listed = opts.inline_arrays.get(&(i as u32));
-        if m.map_type == rdx_bpf::program::MapType::Array {
+        if m.map_type == rdx_region::layout::MapType::Array {
             assert_eq!(
                 listed,
                 Some(&InlineArray {

@@ -12,7 +12,7 @@ use rdx_bpf::helpers::{HelperCtx, HelperError, Helpers};
 use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::isa::{ImmKind, Insn};
 use rdx_bpf::maps::MapSet;
-use rdx_bpf::program::{MapDef, MapOrigin, MapType as BpfMapType};
+use rdx_bpf::program::{MapDef, MapOrigin};
 use rdx_jit::link::{link, LinkTarget};
 use rdx_jit::{branch_sites, CompileOptions, Compiler, Expect, Pipeline, Speculation, Symbol};
 use rdx_region::abi::{FallbackLocator, FALLBACK_MAGIC};
@@ -229,7 +229,7 @@ fn interpret(entry: &[Insn], targets: &[Option<Vec<Insn>>], ctx: Ctx) -> (u64, C
     );
     let maps = MapSet::new(&[MapDef {
         name: "progs".into(),
-        map_type: BpfMapType::Array,
+        map_type: MapType::Array.into(),
         key_size: 4,
         value_size: 4,
         max_entries: 4,

@@ -5,6 +5,7 @@
 //! prototypes their spec assigns.
 
 use crate::scalar::Scalar;
+use rdx_bpf::ObjectMapType;
 use rdx_region::helpers::{by_id, ArgKind, Helper, HelperId, RetKind, HELPERS};
 use rdx_region::layout::MapType;
 
@@ -81,11 +82,11 @@ impl HelperProto {
 /// jump words `bpf_tail_call` enters (a program writing one would choose native code the
 /// host runs); ring buffers because their memory is records, not values; types rdx does
 /// not run because no plane implements them.
-pub fn is_data_map(ty: rdx_bpf::MapType) -> bool {
-    use rdx_bpf::MapType as M;
+pub fn is_data_map(ty: ObjectMapType) -> bool {
+    use MapType as M;
     matches!(
-        ty,
-        M::Hash | M::Array | M::PerCpuHash | M::PerCpuArray | M::LpmTrie
+        ty.supported(),
+        Some(M::Hash | M::Array | M::PerThreadHash | M::PerThreadArray | M::LpmTrie)
     )
 }
 

@@ -6,7 +6,7 @@
 
 use rdx_jit::link::{link, LinkTarget};
 use rdx_jit::{CompileOptions, Compiler, Symbol};
-use rdx_region::layout::{active_word, offsets, ContextKind, MapType, SectionId};
+use rdx_region::layout::{active_word, offsets, ContextKind, SectionId};
 use rdx_transport::context::read_context;
 use rdx_transport::shm::ShmTransport;
 use rdx_transport::xstate::{self, MapSpec};
@@ -92,7 +92,7 @@ fn deployed_get_and_set_extensions_change_the_servers_answers() {
     assert_eq!(obj.maps.len(), 1);
     let def = &obj.maps[0];
     let spec = MapSpec {
-        map_type: MapType::from_u32(def.map_type.to_kernel()).unwrap(),
+        map_type: def.map_type.supported().unwrap(),
         key_size: def.key_size,
         value_size: def.value_size,
         max_entries: def.max_entries,

@@ -25,7 +25,8 @@ mod slab;
 use std::sync::Arc;
 
 use crate::isa::ImmKind;
-use crate::program::{MapDef, MapOrigin, MapType};
+use crate::program::{MapDef, MapOrigin, ObjectMapType};
+use rdx_region::layout::MapType;
 
 pub use array::ArrayMap;
 pub use hash::HashMap;
@@ -48,7 +49,10 @@ pub const MAX_MAP_BYTES: usize = 256 << 20;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum MapError {
     #[error("map `{name}`: type {map_type:?} is not supported by the in-memory maps")]
-    UnsupportedType { name: String, map_type: MapType },
+    UnsupportedType {
+        name: String,
+        map_type: ObjectMapType,
+    },
     #[error("map `{name}`: invalid definition: {reason}")]
     InvalidDefinition { name: String, reason: String },
     #[error("key is {got} bytes, the map's keys are {expected}")]
@@ -149,7 +153,7 @@ impl Map {
             return Err(invalid("value_size is 0"));
         }
         let ops: Box<dyn MapOps> = match def.map_type {
-            MapType::Array | MapType::PerCpuArray => {
+            ObjectMapType::Supported(MapType::Array | MapType::PerThreadArray) => {
                 if def.key_size != 4 {
                     return Err(invalid("array maps need 4-byte keys"));
                 }
@@ -161,7 +165,7 @@ impl Map {
                         .ok_or_else(|| invalid("values do not fit the in-memory limit"))?,
                 )
             }
-            MapType::Hash | MapType::PerCpuHash => {
+            ObjectMapType::Supported(MapType::Hash | MapType::PerThreadHash) => {
                 if def.key_size == 0 || def.max_entries == 0 {
                     return Err(invalid("key_size and max_entries must be nonzero"));
                 }
@@ -174,7 +178,7 @@ impl Map {
                     .ok_or_else(|| invalid("values do not fit the in-memory limit"))?,
                 )
             }
-            MapType::LpmTrie => {
+            ObjectMapType::Supported(MapType::LpmTrie) => {
                 if def.key_size <= 4 || def.key_size > 4 + 256 || def.max_entries == 0 {
                     return Err(invalid(
                         "LPM trie keys are a 4-byte prefix length and 1..=256 data bytes",
@@ -430,7 +434,7 @@ mod tests {
     pub(crate) fn def(map_type: MapType, key: u32, value: u32, max: u32) -> MapDef {
         MapDef {
             name: "m".into(),
-            map_type,
+            map_type: map_type.into(),
             key_size: key,
             value_size: value,
             max_entries: max,

@@ -4,7 +4,7 @@
 
 use rdx_jit::link::{link, LinkTarget};
 use rdx_jit::{CompileOptions, Compiler, Symbol};
-use rdx_region::layout::{active_word, offsets, ContextKind, MapType, SectionId, MAP_ALIGN};
+use rdx_region::layout::{active_word, offsets, ContextKind, SectionId, MAP_ALIGN};
 use rdx_transport::context::read_context;
 use rdx_transport::shm::ShmTransport;
 use rdx_transport::xstate::{self, Copies, MapRef, MapSpec, UPDATE_ANY};
@@ -170,7 +170,7 @@ impl Deployer {
         let info = node.t.info().clone();
         let mut maps = Vec::new();
         for def in &obj.maps {
-            let map_type = MapType::from_u32(def.map_type.to_kernel()).expect("supported map type");
+            let map_type = def.map_type.supported().expect("supported map type");
             let spec = MapSpec {
                 map_type,
                 key_size: def.key_size,
