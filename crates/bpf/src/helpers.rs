@@ -30,18 +30,31 @@ use rdx_region::helpers::{Binders, Helper, HelperId};
 /// Why a helper failed. A failing helper stops the program with an error naming the call.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HelperError {
+    /// A pointer argument reaches outside the memory the program may use.
     #[error("{len}-byte {what} at {addr:#x} is outside the program's memory")]
     OutOfBounds {
+        /// What the pointer was for (`key`, `value`, ...).
         what: &'static str,
+        /// The address.
         addr: u64,
+        /// The bytes the helper would access.
         len: u64,
     },
+    /// A helper would write read-only memory (the context or a `.rodata` value).
     #[error("{len}-byte write at {addr:#x} targets read-only memory")]
-    ReadOnly { addr: u64, len: u64 },
+    ReadOnly {
+        /// The address.
+        addr: u64,
+        /// The bytes the helper would write.
+        len: u64,
+    },
+    /// A map argument that is not the address of one of the program's maps.
     #[error("{0:#x} is not the address of one of the program's maps")]
     NotAMap(u64),
+    /// A packet helper called on a run without a packet context.
     #[error("this helper needs a packet context")]
     NoContext,
+    /// Any other argument the helper refuses; the text says which and why.
     #[error("{0}")]
     Invalid(String),
 }
@@ -58,6 +71,7 @@ pub struct HelperEnv {
 }
 
 impl HelperEnv {
+    /// A fresh environment: an empty trace log, the generator seeded with `seed`.
     pub fn new(seed: u64) -> Self {
         Self {
             trace: Mutex::new(Vec::new()),
@@ -158,6 +172,7 @@ impl HelperCtx<'_, '_> {
         }
     }
 
+    /// The helpers' shared environment (trace log, random generator).
     pub fn env(&self) -> &HelperEnv {
         self.env
     }
@@ -470,6 +485,8 @@ unsafe extern "C" fn native_map_lookup_elem(map: u64, key: u64, _: u64, _: u64, 
     // SAFETY: the verifier proved `map` is a map reference and `key` is key_size readable
     // bytes; the map outlives every program that references it.
     let map = unsafe { Map::from_address(map) };
+    // SAFETY: `key` points to `key_size` readable bytes (the caller's contract), and the
+    // slice does not outlive this call.
     let key = unsafe { std::slice::from_raw_parts(key as *const u8, map.def().key_size as usize) };
     map.lookup_ptr(key).map_or(0, |p| p as u64)
 }
@@ -485,7 +502,10 @@ unsafe extern "C" fn native_map_update_elem(
 ) -> u64 {
     // SAFETY: as in `native_map_lookup_elem`.
     let map = unsafe { Map::from_address(map) };
+    // SAFETY: `key` points to `key_size` readable bytes (the caller's contract), and the
+    // slice does not outlive this call.
     let key = unsafe { std::slice::from_raw_parts(key as *const u8, map.def().key_size as usize) };
+    // SAFETY: likewise `value`, `value_size` readable bytes.
     let value =
         unsafe { std::slice::from_raw_parts(value as *const u8, map.def().value_size as usize) };
     match map.update(key, value, flags) {
@@ -499,6 +519,8 @@ unsafe extern "C" fn native_map_update_elem(
 unsafe extern "C" fn native_map_delete_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
     // SAFETY: as in `native_map_lookup_elem`.
     let map = unsafe { Map::from_address(map) };
+    // SAFETY: `key` points to `key_size` readable bytes (the caller's contract), and the
+    // slice does not outlive this call.
     let key = unsafe { std::slice::from_raw_parts(key as *const u8, map.def().key_size as usize) };
     match map.delete(key) {
         Ok(()) => 0,
@@ -552,6 +574,8 @@ unsafe extern "C" fn native_trace_printk(fmt: u64, fmt_size: u64, a: u64, b: u64
 unsafe extern "C" fn native_ringbuf_output(map: u64, data: u64, size: u64, _: u64, _: u64) -> u64 {
     // SAFETY: the verifier proved `map` a ring buffer reference and `data` readable.
     let map = unsafe { Map::from_address(map) };
+    // SAFETY: `data` points to `size` readable bytes (the caller's contract), and the slice
+    // does not outlive this call.
     let bytes = unsafe { std::slice::from_raw_parts(data as *const u8, size as usize) };
     match map.ringbuf() {
         Some(rb) if rb.output(bytes) => 0,

@@ -78,11 +78,17 @@ pub enum MapOrigin {
 pub struct MapDef {
     /// Symbol name, or the section name for global data.
     pub name: String,
+    /// The map's type.
     pub map_type: ObjectMapType,
+    /// Key size in bytes.
     pub key_size: u32,
+    /// Value size in bytes.
     pub value_size: u32,
+    /// Capacity in entries (ring buffers: data bytes).
     pub max_entries: u32,
+    /// `BPF_F_*` flags as declared.
     pub flags: u32,
+    /// How the object declared it.
     pub origin: MapOrigin,
     /// Initial contents of a global-data map's single value (zeroes for `.bss`).
     pub initial_value: Option<Vec<u8>>,
@@ -102,19 +108,23 @@ pub struct Program {
     pub name: String,
     /// ELF section the entry point lives in (`xdp`, `socket`, `rdx/<hook>`, ...).
     pub section: String,
+    /// The linked code, one entry per slot; the entry point at slot 0.
     pub insns: Vec<Insn>,
 }
 
 /// A loaded object file.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Object {
+    /// Every program of the object: each entry point with the subprograms it reaches.
     pub programs: Vec<Program>,
+    /// The object's map table, which map references index.
     pub maps: Vec<MapDef>,
     /// The object's licence string, if it has a `license` section.
     pub license: Option<String>,
 }
 
 impl Object {
+    /// The program whose entry point is called `name`.
     pub fn program(&self, name: &str) -> Option<&Program> {
         self.programs.iter().find(|p| p.name == name)
     }

@@ -44,10 +44,11 @@ use crate::tier::Tier;
 use rdx_bpf::isa::{encode, raw_to_bytes, Insn};
 use rdx_bpf::program::{MapDef, MapOrigin, Object, ObjectMapType};
 use rdx_jit::artifact::Artifact;
-use rdx_jit::{CompileOptions, Compiler, LinkTarget, Symbol};
+use rdx_jit::{Build, CompileOptions, Compiler, LinkTarget, Symbol};
 use rdx_region::abi::{FallbackLocator, FALLBACK_MAGIC};
 use rdx_region::layout::*;
 use rdx_transport::local::LocalRegion;
+use rdx_transport::slot::{self, QuiesceError, SlotError};
 use rdx_transport::xstate::{self, MapSpec};
 use rdx_transport::Transport;
 use rdx_verifier::{EimSpec, Verified, VerifyOptions};
@@ -506,7 +507,7 @@ impl CodeFlow {
     }
 
     fn active_word(&self, hook: &HookInfo) -> Result<u64> {
-        Ok(self.t.read_u64(hook.slot_offset + offsets::HOOK_ACTIVE)?)
+        Ok(slot::read_active(self.t.as_ref(), hook.slot_offset)?)
     }
 
     /// Recovery after taking the lease: pending records of a dead control plane are freed
@@ -726,14 +727,14 @@ impl CodeFlow {
         speculation: Option<rdx_jit::Speculation>,
         tier: Tier,
     ) -> CompileOptions {
-        let mut opts = CompileOptions::new(self.arch);
+        let build = speculation.map_or(Build::Generic, Build::Elite);
+        let mut opts = CompileOptions::new(self.arch, build);
         opts.needs_budget = checked.facts.needs_budget;
         opts.eim_class = format!("{}/{}", checked.hook, checked.class);
         opts.verify_ir = false;
         // Array lookups are inlined against the definitions' geometry: `maps_for` links
         // only maps of exactly that shape (a live map of another shape is an error).
         opts.inline_array_lookups(&ext.maps);
-        opts.speculation = speculation;
         opts.pipeline = tier.pipeline();
         opts
     }
@@ -1299,11 +1300,11 @@ impl CodeFlow {
         Ok(self.t.fence()?)
     }
 
-    /// `tx`: publishes prepared versions, one 8-byte compare-and-swap per hook, after
-    /// [`CodeFlow::cc_event`]. A hook whose word changed since it was prepared is refused
-    /// with [`ControlError::Conflict`] (and its version aborted); earlier ones stay published.
+    /// `tx`: publishes prepared versions, one [`slot::publish`] per hook (the
+    /// [`CodeFlow::cc_event`] fence, then one 8-byte compare-and-swap). A hook whose word
+    /// changed since it was prepared is refused with [`ControlError::Conflict`] (and its
+    /// version aborted); earlier ones stay published.
     pub fn tx(&mut self, prepared: Vec<Prepared>) -> Result<Vec<Published>> {
-        self.cc_event()?;
         let mut out = Vec::with_capacity(prepared.len());
         let mut iter = prepared.into_iter();
         while let Some(p) = iter.next() {
@@ -1323,26 +1324,29 @@ impl CodeFlow {
             for &r in &p.records {
                 table.set_state(t, r, RecordState::Held)?;
             }
-            t.write_u64(p.hook.slot_offset + offsets::HOOK_BUDGET, p.budget)?;
-            let prev = t.compare_and_swap(
-                p.hook.slot_offset + offsets::HOOK_ACTIVE,
+            let published = slot::publish(
+                t,
+                p.hook.slot_offset,
                 p.expected,
                 p.new_word,
-            )?;
-            if prev != p.expected {
-                let hook = p.hook.name.clone();
-                let expected = p.expected;
-                self.abort(p)?;
-                for rest in iter {
-                    self.abort(rest)?;
+                Some(p.budget),
+            );
+            let generation = match published {
+                Ok(generation) => generation,
+                Err(SlotError::Changed { expected, found }) => {
+                    let hook = p.hook.name.clone();
+                    self.abort(p)?;
+                    for rest in iter {
+                        self.abort(rest)?;
+                    }
+                    return Err(ControlError::Conflict {
+                        hook,
+                        expected,
+                        found,
+                    });
                 }
-                return Err(ControlError::Conflict {
-                    hook,
-                    expected,
-                    found: prev,
-                });
-            }
-            let generation = t.fetch_and_add(offsets::HEADER_GENERATION, 1)? + 1;
+                Err(SlotError::Transport(e)) => return Err(e.into()),
+            };
             out.push(Published {
                 hook: p.hook.name.clone(),
                 version: p.version,
@@ -1428,22 +1432,21 @@ impl CodeFlow {
             });
         }
         self.lease.verify(self.t.as_ref())?;
-        if let Some(b) = budget {
-            self.t
-                .write_u64(hook.slot_offset + offsets::HOOK_BUDGET, b)?;
-        }
-        self.cc_event()?;
-        let prev =
-            self.t
-                .compare_and_swap(hook.slot_offset + offsets::HOOK_ACTIVE, expected, new_word)?;
-        if prev != expected {
-            return Err(ControlError::Conflict {
+        slot::publish(
+            self.t.as_ref(),
+            hook.slot_offset,
+            expected,
+            new_word,
+            budget,
+        )
+        .map_err(|e| match e {
+            SlotError::Changed { expected, found } => ControlError::Conflict {
                 hook: hook.name.clone(),
                 expected,
-                found: prev,
-            });
-        }
-        Ok(self.t.fetch_and_add(offsets::HEADER_GENERATION, 1)? + 1)
+                found,
+            },
+            SlotError::Transport(e) => e.into(),
+        })
     }
 
     /// `detach`: the hook runs nothing (its default). The detached version stays held, so
@@ -1520,7 +1523,7 @@ impl CodeFlow {
             };
         let word = active_word(target.version, target.entry as u32);
         let generation = if word == current {
-            self.t.read_u64(offsets::HEADER_GENERATION)?
+            slot::generation(self.t.as_ref())?
         } else {
             self.swap(&info, current, word, Some(target.budget))?
         };
@@ -1549,8 +1552,8 @@ impl CodeFlow {
     /// Frees code versions that no hook publishes (keeping the newest `keep_previous` per
     /// hook for rollback) and maps that no remaining version uses, once the node's epoch words
     /// show that no host thread can still be running them: the records are marked retired,
-    /// a remote barrier orders the unpublication before the epoch snapshot, and every thread
-    /// that was inside extension code (odd epoch) must move on before they are freed.
+    /// then [`slot::wait_quiescent`] (remote barrier, epoch snapshot, every thread that was
+    /// inside extension code moves on) before they are freed.
     pub fn reclaim(&mut self, keep_previous: usize) -> Result<Reclaimed> {
         self.begin()?;
         let info = self.view.info.clone();
@@ -1619,22 +1622,19 @@ impl CodeFlow {
             let id = table.get(i).expect("retired").entry as u32;
             t.write_u64(info.xmeta_offset(id), 0)?;
         }
-        t.remote_barrier()?;
-        let before = node::thread_epochs(t, &info)?;
         let deadline = Instant::now() + self.reclaim_timeout;
-        for (slot, epoch) in before.into_iter().filter(|(_, e)| e % 2 == 1) {
-            let at = info.thread_offset(slot) + offsets::THREAD_EPOCH;
-            while t.read_u64(at)? == epoch {
-                if Instant::now() > deadline {
-                    // Leave them retired: a later reclamation finishes the job.
-                    return Err(ControlError::ArenaFull {
-                        arena: "code",
-                        need: 0,
-                        free: 0,
-                    });
-                }
-                std::thread::sleep(Duration::from_micros(50));
+        let pause = slot::Poll::Sleep(Duration::from_micros(50));
+        match slot::wait_quiescent(t, &info, deadline, pause) {
+            Ok(()) => {}
+            // Leave them retired: a later reclamation finishes the job.
+            Err(QuiesceError::StillInside { .. }) => {
+                return Err(ControlError::ArenaFull {
+                    arena: "code",
+                    need: 0,
+                    free: 0,
+                })
             }
+            Err(QuiesceError::Transport(e)) => return Err(e.into()),
         }
         let mut out = Reclaimed::default();
         for &i in retire.iter().chain(&maps) {
@@ -1679,7 +1679,7 @@ fn held_versions(
     table: &AllocTable,
     hook: &HookInfo,
 ) -> Result<Vec<HeldVersion>> {
-    let active = t.read_u64(hook.slot_offset + offsets::HOOK_ACTIVE)?;
+    let active = slot::read_active(t, hook.slot_offset)?;
     let mut v: Vec<HeldVersion> = table
         .records()
         .filter(|(_, r)| {

@@ -6,7 +6,8 @@
 //! keeps control planes from corrupting one region ([`lease`]), the code-arena and
 //! scratchpad allocator persisted in the region ([`alloc`]), linking against the node's
 //! context, publication with one compare-and-swap, detach, rollback and epoch-based
-//! reclamation ([`codeflow`]), the JIT tier a deploy uses ([`tier`]), and the registry
+//! reclamation ([`codeflow`], each slot step and epoch wait through
+//! [`rdx_transport::slot`]), the JIT tier a deploy uses ([`tier`]), and the registry
 //! ([`registry`]).
 //!
 //! It must not run anything in the node: every effect on a node is a one-sided read, write,

@@ -12,7 +12,9 @@ use rdx_bpf::asm::TestVector;
 use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::maps::MapSet;
-use rdx_jit::{CompileOptions, Compiler, EntryAbi, ExecutableCode, HelperCalls, Pipeline, Symbol};
+use rdx_jit::{
+    Build, CompileOptions, Compiler, EntryAbi, ExecutableCode, HelperCalls, Pipeline, Symbol,
+};
 use rdx_region::abi::RunState;
 use rdx_region::layout::Arch;
 
@@ -61,7 +63,7 @@ fn jit(
     table: &[u64],
 ) -> Result<u64, String> {
     let insns = v.program()?;
-    let mut opts = CompileOptions::new(compiler.arch());
+    let mut opts = CompileOptions::new(compiler.arch(), Build::Generic);
     opts.entry_abi = EntryAbi::WithLength;
     opts.helper_calls = helper_calls;
     opts.pipeline = pipeline;

@@ -15,7 +15,7 @@ use rdx_bpf::helpers::{native_helpers, Helpers};
 use rdx_bpf::interp::{Config, ContextModel, Input, SkBuff, Vm, XdpMd};
 use rdx_bpf::isa::Size;
 use rdx_bpf::maps::MapSet;
-use rdx_jit::{CompileOptions, Compiler, ExecutableCode, Pipeline, Symbol};
+use rdx_jit::{Build, CompileOptions, Compiler, ExecutableCode, Pipeline, Symbol};
 use rdx_region::abi::RunState;
 use rdx_region::helpers::HelperId;
 use rdx_region::layout::Arch;
@@ -251,7 +251,7 @@ fn every_corpus_program_matches(pipeline: Pipeline) {
                 Symbol::Helper(HelperId::SKB_LOAD_BYTES.get()),
                 skb_load_bytes as *const () as u64,
             );
-            let mut opts = CompileOptions::new(host);
+            let mut opts = CompileOptions::new(host, Build::Generic);
             opts.needs_budget = true;
             opts.pipeline = pipeline;
             // The baseline tier inlines array lookups in every other program, so both of its

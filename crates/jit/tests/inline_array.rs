@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rdx_bpf::isa::{AluOp, CallTarget, ImmKind, Insn, Operand, Reg, Width};
-use rdx_jit::{CompileOptions, Compiler, EntryAbi, ExecutableCode, InlineArray, Symbol};
+use rdx_jit::{Build, CompileOptions, Compiler, EntryAbi, ExecutableCode, InlineArray, Symbol};
 use rdx_region::abi::RunState;
 use rdx_region::layout::Arch;
 
@@ -69,7 +69,7 @@ fn lookup_program(map_then_clobber: bool) -> Vec<Insn> {
 }
 
 fn options(inline: bool) -> CompileOptions {
-    let mut opts = CompileOptions::new(Arch::HOST.expect("supported host"));
+    let mut opts = CompileOptions::new(Arch::HOST.expect("supported host"), Build::Generic);
     opts.entry_abi = EntryAbi::WithLength;
     if inline {
         opts.inline_arrays.insert(

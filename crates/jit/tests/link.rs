@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use rdx_bpf::asm::assemble;
 use rdx_jit::artifact::{ArtifactError, FORMAT_VERSION, HEADER_LEN};
 use rdx_jit::link::{link, link_bytes, LinkTarget};
-use rdx_jit::{Artifact, CompileOptions, Compiler, ExecError, ExecutableCode, LinkError, Symbol};
+use rdx_jit::{
+    Artifact, Build, CompileOptions, Compiler, ExecError, ExecutableCode, LinkError, Symbol,
+};
 use rdx_region::abi::RunState;
 use rdx_region::layout::Arch;
 
@@ -19,7 +21,7 @@ fn artifact(arch: Arch) -> Artifact {
         .unwrap_or_else(|_| assemble("mov %r1, 21\ncall 3\nexit").unwrap());
     Compiler::new(arch)
         .unwrap()
-        .compile(&insns, &CompileOptions::new(arch))
+        .compile(&insns, &CompileOptions::new(arch, Build::Generic))
         .unwrap()
         .0
 }

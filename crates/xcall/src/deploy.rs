@@ -11,7 +11,7 @@
 use crate::callee::{callee_helper_ids, callee_may_call};
 use rdx_bpf::isa::{CallTarget, Insn};
 use rdx_control::{CodeFlow, Compiled, ControlError, Extension, Published};
-use rdx_jit::{CompileOptions, Compiler, HelperCalls};
+use rdx_jit::{Build, CompileOptions, Compiler, HelperCalls};
 use rdx_region::helpers::HelperId;
 use sha2::{Digest, Sha256};
 
@@ -80,7 +80,7 @@ pub fn deploy_export(
     let checked = cf.validate_code(ext, entry, class)?;
     check_callee_helpers(&ext.insns)?;
     let arch = cf.arch();
-    let mut opts = CompileOptions::new(arch);
+    let mut opts = CompileOptions::new(arch, Build::Generic);
     opts.needs_budget = checked.facts.needs_budget;
     opts.helper_calls = HelperCalls::Table {
         table_len: cf.view().info.helper_capacity,

@@ -14,7 +14,7 @@ use rdx_control::codeflow::{hex, Compiled};
 use rdx_control::registry::{HistoryEntry, Registry};
 use rdx_control::{CodeFlow, Extension};
 use rdx_deopt::profile::{BranchProfile, Policy};
-use rdx_jit::{branch_sites, BranchCounters, CompileOptions, Compiler, Symbol};
+use rdx_jit::{branch_sites, BranchCounters, Build, CompileOptions, Compiler, Symbol};
 use serde::{Deserialize, Serialize};
 
 use super::deploy::ProgramTarget;
@@ -26,13 +26,13 @@ pub struct Args {
     #[command(flatten)]
     target: ProgramTarget,
     /// How long to let traffic run through the instrumented build.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, value_name = "SECS")]
     seconds: f64,
     /// Runs through a branch below which it stays "unknown".
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_name = "RUNS")]
     min_runs: u64,
     /// Largest share of runs a direction may have and still be cold.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_name = "SHARE")]
     cold_share: f64,
     /// Write the profile here (JSON) for `rdx optimize --profile`.
     #[arg(long, value_name = "FILE")]
@@ -40,6 +40,7 @@ pub struct Args {
     /// Leave the instrumented build deployed (default: redeploy the plain build).
     #[arg(long)]
     keep: bool,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -199,13 +200,13 @@ pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::R
 
     let checked = cf.validate_code(&scout, s.hook, s.class)?;
     let arch = cf.arch();
-    let mut opts = CompileOptions::new(arch);
+    let counters = BranchCounters {
+        symbol: Symbol::MapValue(counter_index),
+    };
+    let mut opts = CompileOptions::new(arch, Build::Scouting(counters));
     opts.needs_budget = checked.facts.needs_budget;
     opts.eim_class = format!("{}/{}", checked.hook, checked.class);
     opts.verify_ir = false;
-    opts.branch_counters = Some(BranchCounters {
-        symbol: Symbol::MapValue(counter_index),
-    });
     let (artifact, _) = Compiler::new(arch)?.compile(&scout.insns, &opts)?;
     let artifact_bytes = artifact.to_bytes();
     let compiled = Compiled {
