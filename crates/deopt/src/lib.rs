@@ -21,6 +21,11 @@
 //! JIT does, from a [`rdx_jit::Speculation`] this crate plans), verify, or deploy anything:
 //! deploying is the control plane's.
 //!
+//! The other parts of the feature live with the layer they belong to: the hand-over state in
+//! `rdx-region` (`abi`), elite and scouting builds in `rdx-jit` (`Build`, `translate/deopt.rs`),
+//! the host's resumption and queued mode in `rdx-runtime` (`deopt`, `queued`), elite records
+//! in `rdx-control`; `docs/deopt.md`, "Where deopt lives", maps them all.
+//!
 //! ```no_run
 //! use rdx_deopt::profile::{BranchProfile, Policy};
 //! # let insns: Vec<rdx_bpf::isa::Insn> = vec![];

@@ -10,8 +10,8 @@
 //! - [`helpers`]: the helper table — every helper's number, name, argument and result kinds,
 //!   and the implementations that bind it — which the verifier and every helper
 //!   implementation derive from.
-//! - [`layout`]: the region's structures (header, context table, hook slots, thread slots,
-//!   counters, XState meta table and map objects).
+//! - [`layout`]: the region's structures (header, the collective update record in page 0,
+//!   context table, hook slots, thread slots, counters, XState meta table and map objects).
 //! - [`geometry`]: where sections go for given capacities, and [`geometry::check_header`],
 //!   which every reader runs before trusting a region.
 //!

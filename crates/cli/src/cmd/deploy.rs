@@ -13,7 +13,7 @@ use rdx_control::{Extension, Tier};
 use serde::Serialize;
 
 use super::compile::Tier as TierArg;
-use super::node::{attach, StateArgs};
+use super::node::{attach, explain_held, StateArgs};
 
 /// Which program goes to which node and hook: the arguments `deploy`, `profile` and
 /// `optimize` share.
@@ -122,7 +122,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     progress("linking and writing ... ".into());
     let t = Instant::now();
-    let prepared = cf.prepare_prog(&args.target.hook, &ext, &compiled)?;
+    let prepared = cf
+        .prepare_prog(&args.target.hook, &ext, &compiled)
+        .map_err(explain_held(&cf, &node))?;
     let write_us = us(t);
     progress(format!(
         "{} bytes at {:#x} ({write_us:.0} us)\n",

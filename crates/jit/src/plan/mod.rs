@@ -1,9 +1,9 @@
-//! Planning: what the compiler learns about a program before it emits any code, the same
-//! for both code generators (Cranelift's [`crate::translate`] and [`crate::baseline`]): the
-//! eBPF functions and their call depth, the options a program is really compiled with,
-//! which slots run, which registers are live, and (for the Cranelift translation) the
-//! counted loops ([`loops`]) and the frame bytes that can live in registers ([`stack`]).
-//! It reads [`crate::options`] and emits nothing.
+//! Planning: what the compiler learns about a program before it emits any code. For both
+//! code generators (Cranelift's [`crate::translate`] and [`crate::baseline`]): the eBPF
+//! functions and their call depth, and the options a program is really compiled with. For
+//! the Cranelift translation: an elite build's guards checked, the slots that run past
+//! them, the registers live at each slot, the counted loops ([`loops`]) and the frame bytes
+//! that can live in registers ([`stack`]). It reads [`crate::options`] and emits nothing.
 
 pub(crate) mod loops;
 pub(crate) mod stack;
