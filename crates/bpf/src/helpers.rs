@@ -6,6 +6,11 @@
 //! every pointer argument is bounds-checked like a load or store), the maps of the program
 //! (validated: a map argument must be the address of one of them) and the run's context.
 //!
+//! Both sets bind entries of the ABI's helper table ([`rdx_region::helpers`]): the
+//! interpreter every entry bound by [`Binders::INTERPRETER`] (and, for the conformance
+//! vectors, [`Binders::CONFORMANCE`]), the native twins every entry bound by
+//! [`Binders::NATIVE`]; a test checks both against the table.
+//!
 //! Native code calls [`native_helper`]`(id)`: the same helpers with the C ABI of
 //! [`rdx_region::abi::HelperFn`], trusting their arguments as the kernel trusts a verified
 //! program. Maps are the same objects in both tiers: `r1` of the map helpers is
@@ -20,39 +25,7 @@ use crate::interp::context::ContextModel;
 use crate::interp::memory::{Access, Regions};
 use crate::maps::{Map, MapSet, RingBuf, RINGBUF_HEADER};
 use rdx_region::abi::HelperFn;
-
-/// Standard helper ids, as in the kernel's `enum bpf_func_id`.
-pub mod id {
-    /// `bpf_map_lookup_elem(map, key)`: a pointer to the value, or null.
-    pub const MAP_LOOKUP_ELEM: i32 = 1;
-    /// `bpf_map_update_elem(map, key, value, flags)`: 0 or a negative errno.
-    pub const MAP_UPDATE_ELEM: i32 = 2;
-    /// `bpf_map_delete_elem(map, key)`: 0 or a negative errno.
-    pub const MAP_DELETE_ELEM: i32 = 3;
-    /// `bpf_ktime_get_ns()`: monotonic time in nanoseconds.
-    pub const KTIME_GET_NS: i32 = 5;
-    /// `bpf_trace_printk(fmt, fmt_size, ...)`: appends a formatted line to the trace log.
-    pub const TRACE_PRINTK: i32 = 6;
-    /// `bpf_get_prandom_u32()`: a pseudo-random 32-bit number.
-    pub const GET_PRANDOM_U32: i32 = 7;
-    /// `bpf_get_smp_processor_id()`: the running CPU (always 0 in the interpreter).
-    pub const GET_SMP_PROCESSOR_ID: i32 = 8;
-    /// `bpf_skb_load_bytes(skb, offset, to, len)`: copies packet bytes to the stack.
-    pub const SKB_LOAD_BYTES: i32 = 26;
-    /// `bpf_ringbuf_output(ringbuf, data, size, flags)`: copies a record into a ring buffer.
-    pub const RINGBUF_OUTPUT: i32 = 130;
-    /// `bpf_ringbuf_reserve(ringbuf, size, flags)`: a record to fill, or null.
-    pub const RINGBUF_RESERVE: i32 = 131;
-    /// `bpf_ringbuf_submit(record, flags)`: publishes a reserved record.
-    pub const RINGBUF_SUBMIT: i32 = 132;
-    /// `bpf_ringbuf_discard(record, flags)`: drops a reserved record.
-    pub const RINGBUF_DISCARD: i32 = 133;
-    /// `bpf_ringbuf_query(ringbuf, flags)`: one of a ring buffer's counters, chosen by `flags`.
-    pub const RINGBUF_QUERY: i32 = 134;
-    /// The conformance suite's "unwind" helper (shares the number of `ktime_get_ns`; it only
-    /// exists in [`super::Helpers::conformance`]).
-    pub const CONFORMANCE_UNWIND: i32 = 5;
-}
+use rdx_region::helpers::{Binders, Helper, HelperId};
 
 /// Why a helper failed. A failing helper stops the program with an error naming the call.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -205,16 +178,16 @@ impl HelperCtx<'_, '_> {
     }
 }
 
-/// Helpers by id.
+/// Helpers by id: implementations bound to entries of the helper table.
 #[derive(Clone, Default)]
 pub struct Helpers {
-    by_id: BTreeMap<i32, (&'static str, HelperImpl)>,
+    by_id: BTreeMap<HelperId, (&'static Helper, HelperImpl)>,
 }
 
 impl std::fmt::Debug for Helpers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_map()
-            .entries(self.by_id.iter().map(|(id, (name, _))| (id, name)))
+            .entries(self.by_id.iter().map(|(id, (h, _))| (id, h.name)))
             .finish()
     }
 }
@@ -225,60 +198,61 @@ impl Helpers {
         Self::default()
     }
 
-    /// The standard kernel-numbered helpers rdx implements: map lookup/update/delete (1-3),
-    /// `ktime_get_ns` (5), `trace_printk` (6), `get_prandom_u32` (7),
-    /// `get_smp_processor_id` (8), `skb_load_bytes` (26), and the ring buffer helpers
-    /// `ringbuf_output` (130), `ringbuf_reserve` (131), `ringbuf_submit` (132),
-    /// `ringbuf_discard` (133), `ringbuf_query` (134).
+    /// Every helper of the table the interpreter binds ([`Binders::INTERPRETER`]): map
+    /// lookup/update/delete, `ktime_get_ns`, `trace_printk` (lines collected for
+    /// [`HelperEnv::take_trace`]), `get_prandom_u32`, `get_smp_processor_id`,
+    /// `skb_load_bytes` and the ring buffer helpers.
     pub fn standard() -> Self {
-        let mut h = Self::empty();
-        h.register(id::MAP_LOOKUP_ELEM, "bpf_map_lookup_elem", map_lookup_elem);
-        h.register(id::MAP_UPDATE_ELEM, "bpf_map_update_elem", map_update_elem);
-        h.register(id::MAP_DELETE_ELEM, "bpf_map_delete_elem", map_delete_elem);
-        h.register(id::KTIME_GET_NS, "bpf_ktime_get_ns", ktime_get_ns);
-        h.register(id::TRACE_PRINTK, "bpf_trace_printk", trace_printk);
-        h.register(id::GET_PRANDOM_U32, "bpf_get_prandom_u32", get_prandom_u32);
-        h.register(
-            id::GET_SMP_PROCESSOR_ID,
-            "bpf_get_smp_processor_id",
-            get_smp_processor_id,
-        );
-        h.register(id::SKB_LOAD_BYTES, "bpf_skb_load_bytes", skb_load_bytes);
-        h.register(id::RINGBUF_OUTPUT, "bpf_ringbuf_output", ringbuf_output);
-        h.register(id::RINGBUF_RESERVE, "bpf_ringbuf_reserve", ringbuf_reserve);
-        h.register(id::RINGBUF_SUBMIT, "bpf_ringbuf_submit", ringbuf_submit);
-        h.register(id::RINGBUF_DISCARD, "bpf_ringbuf_discard", ringbuf_discard);
-        h.register(id::RINGBUF_QUERY, "bpf_ringbuf_query", ringbuf_query);
-        h
+        Self::binding(Binders::INTERPRETER, interpreter_helper)
     }
 
-    /// The helpers the bpf_conformance vectors expect: only helper 5, "unwind", which returns
-    /// its first argument and ends the program when that is zero.
+    /// The helpers the bpf_conformance vectors expect ([`Binders::CONFORMANCE`]): only
+    /// `unwind`, which returns its first argument and ends the program when that is zero.
     pub fn conformance() -> Self {
+        Self::binding(Binders::CONFORMANCE, |id| {
+            (id == HelperId::CONFORMANCE_UNWIND).then_some(conformance_unwind as HelperImpl)
+        })
+    }
+
+    fn binding(binder: Binders, implementation: impl Fn(HelperId) -> Option<HelperImpl>) -> Self {
         let mut h = Self::empty();
-        h.register(id::CONFORMANCE_UNWIND, "unwind", conformance_unwind);
+        for helper in rdx_region::helpers::bound_by(binder) {
+            let f = implementation(helper.id)
+                .unwrap_or_else(|| panic!("no implementation of helper {}", helper.name));
+            h.register(helper, f);
+        }
         h
     }
 
-    /// Adds or replaces helper `id`.
-    pub fn register(&mut self, id: i32, name: &'static str, f: HelperImpl) {
-        self.by_id.insert(id, (name, f));
+    /// Binds `f` to `helper`, replacing what was bound to its id.
+    pub fn register(&mut self, helper: &'static Helper, f: HelperImpl) {
+        self.by_id.insert(helper.id, (helper, f));
     }
 
-    /// The interpreter's implementation of helper `id`, if registered.
-    pub fn get(&self, id: i32) -> Option<HelperImpl> {
+    /// The implementation bound to `id`.
+    pub fn get(&self, id: HelperId) -> Option<HelperImpl> {
         self.by_id.get(&id).map(|(_, f)| *f)
     }
+}
 
-    /// The name helper `id` was registered under.
-    pub fn name(&self, id: i32) -> Option<&'static str> {
-        self.by_id.get(&id).map(|(n, _)| *n)
-    }
-
-    /// Every registered id, ascending.
-    pub fn ids(&self) -> impl Iterator<Item = i32> + '_ {
-        self.by_id.keys().copied()
-    }
+/// The interpreter's implementation of table entry `id`.
+fn interpreter_helper(id: HelperId) -> Option<HelperImpl> {
+    Some(match id {
+        HelperId::MAP_LOOKUP_ELEM => map_lookup_elem,
+        HelperId::MAP_UPDATE_ELEM => map_update_elem,
+        HelperId::MAP_DELETE_ELEM => map_delete_elem,
+        HelperId::KTIME_GET_NS => ktime_get_ns,
+        HelperId::TRACE_PRINTK => trace_printk,
+        HelperId::GET_PRANDOM_U32 => get_prandom_u32,
+        HelperId::GET_SMP_PROCESSOR_ID => get_smp_processor_id,
+        HelperId::SKB_LOAD_BYTES => skb_load_bytes,
+        HelperId::RINGBUF_OUTPUT => ringbuf_output,
+        HelperId::RINGBUF_RESERVE => ringbuf_reserve,
+        HelperId::RINGBUF_SUBMIT => ringbuf_submit,
+        HelperId::RINGBUF_DISCARD => ringbuf_discard,
+        HelperId::RINGBUF_QUERY => ringbuf_query,
+        _ => return None,
+    })
 }
 
 /// Errno values helpers return (negated), as the kernel's do.
@@ -651,33 +625,83 @@ unsafe extern "C" fn native_ringbuf_query(map: u64, flags: u64, _: u64, _: u64, 
     map.ringbuf().map_or(0, |rb| rb.query(flags))
 }
 
-/// The native (C ABI) version of standard helper `id`, for JIT-compiled code: map helpers
-/// (1-3, `r1` = [`Map::address`]), `ktime_get_ns` (5), `trace_printk` (6, printed to stderr),
-/// `get_prandom_u32` (7), `get_smp_processor_id` (8), and the ring buffer helpers (130-134;
-/// submit and discard find their ring from the record's header). Helpers that need the
-/// interpreter's context model (`skb_load_bytes`) have no native twin.
-pub fn native_helper(id: i32) -> Option<HelperFn> {
+/// The native (C ABI) version of helper `id`, for JIT-compiled code: every entry of the
+/// table bound by [`Binders::NATIVE`] — map helpers (`r1` = [`Map::address`]),
+/// `ktime_get_ns`, `trace_printk` (printed to stderr), `get_prandom_u32`,
+/// `get_smp_processor_id`, and the ring buffer helpers (submit and discard find their ring
+/// from the record's header). Helpers that need the interpreter's context model
+/// (`skb_load_bytes`) have no native twin.
+pub fn native_helper(id: HelperId) -> Option<HelperFn> {
     Some(match id {
-        id::MAP_LOOKUP_ELEM => native_map_lookup_elem,
-        id::MAP_UPDATE_ELEM => native_map_update_elem,
-        id::MAP_DELETE_ELEM => native_map_delete_elem,
-        id::KTIME_GET_NS => native_ktime_get_ns,
-        id::TRACE_PRINTK => native_trace_printk,
-        id::GET_PRANDOM_U32 => native_get_prandom_u32,
-        id::GET_SMP_PROCESSOR_ID => native_get_smp_processor_id,
-        id::RINGBUF_OUTPUT => native_ringbuf_output,
-        id::RINGBUF_RESERVE => native_ringbuf_reserve,
-        id::RINGBUF_SUBMIT => native_ringbuf_submit,
-        id::RINGBUF_DISCARD => native_ringbuf_discard,
-        id::RINGBUF_QUERY => native_ringbuf_query,
+        HelperId::MAP_LOOKUP_ELEM => native_map_lookup_elem,
+        HelperId::MAP_UPDATE_ELEM => native_map_update_elem,
+        HelperId::MAP_DELETE_ELEM => native_map_delete_elem,
+        HelperId::KTIME_GET_NS => native_ktime_get_ns,
+        HelperId::TRACE_PRINTK => native_trace_printk,
+        HelperId::GET_PRANDOM_U32 => native_get_prandom_u32,
+        HelperId::GET_SMP_PROCESSOR_ID => native_get_smp_processor_id,
+        HelperId::RINGBUF_OUTPUT => native_ringbuf_output,
+        HelperId::RINGBUF_RESERVE => native_ringbuf_reserve,
+        HelperId::RINGBUF_SUBMIT => native_ringbuf_submit,
+        HelperId::RINGBUF_DISCARD => native_ringbuf_discard,
+        HelperId::RINGBUF_QUERY => native_ringbuf_query,
         _ => return None,
     })
+}
+
+/// Every native twin with its id, for a symbol table that links JIT-compiled code.
+pub fn native_helpers() -> impl Iterator<Item = (HelperId, HelperFn)> {
+    rdx_region::helpers::bound_by(Binders::NATIVE)
+        .filter_map(|h| native_helper(h.id).map(|f| (h.id, f)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::program::{MapDef, MapOrigin, MapType};
+    use crate::program::{MapDef, MapOrigin};
+    use rdx_region::layout::MapType;
+
+    /// The ids `implementation` answers for, up to beyond the largest table id.
+    fn implemented(implementation: impl Fn(HelperId) -> bool) -> Vec<HelperId> {
+        (0..4096)
+            .map(HelperId::new)
+            .filter(|id| implementation(*id))
+            .collect()
+    }
+
+    fn table_ids(binder: Binders) -> Vec<HelperId> {
+        let mut ids: Vec<_> = rdx_region::helpers::bound_by(binder)
+            .map(|h| h.id)
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    #[test]
+    fn interpreter_and_native_sets_bind_exactly_their_table_entries() {
+        assert_eq!(
+            implemented(|id| interpreter_helper(id).is_some()),
+            table_ids(Binders::INTERPRETER)
+        );
+        let standard = Helpers::standard();
+        assert_eq!(
+            implemented(|id| standard.get(id).is_some()),
+            table_ids(Binders::INTERPRETER)
+        );
+        assert_eq!(
+            implemented(|id| native_helper(id).is_some()),
+            table_ids(Binders::NATIVE)
+        );
+        assert_eq!(
+            native_helpers().map(|(id, _)| id).collect::<Vec<_>>(),
+            table_ids(Binders::NATIVE)
+        );
+        let conformance = Helpers::conformance();
+        assert_eq!(
+            implemented(|id| conformance.get(id).is_some()),
+            table_ids(Binders::CONFORMANCE)
+        );
+    }
 
     #[test]
     fn trace_format() {
@@ -695,7 +719,7 @@ mod tests {
     fn native_map_helpers_share_the_map() {
         let map = Map::new(&MapDef {
             name: "h".into(),
-            map_type: MapType::Hash,
+            map_type: MapType::Hash.into(),
             key_size: 4,
             value_size: 8,
             max_entries: 4,
@@ -705,8 +729,8 @@ mod tests {
             read_only: false,
         })
         .unwrap();
-        let update = native_helper(id::MAP_UPDATE_ELEM).unwrap();
-        let lookup = native_helper(id::MAP_LOOKUP_ELEM).unwrap();
+        let update = native_helper(HelperId::MAP_UPDATE_ELEM).unwrap();
+        let lookup = native_helper(HelperId::MAP_LOOKUP_ELEM).unwrap();
         let key = 9u32.to_le_bytes();
         let value = 77u64.to_le_bytes();
         // SAFETY: live map, valid key and value buffers.
@@ -724,14 +748,14 @@ mod tests {
         // SAFETY: as above.
         let p = unsafe { lookup(map.address(), key.as_ptr() as u64, 0, 0, 0) };
         assert_eq!(p, map.lookup_ptr(&key).unwrap() as u64);
-        assert!(native_helper(12345).is_none());
+        assert!(native_helper(HelperId::new(12345)).is_none());
     }
 
     #[test]
     fn native_ringbuf_round_trip() {
         let map = Map::new(&MapDef {
             name: "rb".into(),
-            map_type: MapType::RingBuf,
+            map_type: MapType::RingBuf.into(),
             key_size: 0,
             value_size: 0,
             max_entries: 4096,
@@ -741,9 +765,9 @@ mod tests {
             read_only: false,
         })
         .unwrap();
-        let reserve = native_helper(id::RINGBUF_RESERVE).unwrap();
-        let submit = native_helper(id::RINGBUF_SUBMIT).unwrap();
-        let discard = native_helper(id::RINGBUF_DISCARD).unwrap();
+        let reserve = native_helper(HelperId::RINGBUF_RESERVE).unwrap();
+        let submit = native_helper(HelperId::RINGBUF_SUBMIT).unwrap();
+        let discard = native_helper(HelperId::RINGBUF_DISCARD).unwrap();
         // SAFETY: live ring buffer map; the records are used as reserved.
         unsafe {
             let a = reserve(map.address(), 4, 0, 0, 0);

@@ -3,55 +3,60 @@
 //! (verifier, interpreter, JIT); none of them sees ELF.
 
 use crate::isa::Insn;
+use rdx_region::layout::MapType;
 
-/// Map types, numbered as in the kernel's `enum bpf_map_type` so that objects written for
-/// libbpf keep their meaning.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MapType {
-    /// `BPF_MAP_TYPE_HASH` (1).
-    Hash,
-    /// `BPF_MAP_TYPE_ARRAY` (2).
-    Array,
-    /// `BPF_MAP_TYPE_PROG_ARRAY` (3): tail-call targets.
-    ProgArray,
-    /// `BPF_MAP_TYPE_PERCPU_HASH` (5): one value per CPU (per thread slot in rdx).
-    PerCpuHash,
-    /// `BPF_MAP_TYPE_PERCPU_ARRAY` (6): one value per CPU (per thread slot in rdx).
-    PerCpuArray,
-    /// `BPF_MAP_TYPE_LPM_TRIE` (11): longest-prefix match.
-    LpmTrie,
-    /// `BPF_MAP_TYPE_RINGBUF` (27): records for user space.
-    RingBuf,
+/// A map's type as an object declares it: one of the types rdx runs (the region's
+/// [`MapType`], numbered as the kernel's `enum bpf_map_type` so that objects written for
+/// libbpf keep their meaning), or any other kernel map type by number.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ObjectMapType {
+    /// A type rdx runs.
+    Supported(MapType),
     /// Any other kernel map type, by number. Loaded and described, but rdx does not run it.
     Other(u32),
 }
 
-impl MapType {
-    /// The type of kernel map type number `n`.
+impl ObjectMapType {
+    /// The type of kernel number `n`.
     pub fn from_kernel(n: u32) -> Self {
-        match n {
-            1 => MapType::Hash,
-            2 => MapType::Array,
-            3 => MapType::ProgArray,
-            5 => MapType::PerCpuHash,
-            6 => MapType::PerCpuArray,
-            11 => MapType::LpmTrie,
-            27 => MapType::RingBuf,
-            other => MapType::Other(other),
+        MapType::from_u32(n).map_or(ObjectMapType::Other(n), ObjectMapType::Supported)
+    }
+
+    /// The kernel number.
+    pub fn to_kernel(self) -> u32 {
+        match self {
+            ObjectMapType::Supported(t) => t as u32,
+            ObjectMapType::Other(n) => n,
         }
     }
 
-    /// The kernel's map type number.
-    pub fn to_kernel(self) -> u32 {
+    /// The type, if rdx runs it.
+    pub fn supported(self) -> Option<MapType> {
         match self {
-            MapType::Hash => 1,
-            MapType::Array => 2,
-            MapType::ProgArray => 3,
-            MapType::PerCpuHash => 5,
-            MapType::PerCpuArray => 6,
-            MapType::LpmTrie => 11,
-            MapType::RingBuf => 27,
-            MapType::Other(n) => n,
+            ObjectMapType::Supported(t) => Some(t),
+            ObjectMapType::Other(_) => None,
+        }
+    }
+}
+
+impl From<MapType> for ObjectMapType {
+    fn from(t: MapType) -> Self {
+        ObjectMapType::Supported(t)
+    }
+}
+
+impl PartialEq<MapType> for ObjectMapType {
+    fn eq(&self, other: &MapType) -> bool {
+        *self == ObjectMapType::Supported(*other)
+    }
+}
+
+/// Prints a supported type as its name (`Hash`), any other as `Other(n)`.
+impl std::fmt::Debug for ObjectMapType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ObjectMapType::Supported(t) => t.fmt(f),
+            ObjectMapType::Other(n) => write!(f, "Other({n})"),
         }
     }
 }
@@ -74,7 +79,7 @@ pub struct MapDef {
     /// Symbol name, or the section name for global data.
     pub name: String,
     /// The map's type.
-    pub map_type: MapType,
+    pub map_type: ObjectMapType,
     /// Key size in bytes.
     pub key_size: u32,
     /// Value size in bytes.

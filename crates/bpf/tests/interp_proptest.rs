@@ -7,7 +7,8 @@ use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::isa::{self, RawInsn};
 use rdx_bpf::maps::MapSet;
-use rdx_bpf::program::{MapDef, MapOrigin, MapType};
+use rdx_bpf::program::{MapDef, MapOrigin};
+use rdx_region::layout::MapType;
 
 /// Every opcode byte RFC 9669 defines (plus a few it does not, to exercise rejection).
 const OPCODES: &[u8] = &[
@@ -55,7 +56,7 @@ fn exit_slot() -> RawInsn {
 fn maps() -> MapSet {
     MapSet::new(&[MapDef {
         name: "h".into(),
-        map_type: MapType::Hash,
+        map_type: MapType::Hash.into(),
         key_size: 4,
         value_size: 8,
         max_entries: 4,

@@ -2,7 +2,8 @@
 
 use rdx_bpf::isa::{self, CallTarget, ImmKind, Insn};
 use rdx_bpf::loader::{self, LoadedObject, RelocationKind};
-use rdx_bpf::program::{MapOrigin, MapType};
+use rdx_bpf::program::MapOrigin;
+use rdx_region::layout::MapType;
 
 fn load(name: &str) -> LoadedObject {
     let bytes = rdx_testdata::object(name);
@@ -110,7 +111,7 @@ fn multi_maps_cover_btf_and_global_data() {
     for m in [data, bss] {
         assert_eq!(
             (m.map_type, m.key_size, m.value_size, m.max_entries),
-            (MapType::Array, 4, 8, 1)
+            (MapType::Array.into(), 4, 8, 1)
         );
     }
 }

@@ -4,7 +4,8 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use rdx_bpf::loader::{self, LoadedObject};
-use rdx_bpf::program::MapType;
+use rdx_bpf::program::ObjectMapType;
+use rdx_region::layout::MapType;
 
 pub fn load(path: &Path) -> anyhow::Result<LoadedObject> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -12,17 +13,20 @@ pub fn load(path: &Path) -> anyhow::Result<LoadedObject> {
 }
 
 /// The kernel's name for a map type, without the `BPF_MAP_TYPE_` prefix, lower case.
-pub fn map_type_name(t: MapType) -> String {
+pub fn map_type_name(t: ObjectMapType) -> String {
+    let ObjectMapType::Supported(t) = t else {
+        return format!("type_{}", t.to_kernel());
+    };
     match t {
-        MapType::Hash => "hash".into(),
-        MapType::Array => "array".into(),
-        MapType::ProgArray => "prog_array".into(),
-        MapType::PerCpuHash => "percpu_hash".into(),
-        MapType::PerCpuArray => "percpu_array".into(),
-        MapType::LpmTrie => "lpm_trie".into(),
-        MapType::RingBuf => "ringbuf".into(),
-        MapType::Other(n) => format!("type_{n}"),
+        MapType::Hash => "hash",
+        MapType::Array => "array",
+        MapType::ProgArray => "prog_array",
+        MapType::PerThreadHash => "percpu_hash",
+        MapType::PerThreadArray => "percpu_array",
+        MapType::LpmTrie => "lpm_trie",
+        MapType::RingBuf => "ringbuf",
     }
+    .into()
 }
 
 /// Bytes as contiguous lower-case hex.

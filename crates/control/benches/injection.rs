@@ -23,8 +23,9 @@
 //! runs at `SCHED_RR`, else nice -10).
 
 use rdx_bpf::isa::Insn;
-use rdx_bpf::program::{MapDef, MapOrigin, MapType};
+use rdx_bpf::program::{MapDef, MapOrigin};
 use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension};
+use rdx_region::layout::MapType;
 use rdx_test_support::programs::{generate, path_sensitive, Shape};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -38,7 +39,7 @@ const HOOK: &str = "on_request";
 fn wide_map() -> MapDef {
     MapDef {
         name: "bench_wide".into(),
-        map_type: MapType::Array,
+        map_type: MapType::Array.into(),
         key_size: 4,
         value_size: 1024,
         max_entries: 1,
@@ -52,7 +53,7 @@ fn wide_map() -> MapDef {
 fn bench_map() -> MapDef {
     MapDef {
         name: "bench_vals".into(),
-        map_type: MapType::Array,
+        map_type: MapType::Array.into(),
         key_size: 4,
         value_size: 8,
         max_entries: 4,

@@ -42,7 +42,7 @@ use crate::node::{self, HookInfo, NodeView};
 use crate::registry::Registry;
 use crate::tier::Tier;
 use rdx_bpf::isa::{encode, raw_to_bytes, Insn};
-use rdx_bpf::program::{MapDef, MapOrigin, Object};
+use rdx_bpf::program::{MapDef, MapOrigin, Object, ObjectMapType};
 use rdx_jit::artifact::Artifact;
 use rdx_jit::{Build, CompileOptions, Compiler, LinkTarget, Symbol};
 use rdx_region::abi::{FallbackLocator, FALLBACK_MAGIC};
@@ -362,30 +362,14 @@ impl std::fmt::Debug for CodeFlow {
     }
 }
 
-fn jit_arch(a: Arch) -> rdx_jit::Arch {
-    match a {
-        Arch::X86_64 => rdx_jit::Arch::X86_64,
-        Arch::Aarch64 => rdx_jit::Arch::Aarch64,
-    }
-}
-
 fn region_map_type(m: &MapDef) -> Result<MapType> {
-    use rdx_bpf::program::MapType as B;
-    Ok(match m.map_type {
-        B::Hash => MapType::Hash,
-        B::Array => MapType::Array,
-        B::ProgArray => MapType::ProgArray,
-        B::PerCpuHash => MapType::PerThreadHash,
-        B::PerCpuArray => MapType::PerThreadArray,
-        B::LpmTrie => MapType::LpmTrie,
-        B::RingBuf => MapType::RingBuf,
-        B::Other(n) => {
-            return Err(ControlError::BadMap {
-                name: m.name.clone(),
-                reason: format!("map type {n} is not supported by rdx"),
-            })
-        }
-    })
+    match m.map_type {
+        ObjectMapType::Supported(t) => Ok(t),
+        ObjectMapType::Other(n) => Err(ControlError::BadMap {
+            name: m.name.clone(),
+            reason: format!("map type {n} is not supported by rdx"),
+        }),
+    }
 }
 
 impl CodeFlow {
@@ -734,7 +718,7 @@ impl CodeFlow {
         if artifact.meta.source_hash != source {
             return Err(refuse("another program's bytecode"));
         }
-        if artifact.meta.arch != jit_arch(self.arch) {
+        if artifact.meta.arch != self.arch {
             return Err(refuse("another architecture"));
         }
         if artifact.meta.deoptimises() {
@@ -759,7 +743,7 @@ impl CodeFlow {
         tier: Tier,
     ) -> CompileOptions {
         let build = speculation.map_or(Build::Generic, Build::Elite);
-        let mut opts = CompileOptions::new(jit_arch(self.arch), build);
+        let mut opts = CompileOptions::new(self.arch, build);
         opts.needs_budget = checked.facts.needs_budget;
         opts.eim_class = format!("{}/{}", checked.hook, checked.class);
         opts.verify_ir = false;
@@ -1095,7 +1079,7 @@ impl CodeFlow {
         let resolver = self.resolver(map_ids)?;
         let linked = rdx_jit::link::link(
             &compiled.artifact,
-            LinkTarget::new(jit_arch(self.arch)),
+            LinkTarget::new(self.arch),
             &resolver,
             self.view.info.base_address + code_offset,
         )
@@ -1108,7 +1092,7 @@ impl CodeFlow {
     /// otherwise into a reused buffer written with one transport write.
     fn write_code(&mut self, compiled: &Compiled, map_ids: &[u32], code_offset: u64) -> Result<()> {
         let len = compiled.artifact.code.len();
-        let target = LinkTarget::new(jit_arch(self.arch));
+        let target = LinkTarget::new(self.arch);
         let load_address = self.view.info.base_address + code_offset;
         let link_err = |e: rdx_jit::link::LinkError| ControlError::Link(e.to_string());
         if let Some(region) = self.mapped {

@@ -27,10 +27,9 @@ use rdx_bpf::maps::MapSet;
 use rdx_deopt::host::{native_symbols, LowPacket};
 use rdx_deopt::queue::DeferredRun;
 use rdx_deopt::{BranchProfile, ContextLayout, EliteTier, FallbackQueue, Outcome, Policy};
-use rdx_jit::{
-    Arch, BranchCounters, Build, CompileOptions, Compiler, ExecutableCode, Expect, Symbol,
-};
+use rdx_jit::{BranchCounters, Build, CompileOptions, Compiler, ExecutableCode, Expect, Symbol};
 use rdx_region::abi::{DeoptRunState, RunState, RunStatus};
+use rdx_region::layout::Arch;
 
 const BATCH: usize = 512;
 const BATCHES: usize = 41;
@@ -102,7 +101,7 @@ fn compile(insns: &[Insn], opts: &CompileOptions, syms: &MapSet) -> ExecutableCo
 }
 
 fn main() {
-    let host = Arch::host().expect("supported host");
+    let host = Arch::HOST.expect("supported host");
     let object = rdx_bpf::loader::load(&rdx_testdata::object("deopt/flow_events")).unwrap();
     let insns = object.programs[0].insns.clone();
     let w = Loaded { object, insns };
@@ -412,7 +411,7 @@ fn main() {
 /// Scouting build on `frames`, then generic against elite time per run on the same frames:
 /// (generic ns, elite ns, guards, dropped slots, deoptimisations).
 fn elite_vs_generic(path: &str, frames: &[Vec<u8>]) -> (f64, f64, usize, usize, u64) {
-    let host = Arch::host().unwrap();
+    let host = Arch::HOST.unwrap();
     let object = rdx_bpf::loader::load(&rdx_testdata::object(path)).unwrap();
     let insns = object.programs[0].insns.clone();
     let mut low = LowPacket::new(1 << 16).unwrap();

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use rdx_bpf::helpers::native_helper;
+use rdx_bpf::helpers::native_helpers;
 use rdx_bpf::interp::{PacketRegion, XdpMd};
 use rdx_bpf::maps::MapSet;
 use rdx_exec::transfer::LowMemory;
@@ -21,10 +21,8 @@ pub fn native_symbols(maps: &MapSet) -> HashMap<Symbol, u64> {
             syms.insert(Symbol::MapValue(i as u32), v);
         }
     }
-    for id in 0..256 {
-        if let Some(f) = native_helper(id) {
-            syms.insert(Symbol::Helper(id as u32), f as *const () as u64);
-        }
+    for (id, f) in native_helpers() {
+        syms.insert(Symbol::Helper(id.get()), f as *const () as u64);
     }
     syms
 }

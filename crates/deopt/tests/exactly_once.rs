@@ -17,10 +17,9 @@ use rdx_bpf::maps::MapSet;
 use rdx_bpf::program::Object;
 use rdx_deopt::host::{native_symbols, LowPacket};
 use rdx_deopt::{ContextLayout, EliteTier, FallbackQueue, Outcome};
-use rdx_jit::{
-    branch_sites, Arch, Build, CompileOptions, Compiler, ExecutableCode, Expect, Speculation,
-};
+use rdx_jit::{branch_sites, Build, CompileOptions, Compiler, ExecutableCode, Expect, Speculation};
 use rdx_region::abi::DeoptRunState;
+use rdx_region::layout::Arch;
 
 /// Programs with side effects before their branches: the two deoptimisation workloads and
 /// three of the differential corpus (array and hash maps, a loop, a load balancer).
@@ -155,7 +154,7 @@ fn elite(
     mode: Mode,
     metered: bool,
 ) -> (Runs, Dump, Vec<Vec<u8>>, u64) {
-    let host = Arch::host().expect("supported host");
+    let host = Arch::HOST.expect("supported host");
     let guards = branch_sites(insns)
         .into_iter()
         .enumerate()
@@ -248,7 +247,7 @@ proptest! {
 /// effects, in the subprogram's frame too) with results still equal to the interpreter's.
 #[test]
 fn profiled_guards_hold_and_each_flipped_guard_deopts_exactly_once() {
-    let host = Arch::host().expect("supported host");
+    let host = Arch::HOST.expect("supported host");
     let (object, insns) = load(0);
     let sites = branch_sites(&insns);
     let packets: Vec<Vec<u8>> = (0..24u8)

@@ -16,13 +16,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use rdx_bpf::helpers::{native_helper, Helpers};
+use rdx_bpf::helpers::{native_helpers, Helpers};
 use rdx_bpf::interp::{Config, Input, Vm, XdpMd};
 use rdx_bpf::isa::Insn;
 use rdx_bpf::maps::MapSet;
-use rdx_jit::{Arch, Build, CompileOptions, Compiler, ExecutableCode, Pipeline, Symbol};
+use rdx_jit::{Build, CompileOptions, Compiler, ExecutableCode, Pipeline, Symbol};
 use rdx_kernel::{KernelObject, TestRunInput};
 use rdx_region::abi::RunState;
+use rdx_region::layout::Arch;
 use rdx_test_support::programs::synthetic;
 
 const KERNELS: [&str; 5] = ["hash_loop", "checksum", "parse", "small_sort", "map_loop"];
@@ -180,7 +181,7 @@ fn main() {
         one_shot_child(args.get(i + 1).map_or("optimizing", |s| s.as_str()));
         return;
     }
-    let host = Arch::host().expect("supported host");
+    let host = Arch::HOST.expect("supported host");
     let object_bytes = rdx_testdata::object("jit/bench");
     let object = rdx_bpf::loader::load(&object_bytes).expect("load bench object");
     let frame = frame();
@@ -250,10 +251,8 @@ fn main() {
                     syms.insert(Symbol::MapValue(i as u32), v);
                 }
             }
-            for id in 1..=8 {
-                if let Some(f) = native_helper(id) {
-                    syms.insert(Symbol::Helper(id as u32), f as *const () as u64);
-                }
+            for (id, f) in native_helpers() {
+                syms.insert(Symbol::Helper(id.get()), f as *const () as u64);
             }
             syms
         };
@@ -546,10 +545,8 @@ fn blinding_table(compiler: &Compiler, object: &rdx_bpf::program::Object, packet
                         syms.insert(Symbol::MapValue(i as u32), v);
                     }
                 }
-                for id in 1..=8 {
-                    if let Some(f) = native_helper(id) {
-                        syms.insert(Symbol::Helper(id as u32), f as *const () as u64);
-                    }
+                for (id, f) in native_helpers() {
+                    syms.insert(Symbol::Helper(id.get()), f as *const () as u64);
                 }
                 let (artifact, _) = compiler.compile(&prog.insns, &opts).expect("compile");
                 let code = ExecutableCode::load(&artifact, &syms).expect("load");
@@ -608,7 +605,7 @@ fn blinding_table(compiler: &Compiler, object: &rdx_bpf::program::Object, packet
 /// A small real program for the one-shot measurement: the longest program of 16 to 45
 /// instruction slots in `bpf/jit/bench.c` and `bpf/tests`.
 fn one_shot_program() -> (String, Vec<Insn>, CompileOptions) {
-    let host = Arch::host().expect("supported host");
+    let host = Arch::HOST.expect("supported host");
     let mut names = vec!["jit/bench".to_string()];
     names.extend(rdx_testdata::objects_in("tests"));
     let mut best: Option<(String, Vec<Insn>, CompileOptions)> = None;

@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use rdx_bpf::isa::Insn;
-use rdx_jit::{Arch, Build, CompileOptions, Compiler};
+use rdx_jit::{Build, CompileOptions, Compiler};
+use rdx_region::layout::Arch;
 use rdx_test_support::programs::synthetic;
 
 fn cpu_now() -> Duration {
@@ -22,7 +23,7 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(5.0);
-    let host = Arch::host().unwrap();
+    let host = Arch::HOST.unwrap();
     let object = rdx_bpf::loader::load(&rdx_testdata::object("jit/bench")).unwrap();
     // Real clang output (the bench kernels and every program of bpf/tests) or, with
     // `synthetic` as the second argument, one synthetic 1K-instruction function.

@@ -13,7 +13,7 @@ use std::str::FromStr;
 
 use sha2::{Digest, Sha256};
 
-use crate::target::Arch;
+use rdx_region::layout::Arch;
 
 /// First eight bytes of every serialised artifact.
 pub const MAGIC: [u8; 8] = *b"\x7fRDXJIT\0";
@@ -260,7 +260,7 @@ impl Artifact {
         b.extend_from_slice(&m.source_hash);
         b.extend_from_slice(&m.options_hash);
         for v in [
-            m.arch.code(),
+            m.arch as u32,
             m.flags,
             m.entry_offset,
             m.stack_bytes,
@@ -294,7 +294,7 @@ impl Artifact {
         let mut out = Vec::with_capacity(HEADER_LEN + body.len());
         out.extend_from_slice(&MAGIC);
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        out.extend_from_slice(&self.meta.arch.code().to_le_bytes());
+        out.extend_from_slice(&(self.meta.arch as u32).to_le_bytes());
         out.extend_from_slice(&self.meta.flags.to_le_bytes());
         out.extend_from_slice(&(HEADER_LEN as u32).to_le_bytes());
         out.extend_from_slice(&(body.len() as u64).to_le_bytes());
@@ -318,7 +318,7 @@ impl Artifact {
             return Err(ArtifactError::UnsupportedVersion { found: version });
         }
         let arch_code = r.u32("header architecture")?;
-        let arch = Arch::from_code(arch_code).ok_or(ArtifactError::UnknownArch(arch_code))?;
+        let arch = Arch::from_u32(arch_code).ok_or(ArtifactError::UnknownArch(arch_code))?;
         let flags = r.u32("header flags")?;
         if flags & !KNOWN_FLAGS != 0 {
             return Err(ArtifactError::UnknownFlags(flags & !KNOWN_FLAGS));
@@ -362,7 +362,7 @@ impl Artifact {
         let source_hash = r.array("source hash")?;
         let options_hash = r.array("options hash")?;
         let arch_code = r.u32("architecture")?;
-        if Arch::from_code(arch_code) != Some(header.arch) {
+        if Arch::from_u32(arch_code) != Some(header.arch) {
             return Err(ArtifactError::HeaderBodyMismatch("architecture"));
         }
         let flags = r.u32("flags")?;

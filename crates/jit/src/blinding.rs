@@ -5,7 +5,7 @@
 use rdx_bpf::isa::{AluOp, ImmKind, Insn, Operand};
 
 use crate::options::CompileOptions;
-use crate::target::Arch;
+use rdx_region::layout::Arch;
 
 /// Whether constants are blinded in code compiled with `opts`: asked for, and the target is
 /// x86-64. aarch64 instructions are fixed 4-byte words decoded only at 4-byte boundaries,

@@ -23,8 +23,8 @@ use crate::blinding::BlindingKeys;
 use crate::error::CompileError;
 use crate::options::{self, CompileOptions, Pipeline};
 use crate::plan;
-use crate::target::Arch;
 use crate::translate::{self, NS_FUNC, NS_SYMBOL};
+use rdx_region::layout::Arch;
 
 /// Compile-time statistics, for benchmarks and `rdx compile`.
 #[derive(Clone, Debug, Default)]
@@ -279,7 +279,9 @@ impl Compiler {
 
 fn build_isa(arch: Arch, pipeline: Pipeline) -> Result<OwnedTargetIsa, CompileError> {
     let isa_err = |reason: String| CompileError::Isa { arch, reason };
-    let triple: Triple = arch.triple().parse().map_err(|e| isa_err(format!("{e}")))?;
+    let triple: Triple = crate::target::triple(arch)
+        .parse()
+        .map_err(|e| isa_err(format!("{e}")))?;
     let mut flags = settings::builder();
     let (opt_level, regalloc) = match pipeline {
         Pipeline::Fast => ("none", "single_pass"),

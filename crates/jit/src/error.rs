@@ -1,7 +1,7 @@
 //! Why a compilation failed: the one error type planning, both code generators and the
 //! driver return.
 
-use crate::target::Arch;
+use rdx_region::layout::Arch;
 
 /// Why a program could not be compiled. Instruction indices are slot indices of the program.
 #[derive(Debug, thiserror::Error)]

@@ -10,7 +10,7 @@ use rdx_region::abi::{EntryFn, RunState};
 
 use crate::artifact::{Artifact, FLAG_ENTRY_LENGTH_ARG};
 use crate::link::{link_bytes, link_into, LinkError, LinkTarget, SymbolResolver};
-use crate::target::Arch;
+use rdx_region::layout::Arch;
 
 /// Why code could not be made executable in this process.
 #[derive(Debug, thiserror::Error)]
@@ -64,7 +64,7 @@ impl ExecutableCode {
         artifact: &Artifact,
         resolver: &dyn SymbolResolver,
     ) -> Result<ExecutableCode, ExecError> {
-        let arch = Arch::host().ok_or(ExecError::UnsupportedHost)?;
+        let arch = Arch::HOST.ok_or(ExecError::UnsupportedHost)?;
         Self::map_with(artifact.code.len(), artifact.meta.flags, |addr, out| {
             link_into(artifact, LinkTarget::new(arch), resolver, addr, out)?;
             Ok(artifact.meta.entry_offset)
@@ -77,7 +77,7 @@ impl ExecutableCode {
         bytes: &[u8],
         resolver: &dyn SymbolResolver,
     ) -> Result<ExecutableCode, ExecError> {
-        let arch = Arch::host().ok_or(ExecError::UnsupportedHost)?;
+        let arch = Arch::HOST.ok_or(ExecError::UnsupportedHost)?;
         // Validate before mapping anything; link again at the real address below.
         let artifact = Artifact::from_bytes(bytes).map_err(LinkError::from)?;
         link_bytes(bytes, LinkTarget::new(arch), resolver, 0)?;

@@ -13,7 +13,8 @@
 //! runtime only executes code this crate produced elsewhere.
 //!
 //! ```no_run
-//! use rdx_jit::{Arch, Build, CompileOptions, Compiler, link::{link, LinkTarget}};
+//! use rdx_jit::{Build, CompileOptions, Compiler, link::{link, LinkTarget}};
+//! use rdx_region::layout::Arch;
 //! # let insns: Vec<rdx_bpf::isa::Insn> = vec![];
 //! let compiler = Compiler::new(Arch::Aarch64)?;
 //! let (artifact, _stats) = compiler.compile(&insns, &CompileOptions::new(Arch::Aarch64, Build::Generic))?;
@@ -34,7 +35,7 @@ pub mod exec;
 pub mod link;
 mod options;
 mod plan;
-pub mod target;
+mod target;
 mod translate;
 
 pub use artifact::{Artifact, ArtifactError, Symbol};
@@ -46,4 +47,3 @@ pub use options::{
     branch_sites, BranchCounters, Build, CompileOptions, EntryAbi, Expect, HelperCalls,
     InlineArray, Pipeline, Speculation,
 };
-pub use target::Arch;

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use crate::artifact::{Artifact, ArtifactError, RelocKind, Symbol, FORMAT_VERSION};
-use crate::target::Arch;
+use rdx_region::layout::Arch;
 
 /// A target context: the addresses of the symbols an artifact may refer to, as one process
 /// exports them (helpers, host functions and variables, maps, tables).

@@ -11,7 +11,7 @@ use crate::artifact::{
     sha256, Metadata, Symbol, FLAG_DEOPT, FLAG_ENTRY_LENGTH_ARG, FLAG_HELPER_TABLE,
     FLAG_NEEDS_BUDGET,
 };
-use crate::target::Arch;
+use rdx_region::layout::Arch;
 
 /// How generated code reaches helpers and host functions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -193,7 +193,7 @@ impl CompileOptions {
     /// depends on the running thread).
     pub fn inline_array_lookups(&mut self, maps: &[rdx_bpf::program::MapDef]) {
         for (i, m) in maps.iter().enumerate() {
-            if m.map_type == rdx_bpf::program::MapType::Array
+            if m.map_type == rdx_region::layout::MapType::Array
                 && m.key_size == 4
                 && m.value_size > 0
                 && m.max_entries > 0

@@ -16,7 +16,8 @@ use std::process::Command;
 use rdx_bpf::asm::{assemble, TestVector};
 use rdx_bpf::isa::{CallTarget, Insn};
 use rdx_jit::link::{link_bytes, LinkTarget};
-use rdx_jit::{Arch, Build, CompileOptions, Compiler, EntryAbi, HelperCalls, Pipeline, Symbol};
+use rdx_jit::{Build, CompileOptions, Compiler, EntryAbi, HelperCalls, Pipeline, Symbol};
+use rdx_region::layout::Arch;
 
 #[path = "support/random_programs.rs"]
 #[allow(dead_code)]

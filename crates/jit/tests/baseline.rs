@@ -11,13 +11,14 @@ mod behaviour {
 
     use rdx_bpf::asm::assemble;
     use rdx_jit::{
-        Arch, Build, CompileError, CompileOptions, ExecutableCode, HelperCalls, Pipeline,
-        Speculation, Symbol,
+        Build, CompileError, CompileOptions, ExecutableCode, HelperCalls, Pipeline, Speculation,
+        Symbol,
     };
     use rdx_region::abi::{RunState, RunStatus};
+    use rdx_region::layout::Arch;
 
     fn opts(pipeline: Pipeline) -> CompileOptions {
-        let mut o = CompileOptions::new(Arch::host().unwrap(), Build::Generic);
+        let mut o = CompileOptions::new(Arch::HOST.unwrap(), Build::Generic);
         o.pipeline = pipeline;
         o
     }
@@ -174,7 +175,8 @@ mod hostile {
     use rdx_bpf::isa::{
         AluOp, AtomicOp, ByteOrder, CallTarget, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width,
     };
-    use rdx_jit::{Arch, Artifact, Build, CompileOptions, EntryAbi, HelperCalls, Pipeline};
+    use rdx_jit::{Artifact, Build, CompileOptions, EntryAbi, HelperCalls, Pipeline};
+    use rdx_region::layout::Arch;
 
     /// Any instruction with any register, immediate and offset (jumps and local calls kept
     /// inside the program by [`fix`], so that most programs reach code generation).
@@ -380,14 +382,15 @@ mod fused {
 
     use proptest::prelude::*;
     use rdx_bpf::asm::assemble;
-    use rdx_jit::{Arch, Build, CompileOptions, EntryAbi, ExecutableCode, Pipeline};
+    use rdx_jit::{Build, CompileOptions, EntryAbi, ExecutableCode, Pipeline};
     use rdx_region::abi::RunState;
+    use rdx_region::layout::Arch;
 
     use super::fused_programs::{build, Pattern};
     use super::random_programs::{interpret, MEM};
 
     fn run(insns: &[rdx_bpf::isa::Insn], mem: &mut [u8], budget: bool) -> u64 {
-        let mut o = CompileOptions::new(Arch::host().unwrap(), Build::Generic);
+        let mut o = CompileOptions::new(Arch::HOST.unwrap(), Build::Generic);
         o.pipeline = Pipeline::Baseline;
         o.entry_abi = EntryAbi::WithLength;
         o.needs_budget = budget;
@@ -406,7 +409,7 @@ mod fused {
     #[test]
     fn the_patterns_fuse() {
         let o = {
-            let mut o = CompileOptions::new(Arch::host().unwrap(), Build::Generic);
+            let mut o = CompileOptions::new(Arch::HOST.unwrap(), Build::Generic);
             o.pipeline = Pipeline::Baseline;
             o
         };

@@ -9,8 +9,9 @@ use std::collections::HashMap;
 use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::maps::MapSet;
-use rdx_jit::{Arch, Build, CompileOptions, Compiler, EntryAbi, ExecutableCode, Pipeline};
+use rdx_jit::{Build, CompileOptions, Compiler, EntryAbi, ExecutableCode, Pipeline};
 use rdx_region::abi::RunState;
+use rdx_region::layout::Arch;
 
 /// 64-bit constants: `mov rax, imm32; ret`-style gadget bytes and others with no 0x00,
 /// 0xff or 0xcc byte (so that any window of them is distinctive).
@@ -158,7 +159,7 @@ fn each_compilation_draws_new_keys() {
 
 #[test]
 fn blinded_code_computes_what_the_interpreter_computes() {
-    let Some(host) = Arch::host() else { return };
+    let Some(host) = Arch::HOST else { return };
     let insns = rdx_bpf::asm::assemble(&program()).unwrap();
     let vm = Vm::new(
         &insns,
@@ -194,7 +195,7 @@ fn blinded_code_computes_what_the_interpreter_computes() {
 /// interpreter.
 #[test]
 fn each_operation_with_a_blinded_immediate_matches_the_interpreter() {
-    let Some(host) = Arch::host() else { return };
+    let Some(host) = Arch::HOST else { return };
     let mut failures = Vec::new();
     let ops = [
         "mov", "add", "sub", "mul", "div", "mod", "or", "and", "xor", "sdiv", "smod",

@@ -13,9 +13,10 @@ use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::maps::MapSet;
 use rdx_jit::{
-    Arch, Build, CompileOptions, Compiler, EntryAbi, ExecutableCode, HelperCalls, Pipeline, Symbol,
+    Build, CompileOptions, Compiler, EntryAbi, ExecutableCode, HelperCalls, Pipeline, Symbol,
 };
 use rdx_region::abi::RunState;
+use rdx_region::layout::Arch;
 
 /// Helper 5 of the conformance suite ("unwind"): returns its first argument.
 unsafe extern "C" fn unwind(a: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
@@ -104,7 +105,7 @@ fn baseline_every_vector_matches_the_interpreter_and_the_expected_result() {
 }
 
 fn every_vector_matches(pipeline: Pipeline) {
-    let host = Arch::host().expect("supported host");
+    let host = Arch::HOST.expect("supported host");
     let compiler = Compiler::new(host).unwrap();
     let mut table = vec![0u64; TABLE_LEN as usize];
     table[5] = unwind as *const () as u64;

@@ -11,15 +11,16 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use rdx_bpf::helpers::{native_helper, Helpers};
+use rdx_bpf::helpers::{native_helpers, Helpers};
 use rdx_bpf::interp::{Config, ContextModel, Input, SkBuff, Vm, XdpMd};
 use rdx_bpf::isa::Size;
 use rdx_bpf::maps::MapSet;
-use rdx_jit::{Arch, Build, CompileOptions, Compiler, ExecutableCode, Pipeline, Symbol};
+use rdx_jit::{Build, CompileOptions, Compiler, ExecutableCode, Pipeline, Symbol};
 use rdx_region::abi::RunState;
+use rdx_region::helpers::HelperId;
+use rdx_region::layout::Arch;
 
 const SKB_SIZE: usize = 192;
-const SKB_LOAD_BYTES: u32 = 26;
 
 /// Memory mapped below 4 GiB, holding the packet.
 struct LowMem {
@@ -208,7 +209,7 @@ fn baseline_every_corpus_program_matches_the_interpreter() {
 }
 
 fn every_corpus_program_matches(pipeline: Pipeline) {
-    let host = Arch::host().expect("supported host");
+    let host = Arch::HOST.expect("supported host");
     let compiler = Compiler::new(host).unwrap();
     let names = rdx_testdata::objects_in("tests");
     assert!(names.len() >= 15, "corpus has only {} objects", names.len());
@@ -243,13 +244,11 @@ fn every_corpus_program_matches(pipeline: Pipeline) {
                     syms.insert(Symbol::MapValue(i as u32), v);
                 }
             }
-            for id in 0..64 {
-                if let Some(f) = native_helper(id) {
-                    syms.insert(Symbol::Helper(id as u32), f as *const () as u64);
-                }
+            for (id, f) in native_helpers() {
+                syms.insert(Symbol::Helper(id.get()), f as *const () as u64);
             }
             syms.insert(
-                Symbol::Helper(SKB_LOAD_BYTES),
+                Symbol::Helper(HelperId::SKB_LOAD_BYTES.get()),
                 skb_load_bytes as *const () as u64,
             );
             let mut opts = CompileOptions::new(host, Build::Generic);

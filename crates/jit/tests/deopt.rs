@@ -8,10 +8,9 @@ use rdx_bpf::asm::assemble;
 use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{Config, Input, Resume, ResumeFrame, Vm};
 use rdx_bpf::maps::MapSet;
-use rdx_jit::{
-    Arch, Build, CompileError, CompileOptions, Compiler, ExecutableCode, Expect, Speculation,
-};
+use rdx_jit::{Build, CompileError, CompileOptions, Compiler, ExecutableCode, Expect, Speculation};
 use rdx_region::abi::{DeoptRunState, RunStatus};
+use rdx_region::layout::Arch;
 
 /// The entry passes a pointer into its own frame to a subprogram, which branches on what
 /// it reads there and reads it again behind the branch; the caller adds its callee-saved r6
@@ -40,7 +39,7 @@ fn elite(
     guards: &[(usize, Expect)],
     budget: bool,
 ) -> (ExecutableCode, rdx_jit::CompileStats) {
-    let host = Arch::host().expect("supported host");
+    let host = Arch::HOST.expect("supported host");
     let mut opts = CompileOptions::new(host, Build::Generic);
     opts.needs_budget = budget;
     opts.build = Build::Elite(Speculation {
@@ -127,7 +126,7 @@ fn a_failed_guard_hands_over_the_exact_state_and_the_interpreter_finishes() {
 #[test]
 fn guards_must_be_conditional_jumps() {
     let insns = assemble(PROGRAM).unwrap();
-    let host = Arch::host().unwrap();
+    let host = Arch::HOST.unwrap();
     for pc in [0, 4, 99] {
         let opts = CompileOptions::new(
             host,

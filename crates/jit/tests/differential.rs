@@ -3,8 +3,8 @@
 //! generators; the baseline tier also leaves the same budget as the optimizing one.
 
 use proptest::prelude::*;
-use rdx_jit::{Arch, Compiler, Pipeline};
-
+use rdx_jit::{Compiler, Pipeline};
+use rdx_region::layout::Arch;
 #[path = "support/random_programs.rs"]
 mod random_programs;
 use random_programs::{build, interpret, jit, Raw, MEM};
@@ -15,7 +15,7 @@ proptest! {
     #[test]
     fn jit_matches_interpreter(raw in proptest::collection::vec(any::<Raw>(), 1..48), seed in any::<u64>(), budget in any::<bool>()) {
         let insns = build(&raw);
-        let compiler = Compiler::new(Arch::host().unwrap()).unwrap();
+        let compiler = Compiler::new(Arch::HOST.unwrap()).unwrap();
         let init: Vec<u8> = (0..MEM as u64).map(|i| (seed.rotate_left(i as u32 * 7) ^ i) as u8).collect();
         let mut a = init.clone();
         let mut b = init;
@@ -30,7 +30,7 @@ proptest! {
     #[test]
     fn baseline_matches_interpreter(raw in proptest::collection::vec(any::<Raw>(), 1..48), seed in any::<u64>(), budget in any::<bool>()) {
         let insns = build(&raw);
-        let compiler = Compiler::new(Arch::host().unwrap()).unwrap();
+        let compiler = Compiler::new(Arch::HOST.unwrap()).unwrap();
         let init: Vec<u8> = (0..MEM as u64).map(|i| (seed.rotate_left(i as u32 * 7) ^ i) as u8).collect();
         let mut a = init.clone();
         let mut b = init.clone();

@@ -6,10 +6,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rdx_bpf::isa::{AluOp, CallTarget, ImmKind, Insn, Operand, Reg, Width};
-use rdx_jit::{
-    Arch, Build, CompileOptions, Compiler, EntryAbi, ExecutableCode, InlineArray, Symbol,
-};
+use rdx_jit::{Build, CompileOptions, Compiler, EntryAbi, ExecutableCode, InlineArray, Symbol};
 use rdx_region::abi::RunState;
+use rdx_region::layout::Arch;
 
 const MAX_ENTRIES: u32 = 5;
 /// Rounded up to a 16-byte stride, as rdx lays out array values.
@@ -70,7 +69,7 @@ fn lookup_program(map_then_clobber: bool) -> Vec<Insn> {
 }
 
 fn options(inline: bool) -> CompileOptions {
-    let mut opts = CompileOptions::new(Arch::host().expect("supported host"), Build::Generic);
+    let mut opts = CompileOptions::new(Arch::HOST.expect("supported host"), Build::Generic);
     opts.entry_abi = EntryAbi::WithLength;
     if inline {
         opts.inline_arrays.insert(
@@ -162,7 +161,7 @@ fn only_plain_arrays_are_inlined_from_an_object() {
     opts.inline_array_lookups(&object.maps);
     for (i, m) in object.maps.iter().enumerate() {
         let listed = opts.inline_arrays.get(&(i as u32));
-        if m.map_type == rdx_bpf::program::MapType::Array {
+        if m.map_type == rdx_region::layout::MapType::Array {
             assert_eq!(
                 listed,
                 Some(&InlineArray {

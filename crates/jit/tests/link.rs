@@ -7,9 +7,10 @@ use rdx_bpf::asm::assemble;
 use rdx_jit::artifact::{ArtifactError, FORMAT_VERSION, HEADER_LEN};
 use rdx_jit::link::{link, link_bytes, LinkTarget};
 use rdx_jit::{
-    Arch, Artifact, Build, CompileOptions, Compiler, ExecError, ExecutableCode, LinkError, Symbol,
+    Artifact, Build, CompileOptions, Compiler, ExecError, ExecutableCode, LinkError, Symbol,
 };
 use rdx_region::abi::RunState;
+use rdx_region::layout::Arch;
 
 unsafe extern "C" fn twice(a: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     a * 2
@@ -43,7 +44,7 @@ fn exec_mappings() -> usize {
 
 #[test]
 fn good_artifact_links_and_runs() {
-    let host = Arch::host().unwrap();
+    let host = Arch::HOST.unwrap();
     let bytes = artifact(host).to_bytes();
     let code = ExecutableCode::load_bytes(&bytes, &syms()).unwrap();
     let mut run = RunState::new(0);
@@ -58,7 +59,7 @@ fn good_artifact_links_and_runs() {
 
 #[test]
 fn bad_artifacts_are_refused_before_mapping() {
-    let host = Arch::host().unwrap();
+    let host = Arch::HOST.unwrap();
     let other = if host == Arch::X86_64 {
         Arch::Aarch64
     } else {
@@ -149,7 +150,7 @@ fn bad_artifacts_are_refused_before_mapping() {
 #[test]
 fn artifacts_are_process_independent_until_linked() {
     // The same source compiles to identical bytes; only relocations carry addresses.
-    let host = Arch::host().unwrap();
+    let host = Arch::HOST.unwrap();
     let a = artifact(host);
     let b = artifact(host);
     assert_eq!(a.to_bytes(), b.to_bytes());

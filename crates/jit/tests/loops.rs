@@ -7,8 +7,8 @@
 
 use proptest::prelude::*;
 use rdx_bpf::isa::{AluOp, Insn, JmpCond, Operand, Reg, Size, Width};
-use rdx_jit::{Arch, Compiler, Pipeline};
-
+use rdx_jit::{Compiler, Pipeline};
+use rdx_region::layout::Arch;
 #[path = "support/random_programs.rs"]
 #[allow(dead_code)]
 mod random_programs;
@@ -250,7 +250,7 @@ proptest! {
     #[test]
     fn counted_loops_match_the_interpreter(s in prop_oneof![shape(), exact_shape(), packet_shape()], seed in any::<u64>(), budget in any::<bool>()) {
         let insns = build(&s);
-        let compiler = Compiler::new(Arch::host().unwrap()).unwrap();
+        let compiler = Compiler::new(Arch::HOST.unwrap()).unwrap();
         let init: Vec<u8> = (0..MEM as u64).map(|i| (seed.rotate_left(i as u32 * 5) ^ i) as u8).collect();
         let mut a = init.clone();
         let mut b = init;

@@ -5,8 +5,9 @@ use std::collections::HashMap;
 use rdx_bpf::isa::{
     AluOp, AtomicOp, CallTarget, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width,
 };
-use rdx_jit::{Arch, Build, CompileOptions, Compiler, EntryAbi, ExecutableCode, Symbol};
+use rdx_jit::{Build, CompileOptions, Compiler, EntryAbi, ExecutableCode, Symbol};
 use rdx_region::abi::{RunState, RunStatus};
+use rdx_region::layout::Arch;
 
 fn alu(width: Width, op: AluOp, dst: u8, src: Operand) -> Insn {
     Insn::Alu {
@@ -22,7 +23,7 @@ fn mov64(dst: u8, imm: i32) -> Insn {
 }
 
 fn host() -> Arch {
-    Arch::host().expect("supported host")
+    Arch::HOST.expect("supported host")
 }
 
 fn run_with(

@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use rdx_bpf::maps::Map;
-use rdx_bpf::{MapDef, MapOrigin, MapType};
+use rdx_bpf::{MapDef, MapOrigin};
 use rdx_kernel::{KernelError, KernelMap, MapSpec};
+use rdx_region::layout::MapType;
 
 /// Kernel differences rdx is known to have, as (map type, kernel errno, rdx errno); a result
 /// pair listed here is accepted, everything else must match. See docs/differential.md.
@@ -49,7 +50,7 @@ fn def(map_type: MapType) -> MapDef {
     };
     MapDef {
         name: "sem".into(),
-        map_type,
+        map_type: map_type.into(),
         key_size,
         value_size: 8,
         max_entries: 6,
@@ -105,7 +106,7 @@ fn compare(map_type: MapType, ops: &[Op]) -> Result<usize, TestCaseError> {
     let d = def(map_type);
     let kernel = KernelMap::create(&MapSpec {
         name: d.name.clone(),
-        map_type: map_type.to_kernel(),
+        map_type: map_type as u32,
         key_size: d.key_size,
         value_size: d.value_size,
         max_entries: d.max_entries,

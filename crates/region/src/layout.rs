@@ -39,7 +39,9 @@ pub const CODE_ENTRY_ALIGN: u64 = 16;
 /// Alignment of XState map objects inside the scratchpad.
 pub const MAP_ALIGN: u64 = 64;
 
-/// Target architecture of the native code a region runs.
+/// Target architecture of native code: the one a region runs, chosen by the control plane
+/// per target (not by the machine a compiler runs on), and recorded in region headers and
+/// artifact headers by its number. Never renumber: stored regions and artifacts carry it.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Arch {
@@ -50,6 +52,9 @@ pub enum Arch {
 }
 
 impl Arch {
+    /// Every architecture rdx supports.
+    pub const ALL: [Arch; 2] = [Arch::X86_64, Arch::Aarch64];
+
     /// The architecture this crate was compiled for, if it is one rdx supports.
     pub const HOST: Option<Arch> = if cfg!(target_arch = "x86_64") {
         Some(Arch::X86_64)
@@ -68,11 +73,35 @@ impl Arch {
         }
     }
 
-    /// The name used in messages and artifact headers (`x86_64`, `aarch64`).
+    /// The name used on the command line, in messages, in file names and artifact headers
+    /// (`x86_64`, `aarch64`).
     pub fn name(self) -> &'static str {
         match self {
             Arch::X86_64 => "x86_64",
             Arch::Aarch64 => "aarch64",
+        }
+    }
+}
+
+impl std::fmt::Display for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An architecture name that is not one of [`Arch::ALL`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown target architecture `{0}` (supported: x86_64, aarch64)")]
+pub struct UnknownArch(pub String);
+
+impl std::str::FromStr for Arch {
+    type Err = UnknownArch;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "x86_64" | "x86-64" | "amd64" => Ok(Arch::X86_64),
+            "aarch64" | "arm64" => Ok(Arch::Aarch64),
+            other => Err(UnknownArch(other.to_string())),
         }
     }
 }

@@ -7,6 +7,9 @@
 //! loaders, no compilers, no transports, no I/O.
 //!
 //! - [`abi`]: how native extension code is called and calls helpers.
+//! - [`helpers`]: the helper table — every helper's number, name, argument and result kinds,
+//!   and the implementations that bind it — which the verifier and every helper
+//!   implementation derive from.
 //! - [`layout`]: the region's structures (header, the collective update record in page 0,
 //!   context table, hook slots, thread slots, counters, XState meta table and map objects).
 //! - [`geometry`]: where sections go for given capacities, and [`geometry::check_header`],
@@ -21,4 +24,5 @@
 
 pub mod abi;
 pub mod geometry;
+pub mod helpers;
 pub mod layout;

@@ -13,8 +13,9 @@
 //! ([`best_ns`]), in nanoseconds per operation. `RDX_BENCH=hook` (or `maps`) runs one half
 //! only, without the kernel baselines: for `perf record` and quick before/after checks.
 
+use rdx_region::helpers::HelperId;
 use rdx_region::layout::{active_word, offsets, MapType, SectionId};
-use rdx_runtime::{helper_ids, HookSpec, Runtime, HELPERS};
+use rdx_runtime::{hook_helper, HookSpec, Runtime};
 use rdx_transport::shm::ShmTransport;
 use rdx_transport::xstate::{self, Copies, MapSpec, UPDATE_ANY};
 use rdx_transport::Transport;
@@ -63,12 +64,8 @@ fn row(name: &str, ns: f64, note: &str) {
     println!("  {name:<46} {ns:>9.2} ns  {note}");
 }
 
-fn helper(id: u32) -> rdx_region::abi::HelperFn {
-    HELPERS
-        .iter()
-        .find(|h| h.id == id)
-        .expect("built-in helper")
-        .func
+fn helper(id: HelperId) -> rdx_region::abi::HelperFn {
+    hook_helper(id).expect("built-in helper")
 }
 
 /// File offset of `addr` in this executable, from /proc/self/maps.
@@ -242,15 +239,16 @@ fn main() {
 
     // Deploy `r0 = 42; exit` into the trivial hook, as a control plane would.
     let insns = rdx_bpf::asm::assemble("mov %r0, 42\nexit").unwrap();
-    let opts = rdx_jit::CompileOptions::new(rdx_jit::Arch::X86_64, rdx_jit::Build::Generic);
-    let (artifact, _) = rdx_jit::Compiler::new(rdx_jit::Arch::X86_64)
+    let opts =
+        rdx_jit::CompileOptions::new(rdx_region::layout::Arch::X86_64, rdx_jit::Build::Generic);
+    let (artifact, _) = rdx_jit::Compiler::new(rdx_region::layout::Arch::X86_64)
         .unwrap()
         .compile(&insns, &opts)
         .unwrap();
     let code_at = info.section(SectionId::Code).offset;
     let linked = rdx_jit::link::link(
         &artifact,
-        rdx_jit::LinkTarget::new(rdx_jit::Arch::X86_64),
+        rdx_jit::LinkTarget::new(rdx_region::layout::Arch::X86_64),
         &|_: &rdx_jit::Symbol| None,
         info.base_address + code_at,
     )
@@ -403,8 +401,8 @@ fn main() {
         })
         .collect();
     let (lookup, update) = (
-        helper(helper_ids::MAP_LOOKUP_ELEM),
-        helper(helper_ids::MAP_UPDATE_ELEM),
+        helper(HelperId::MAP_LOOKUP_ELEM),
+        helper(HelperId::MAP_UPDATE_ELEM),
     );
     let (array_addr, hash_addr) = (
         info.base_address + array.offset,

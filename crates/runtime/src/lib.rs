@@ -36,7 +36,7 @@ mod mapping;
 mod runtime;
 mod thread;
 
-pub use helpers::{helper_ids, HELPERS};
+pub use helpers::hook_helper;
 /// Queued mode: deoptimised runs finished by a fallback worker thread (`docs/deopt.md`).
 pub use hook::queued;
 pub use hook::{Hook, HookSpec, HookStats};

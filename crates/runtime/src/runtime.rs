@@ -1,6 +1,6 @@
 //! `ctx_init`, `ctx_register`, `ctx_teardown` and the exports of the context table.
 
-use crate::helpers::HELPERS;
+use crate::helpers;
 use crate::hook::queued::{Completed, FallbackWorker, QueuedFallback};
 use crate::hook::{Hook, HookSpec, HookStats};
 use crate::inner::{Exports, Inner};
@@ -142,7 +142,12 @@ impl RuntimeBuilder {
                 "trace ring larger than half the scratchpad".into(),
             ));
         }
-        if (HELPERS.iter().map(|h| h.id).max().unwrap_or(0)) >= params.helper_capacity {
+        if (helpers::published()
+            .map(|(h, _)| h.id.get())
+            .max()
+            .unwrap_or(0))
+            >= params.helper_capacity
+        {
             return Err(RuntimeError::Config(
                 "helper table smaller than the built-in helper ids".into(),
             ));
@@ -202,10 +207,15 @@ impl RuntimeBuilder {
             table.size,
             HELPER_TABLE_SYMBOL,
         )?;
-        for h in HELPERS {
-            rt.inner.set_helper(h.id, h.func)?;
-            rt.inner
-                .export(ContextKind::Helper, h.id, h.func as usize as u64, 0, h.name)?;
+        for (h, f) in helpers::published() {
+            rt.inner.set_helper(h.id.get(), f)?;
+            rt.inner.export(
+                ContextKind::Helper,
+                h.id.get(),
+                f as usize as u64,
+                0,
+                h.name,
+            )?;
         }
         for (name, spec) in &self.hooks {
             rt.declare_hook(name, *spec)?;

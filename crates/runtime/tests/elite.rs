@@ -6,9 +6,8 @@
 
 #![cfg(target_arch = "x86_64")]
 
-use rdx_jit::{
-    branch_sites, Arch, Build, CompileOptions, Compiler, Expect, LinkTarget, Speculation,
-};
+use rdx_jit::{branch_sites, Build, CompileOptions, Compiler, Expect, LinkTarget, Speculation};
+use rdx_region::layout::Arch;
 use rdx_region::layout::{active_word, offsets, SectionId};
 use rdx_runtime::{HookSpec, Runtime};
 use rdx_transport::shm::ShmTransport;

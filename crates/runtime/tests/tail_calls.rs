@@ -12,12 +12,14 @@ use rdx_bpf::helpers::{HelperCtx, HelperError, Helpers};
 use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::isa::{ImmKind, Insn};
 use rdx_bpf::maps::MapSet;
-use rdx_bpf::program::{MapDef, MapOrigin, MapType as BpfMapType};
+use rdx_bpf::program::{MapDef, MapOrigin};
 use rdx_jit::link::{link, LinkTarget};
 use rdx_jit::{
-    branch_sites, Arch, Build, CompileOptions, Compiler, Expect, Pipeline, Speculation, Symbol,
+    branch_sites, Build, CompileOptions, Compiler, Expect, Pipeline, Speculation, Symbol,
 };
 use rdx_region::abi::{FallbackLocator, FALLBACK_MAGIC};
+use rdx_region::helpers::HelperId;
+use rdx_region::layout::Arch;
 use rdx_region::layout::{active_word, offsets, MapType, SectionId, MAP_ALIGN};
 use rdx_runtime::{HookSpec, Runtime};
 use rdx_transport::context::read_context;
@@ -223,10 +225,13 @@ fn interp_tail_call(cx: &mut HelperCtx<'_, '_>, a: [u64; 5]) -> Result<u64, Help
 /// Returns the run's result and the context after it.
 fn interpret(entry: &[Insn], targets: &[Option<Vec<Insn>>], ctx: Ctx) -> (u64, Ctx) {
     let mut helpers = Helpers::standard();
-    helpers.register(12, "bpf_tail_call", interp_tail_call);
+    helpers.register(
+        rdx_region::helpers::by_id(HelperId::TAIL_CALL).unwrap(),
+        interp_tail_call,
+    );
     let maps = MapSet::new(&[MapDef {
         name: "progs".into(),
-        map_type: BpfMapType::Array,
+        map_type: MapType::Array.into(),
         key_size: 4,
         value_size: 4,
         max_entries: 4,

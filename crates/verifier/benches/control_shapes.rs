@@ -11,7 +11,8 @@
 //! kernel column.
 
 use rdx_bpf::isa::Insn;
-use rdx_bpf::{MapDef, MapOrigin, MapType, Program};
+use rdx_bpf::{MapDef, MapOrigin, Program};
+use rdx_region::layout::MapType;
 use rdx_test_support::programs::{generate, path_sensitive, Shape};
 use rdx_verifier::{verify_insns, EimSpec, VerifyOptions};
 use std::time::{Duration, Instant};
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 fn array(name: &str, value_size: u32, max_entries: u32) -> MapDef {
     MapDef {
         name: name.into(),
-        map_type: MapType::Array,
+        map_type: MapType::Array.into(),
         key_size: 4,
         value_size,
         max_entries,

@@ -7,7 +7,8 @@
 //! every few blocks.
 
 use rdx_bpf::isa::{AluOp, CallTarget, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width};
-use rdx_bpf::{MapDef, MapOrigin, MapType, Program};
+use rdx_bpf::{MapDef, MapOrigin, Program};
+use rdx_region::layout::MapType;
 use rdx_verifier::{verify_insns, KernelProgType, VerifyOptions};
 use std::time::{Duration, Instant};
 
@@ -144,7 +145,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 fn main() {
     let maps = vec![MapDef {
         name: "table".into(),
-        map_type: MapType::Array,
+        map_type: MapType::Array.into(),
         key_size: 4,
         value_size: 8,
         max_entries: 4,

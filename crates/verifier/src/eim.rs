@@ -559,7 +559,7 @@ impl EimSpec {
             })?;
             helpers_map.insert(id, helpers::standard(id).expect("known helper"));
         }
-        for id in [1, 2, 3, 5, 6, 7, 8, 12, 26, 130, 131, 132, 133] {
+        for id in helpers::standard_ids() {
             if !helpers_map.contains_key(&id) {
                 if let Some(p) = helpers::standard(id) {
                     denied.insert(

@@ -4,6 +4,7 @@
 //! ([`Env::kernel`]) or from an EIM spec ([`crate::eim`]).
 
 use crate::helpers::{self, HelperProto};
+use rdx_region::helpers::HelperId;
 use std::collections::BTreeMap;
 
 /// How a context field may be accessed.
@@ -197,7 +198,9 @@ impl Env {
     /// The kernel-compatible environment of a program type: its context structure and the
     /// standard helpers (see `docs/verifier.md` for the exact list).
     pub fn kernel(ty: KernelProgType) -> Env {
-        let (name, ctx, ids): (&str, CtxLayout, &[i32]) = match ty {
+        // Socket filters get every verified helper of the table; XDP programs every one but
+        // `skb_load_bytes`, which reads a socket buffer they do not have (as in the kernel).
+        let (name, ctx, no_skb): (&str, CtxLayout, bool) = match ty {
             KernelProgType::SocketFilter => {
                 let mut fields = Vec::new();
                 for (i, n) in [
@@ -229,7 +232,7 @@ impl Env {
                         aligned_access: true,
                         narrow_reads: true,
                     },
-                    &[1, 2, 3, 5, 6, 7, 8, 12, 26, 130, 131, 132, 133],
+                    false,
                 )
             }
             KernelProgType::Xdp => (
@@ -247,16 +250,16 @@ impl Env {
                     aligned_access: true,
                     narrow_reads: false,
                 },
-                &[1, 2, 3, 5, 6, 7, 8, 12, 130, 131, 132, 133],
+                true,
             ),
         };
         Env {
             name: name.into(),
             eim: false,
             ctx,
-            helpers: ids
-                .iter()
-                .filter_map(|id| helpers::standard(*id).map(|p| (*id, p)))
+            helpers: helpers::standard_ids()
+                .filter(|id| !(no_skb && *id == HelperId::SKB_LOAD_BYTES.imm()))
+                .filter_map(|id| helpers::standard(id).map(|p| (id, p)))
                 .collect(),
             denied_helpers: BTreeMap::new(),
             vars: Vec::new(),

@@ -610,7 +610,7 @@ impl<'a> Explorer<'a> {
                         } else {
                             // Direct value access exists for one-element arrays (global
                             // data) only: a program array's element is a jump word.
-                            if m.map_type != rdx_bpf::MapType::Array {
+                            if m.map_type != rdx_region::layout::MapType::Array {
                                 return Err(Violation::new(
                                     Rule::InvalidMemBase,
                                     format!(

@@ -1,8 +1,13 @@
 //! Helper prototypes: what each argument register must hold and what `r0` holds afterwards.
-//! The standard helpers keep the kernel's ids so that objects written for libbpf call them
-//! unchanged; host functions and variables of an EIM spec get the ids their spec assigns.
+//! The standard helpers' prototypes are derived from the ABI's helper table
+//! ([`rdx_region::helpers`], which keeps the kernel's ids so that objects written for libbpf
+//! call them unchanged); host functions and variables of an EIM spec get the ids and
+//! prototypes their spec assigns.
 
 use crate::scalar::Scalar;
+use rdx_bpf::ObjectMapType;
+use rdx_region::helpers::{by_id, ArgKind, Helper, HelperId, RetKind, HELPERS};
+use rdx_region::layout::MapType;
 
 /// What an argument register must hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,19 +107,16 @@ impl HelperProto {
     }
 }
 
-const RINGBUF: u32 = 27;
-const PROG_ARRAY: u32 = 3;
-
 /// Whether the data-map helpers (`map_lookup_elem`, `map_update_elem`, `map_delete_elem`)
 /// may take a map of this type. Program arrays are excluded because their elements are the
 /// jump words `bpf_tail_call` enters (a program writing one would choose native code the
 /// host runs); ring buffers because their memory is records, not values; types rdx does
 /// not run because no plane implements them.
-pub fn is_data_map(ty: rdx_bpf::MapType) -> bool {
-    use rdx_bpf::MapType as M;
+pub fn is_data_map(ty: ObjectMapType) -> bool {
+    use MapType as M;
     matches!(
-        ty,
-        M::Hash | M::Array | M::PerCpuHash | M::PerCpuArray | M::LpmTrie
+        ty.supported(),
+        Some(M::Hash | M::Array | M::PerThreadHash | M::PerThreadArray | M::LpmTrie)
     )
 }
 
@@ -122,91 +124,89 @@ pub fn is_data_map(ty: rdx_bpf::MapType) -> bool {
 /// that `ptr + size` never overflows in the bounds checks.
 pub const MAX_MEM_ARG: u64 = 1 << 29;
 
-/// The standard helper of kernel id `id`, if rdx knows it.
+/// The prototype of the verified helper `id` of the ABI table ([`rdx_region::helpers`]), if
+/// there is one.
 pub fn standard(id: i32) -> Option<HelperProto> {
-    use Arg::*;
-    let any = Ret::Scalar(crate::scalar::Scalar::UNKNOWN);
-    let u32r = Ret::Scalar(crate::scalar::Scalar::urange(0, u32::MAX as u64));
-    Some(match id {
-        1 => HelperProto::new(
-            "map_lookup_elem",
-            vec![DataMap, MapKey],
-            Ret::MapValueOrNull,
-        ),
-        2 => HelperProto::new(
-            "map_update_elem",
-            vec![DataMap, MapKey, MapValue, Scalar],
-            any,
-        ),
-        3 => HelperProto::new("map_delete_elem", vec![DataMap, MapKey], any),
-        5 => HelperProto::new("ktime_get_ns", vec![], any),
-        6 => HelperProto::new(
-            "trace_printk",
-            vec![
-                ReadMem { size_arg: 1 },
-                Size {
-                    max: MAX_MEM_ARG,
-                    declared: false,
-                },
-            ],
-            any,
-        ),
-        7 => HelperProto::new("get_prandom_u32", vec![], u32r),
-        8 => HelperProto::new("get_smp_processor_id", vec![], u32r),
-        12 => HelperProto {
-            tail_call: true,
-            ..HelperProto::new(
-                "tail_call",
-                vec![
-                    Ctx,
-                    Map {
-                        ty: Some(PROG_ARRAY),
-                    },
-                    Scalar,
-                ],
-                any,
-            )
-        },
-        26 => HelperProto::new(
-            "skb_load_bytes",
-            vec![
-                Ctx,
-                Scalar,
-                WriteMem { size_arg: 3 },
-                Size {
-                    max: MAX_MEM_ARG,
-                    declared: false,
-                },
-            ],
-            any,
-        ),
-        130 => HelperProto::new(
-            "ringbuf_output",
-            vec![
-                Map { ty: Some(RINGBUF) },
-                ReadMem { size_arg: 2 },
-                Size {
-                    max: MAX_MEM_ARG,
-                    declared: false,
-                },
-                Scalar,
-            ],
-            any,
-        ),
-        131 => HelperProto::new(
-            "ringbuf_reserve",
-            vec![Map { ty: Some(RINGBUF) }, ConstSize, Scalar],
-            Ret::RecordOrNull,
-        ),
-        132 => HelperProto::new("ringbuf_submit", vec![Record, Scalar], any),
-        133 => HelperProto::new("ringbuf_discard", vec![Record, Scalar], any),
-        _ => return None,
-    })
+    let helper = rdx_region::helpers::by_id(HelperId::from_imm(id)?)?;
+    helper.verified.then(|| proto_of(helper))
 }
 
-/// Names of the standard helpers, for EIM classes that grant them by name.
+/// The verified helper of canonical name `name`, for EIM classes that grant helpers by name.
 pub fn standard_by_name(name: &str) -> Option<i32> {
-    [1, 2, 3, 5, 6, 7, 8, 12, 26, 130, 131, 132, 133]
-        .into_iter()
-        .find(|id| standard(*id).is_some_and(|p| p.name == name))
+    rdx_region::helpers::by_name(name)
+        .filter(|h| h.verified)
+        .map(|h| h.id.imm())
+}
+
+/// The ids of every verified helper of the ABI table.
+pub fn standard_ids() -> impl Iterator<Item = i32> {
+    HELPERS
+        .iter()
+        .filter(|h| h.verified && by_id(h.id) == Some(*h))
+        .map(|h| h.id.imm())
+}
+
+/// The verifier's reading of a table entry: each ABI kind becomes the argument type whose
+/// checks prove what the kind promises implementations.
+fn proto_of(helper: &Helper) -> HelperProto {
+    let mem_size = Arg::Size {
+        max: MAX_MEM_ARG,
+        declared: false,
+    };
+    let args = helper
+        .args
+        .iter()
+        .map(|kind| match *kind {
+            ArgKind::Scalar => Arg::Scalar,
+            ArgKind::Ctx => Arg::Ctx,
+            ArgKind::DataMap => Arg::DataMap,
+            ArgKind::ProgArray => Arg::Map {
+                ty: Some(MapType::ProgArray as u32),
+            },
+            ArgKind::RingBuf => Arg::Map {
+                ty: Some(MapType::RingBuf as u32),
+            },
+            ArgKind::MapKey => Arg::MapKey,
+            ArgKind::MapValue => Arg::MapValue,
+            ArgKind::ReadMem { size_arg } => Arg::ReadMem {
+                size_arg: size_arg as usize,
+            },
+            ArgKind::WriteMem { size_arg } => Arg::WriteMem {
+                size_arg: size_arg as usize,
+            },
+            ArgKind::MemSize => mem_size,
+            ArgKind::ConstSize => Arg::ConstSize,
+            ArgKind::Record => Arg::Record,
+        })
+        .collect();
+    let ret = match helper.ret {
+        RetKind::Scalar | RetKind::TailCall => Ret::Scalar(Scalar::UNKNOWN),
+        RetKind::U32 => Ret::Scalar(Scalar::urange(0, u32::MAX as u64)),
+        RetKind::MapValueOrNull => Ret::MapValueOrNull,
+        RetKind::RecordOrNull => Ret::RecordOrNull,
+    };
+    HelperProto {
+        tail_call: helper.ret == RetKind::TailCall,
+        ..HelperProto::new(helper.name, args, ret)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_verified_entry_has_a_prototype_and_no_other() {
+        for h in HELPERS.iter().filter(|h| by_id(h.id) == Some(*h)) {
+            let proto = standard(h.id.imm());
+            assert_eq!(proto.is_some(), h.verified, "{}", h.name);
+            if let Some(p) = proto {
+                assert_eq!(p.name, h.name);
+                assert_eq!(p.args.len(), h.args.len());
+                assert_eq!(standard_by_name(h.name), Some(h.id.imm()));
+            }
+        }
+        assert_eq!(standard(-1), None);
+        assert_eq!(standard_by_name("bpf_map_lookup_elem"), None);
+    }
 }

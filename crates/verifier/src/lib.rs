@@ -46,7 +46,8 @@ pub use env::{Env, KernelProgType};
 pub use error::{Rule, VerifyError};
 
 use rdx_bpf::isa::Insn;
-use rdx_bpf::{MapDef, MapType, Program};
+use rdx_bpf::{MapDef, ObjectMapType, Program};
+use rdx_region::layout::MapType;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// How much the verifier records.
@@ -201,10 +202,10 @@ pub struct Verified {
 /// size). Per-thread maps count one copy; the runtime multiplies by its thread slots.
 pub fn map_memory(m: &MapDef) -> u64 {
     let (k, v, n) = (m.key_size as u64, m.value_size as u64, m.max_entries as u64);
-    match m.map_type {
-        MapType::Array | MapType::PerCpuArray => v * n,
-        MapType::RingBuf => n,
-        MapType::ProgArray => 8 * n,
+    match m.map_type.supported() {
+        Some(MapType::Array | MapType::PerThreadArray) => v * n,
+        Some(MapType::RingBuf) => n,
+        Some(MapType::ProgArray) => 8 * n,
         _ => (k + v) * n,
     }
 }
@@ -239,7 +240,7 @@ pub fn verify_insns(
         ));
     }
     for (i, m) in maps.iter().enumerate() {
-        if let MapType::Other(t) = m.map_type {
+        if let ObjectMapType::Other(t) = m.map_type {
             return Err(VerifyError::global(
                 Rule::Unsupported,
                 format!("map {i} `{}` has unsupported type {t}", m.name),

@@ -224,7 +224,7 @@ proptest! {
     fn arbitrary_instructions_never_panic(insns in proptest::collection::vec(any_insn(), 1..40)) {
         let maps = [rdx_bpf::MapDef {
             name: "m".into(),
-            map_type: rdx_bpf::MapType::Array,
+            map_type: rdx_region::layout::MapType::Array.into(),
             key_size: 4,
             value_size: 16,
             max_entries: 1,

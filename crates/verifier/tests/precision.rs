@@ -14,7 +14,8 @@
 //! `bpf(BPF_PROG_LOAD)` as root) is required to be the same.
 
 use rdx_bpf::isa::{ImmKind, Insn};
-use rdx_bpf::{MapDef, MapOrigin, MapType, Program};
+use rdx_bpf::{MapDef, MapOrigin, Program};
+use rdx_region::layout::MapType;
 use rdx_verifier::{verify_insns, EimSpec, KernelProgType, Rule, VerifyError, VerifyOptions};
 use std::path::Path;
 
@@ -46,7 +47,7 @@ fn assemble(text: &str) -> Vec<Insn> {
 fn map16() -> Vec<MapDef> {
     vec![MapDef {
         name: "vals".into(),
-        map_type: MapType::Array,
+        map_type: MapType::Array.into(),
         key_size: 4,
         value_size: 16,
         max_entries: 1,

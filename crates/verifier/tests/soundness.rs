@@ -16,7 +16,8 @@ use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{self, Vm, XdpMd};
 use rdx_bpf::isa::{AluOp, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width};
 use rdx_bpf::maps::MapSet;
-use rdx_bpf::{MapDef, MapOrigin, MapType};
+use rdx_bpf::{MapDef, MapOrigin};
+use rdx_region::layout::MapType;
 use rdx_verifier::{verify_insns, KernelProgType, Rule, VerifyOptions};
 
 mod embedding;
@@ -28,7 +29,7 @@ use std::cell::Cell;
 fn table() -> MapDef {
     MapDef {
         name: "table".into(),
-        map_type: MapType::Array,
+        map_type: MapType::Array.into(),
         key_size: 4,
         value_size: 32,
         max_entries: 4,
@@ -671,7 +672,7 @@ fn a_value_pointer_kept_across_its_delete_embeds() {
     }
     let maps = [MapDef {
         name: "flows".into(),
-        map_type: MapType::Hash,
+        map_type: MapType::Hash.into(),
         key_size: 8,
         value_size: 8,
         max_entries: 4,

@@ -23,7 +23,9 @@ use rdx_bpf::helpers::{HelperCtx, HelperError, Helpers};
 use rdx_bpf::interp::{self, SkBuff, Vm, XdpMd};
 use rdx_bpf::isa::{AluOp, CallTarget, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width};
 use rdx_bpf::maps::MapSet;
-use rdx_bpf::{MapDef, MapOrigin, MapType};
+use rdx_bpf::{MapDef, MapOrigin};
+use rdx_region::helpers::HelperId;
+use rdx_region::layout::MapType;
 use rdx_verifier::embed::{run_embedded, EmbeddedRun};
 use rdx_verifier::{verify_insns, KernelProgType, Rule, VerifyOptions};
 use std::cell::RefCell;
@@ -32,7 +34,7 @@ use std::collections::BTreeMap;
 fn map(name: &str, map_type: MapType, key_size: u32, value_size: u32, max: u32) -> MapDef {
     MapDef {
         name: name.into(),
-        map_type,
+        map_type: map_type.into(),
         key_size,
         value_size,
         max_entries: max,
@@ -50,7 +52,7 @@ fn maps() -> Vec<MapDef> {
         map("flows", MapType::Hash, 8, 8, 16),
         map("jmp", MapType::ProgArray, 4, 4, 4),
         map("events", MapType::RingBuf, 0, 0, 4096),
-        map("percpu", MapType::PerCpuArray, 4, 16, 2),
+        map("percpu", MapType::PerThreadArray, 4, 16, 2),
     ]
 }
 
@@ -62,7 +64,10 @@ fn empty_tail_call(_: &mut HelperCtx<'_, '_>, _: [u64; 5]) -> Result<u64, Helper
 
 fn helpers() -> Helpers {
     let mut h = Helpers::standard();
-    h.register(12, "bpf_tail_call", empty_tail_call);
+    h.register(
+        rdx_region::helpers::by_id(HelperId::TAIL_CALL).unwrap(),
+        empty_tail_call,
+    );
     h
 }
 
@@ -661,9 +666,9 @@ fn check_program(
     // accepted program may touch its elements, and the tail-call helper here ignores it).
     let run_maps: Vec<MapDef> = maps
         .iter()
-        .map(|m| match m.map_type {
-            MapType::ProgArray => MapDef {
-                map_type: MapType::Array,
+        .map(|m| match m.map_type.supported() {
+            Some(MapType::ProgArray) => MapDef {
+                map_type: MapType::Array.into(),
                 ..m.clone()
             },
             _ => m.clone(),

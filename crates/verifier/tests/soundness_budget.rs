@@ -12,7 +12,8 @@ use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{self, Input, RunErrorKind, Vm};
 use rdx_bpf::isa::{AluOp, CallTarget, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width};
 use rdx_bpf::maps::MapSet;
-use rdx_bpf::{MapDef, MapOrigin, MapType};
+use rdx_bpf::{MapDef, MapOrigin};
+use rdx_region::layout::MapType;
 use rdx_verifier::{verify_insns, EimSpec, VerifyOptions};
 use std::cell::Cell;
 
@@ -292,7 +293,7 @@ fn accepted_budgeted_programs_run_safely() {
     let opts = VerifyOptions::eim(&spec, "buf", "metered").unwrap();
     let maps = [MapDef {
         name: "t".into(),
-        map_type: MapType::Array,
+        map_type: MapType::Array.into(),
         key_size: 4,
         value_size: 32,
         max_entries: 1,

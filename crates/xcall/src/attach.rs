@@ -13,6 +13,7 @@
 use crate::plan::{ExportInfo, Plan, SlotEntry, EXPORT_SERIALIZED};
 use crate::{callee, XcallError, MAX_ARGS, MAX_EXPORTS, MAX_SLOTS};
 use rdx_region::geometry::{check_header, HeaderInfo};
+use rdx_region::helpers::HelperId;
 use rdx_region::layout::{Arch, HookSlot, SectionId, ThreadSlot};
 use rdx_transport::local::LocalRegion;
 use std::os::fd::IntoRawFd;
@@ -273,7 +274,7 @@ fn map_region(
         unsafe {
             words
                 .add(id)
-                .write(callee::helper_for(id as u32) as usize as u64)
+                .write(callee::helper_for(HelperId::new(id as u32)) as usize as u64)
         };
     }
     Ok((info, len))

@@ -11,6 +11,7 @@ use crate::attach::ServiceMap;
 use crate::call::{current, Current};
 use crate::{errno, REPLY_ID};
 use rdx_region::abi::HelperFn;
+use rdx_region::helpers::{Binders, HelperId};
 use rdx_region::layout::{offsets, MapHeader, MapType, MAP_ALIGN};
 use rdx_transport::xstate::{self, Copies, MapRef};
 use rdx_transport::Transport;
@@ -18,23 +19,43 @@ use std::cell::Cell;
 use std::mem::size_of;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Helper ids a cross-sandbox callee may call (the deploy step refuses any other).
-pub const CALLEE_HELPERS: &[u32] = &[1, 2, 3, 5, 7, 8, REPLY_ID];
+/// Whether a cross-sandbox callee may call helper `id` (the deploy step refuses any other):
+/// the entries of the ABI's helper table bound by [`Binders::CALLEE`], and `xcall_reply`.
+pub fn callee_may_call(id: HelperId) -> bool {
+    callee_helper(id).is_some()
+}
+
+/// The ids [`callee_may_call`] allows, in order.
+pub fn callee_helper_ids() -> Vec<u32> {
+    let mut ids: Vec<u32> = rdx_region::helpers::bound_by(Binders::CALLEE)
+        .map(|h| h.id.get())
+        .chain([REPLY_ID])
+        .collect();
+    ids.sort_unstable();
+    ids
+}
 
 const EINVAL: u64 = (-(libc::EINVAL as i64)) as u64;
 
-/// The function behind helper-table entry `id` in attached regions.
-pub(crate) fn helper_for(id: u32) -> HelperFn {
-    match id {
-        1 => map_lookup_elem,
-        2 => map_update_elem,
-        3 => map_delete_elem,
-        5 => ktime_get_ns,
-        7 => get_prandom_u32,
-        8 => get_smp_processor_id,
-        REPLY_ID => reply,
-        _ => unsupported,
-    }
+/// The callee's implementation of helper `id`: the table entries bound by
+/// [`Binders::CALLEE`] and `xcall_reply`.
+fn callee_helper(id: HelperId) -> Option<HelperFn> {
+    Some(match id {
+        HelperId::MAP_LOOKUP_ELEM => map_lookup_elem,
+        HelperId::MAP_UPDATE_ELEM => map_update_elem,
+        HelperId::MAP_DELETE_ELEM => map_delete_elem,
+        HelperId::KTIME_GET_NS => ktime_get_ns,
+        HelperId::GET_PRANDOM_U32 => get_prandom_u32,
+        HelperId::GET_SMP_PROCESSOR_ID => get_smp_processor_id,
+        id if id.get() == REPLY_ID => reply,
+        _ => return None,
+    })
+}
+
+/// The function behind helper-table entry `id` in attached regions: [`errno::NO_HELPER`]
+/// for any helper a callee may not call.
+pub(crate) fn helper_for(id: HelperId) -> HelperFn {
+    callee_helper(id).unwrap_or(unsupported)
 }
 
 /// Lines of a thread's map cache per service (direct-mapped by header address).
@@ -146,18 +167,9 @@ unsafe fn lookup_other(cur: &Current, m: &MapRef, key: u64) -> u64 {
     let key = unsafe { bytes(key, m.key_size as usize) };
     let copy = if m.copies > 1 { cur.thread_slot() } else { 0 };
     let svc = cur.svc();
-    // Hash and array maps through the fast paths for a mapping in this process's memory (the
-    // runtime's own helpers use the same ones), the rest through the generic code.
-    let found = match m.map_type {
-        MapType::Hash | MapType::PerThreadHash => {
-            xstate::hash::local::lookup_ref(&svc.data, m, key, copy)
-        }
-        MapType::Array | MapType::PerThreadArray => xstate::array::local::lookup_ref(m, key, copy),
-        // Program arrays hold jump words and ring buffers records: not program data.
-        MapType::ProgArray | MapType::RingBuf => None,
-        _ => xstate::lookup_ref(&svc.data, m, key, copy).ok().flatten(),
-    };
-    match found {
+    // The map helpers' operations for a mapping in this process (the runtime's own helpers
+    // call the same ones).
+    match xstate::local::lookup_ref(&svc.data, m, key, copy) {
         Some(off) => svc.base + off,
         None => 0,
     }
@@ -180,23 +192,7 @@ unsafe extern "C" fn map_update_elem(map: u64, key: u64, value: u64, flags: u64,
     } else {
         Copies::All
     };
-    let (r, token) = (&cur.svc().data, token(&cur));
-    let done = match m.map_type {
-        MapType::Hash | MapType::PerThreadHash => {
-            xstate::hash::local::update(r, m, key, value, flags, copies, token)
-        }
-        MapType::Array | MapType::PerThreadArray => {
-            xstate::array::local::update(r, m, key, value, flags, copies, token)
-        }
-        // A program cannot write a jump word (`version << 32 | code offset`) of a program
-        // array, nor a ring buffer's records, whatever the verifier let through.
-        MapType::ProgArray | MapType::RingBuf => return EINVAL,
-        _ => xstate::update(r, m, key, value, flags, copies, token),
-    };
-    match done {
-        Ok(()) => 0,
-        Err(e) => e.errno() as u64,
-    }
+    xstate::local::update(&cur.svc().data, m, key, value, flags, copies, token(&cur))
 }
 
 unsafe extern "C" fn map_delete_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
@@ -204,15 +200,9 @@ unsafe extern "C" fn map_delete_elem(map: u64, key: u64, _: u64, _: u64, _: u64)
     let Some(m) = map_at(&cur, map) else {
         return EINVAL;
     };
-    if matches!(m.map_type, MapType::ProgArray | MapType::RingBuf) {
-        return EINVAL;
-    }
     // SAFETY: the verifier proved `key` readable for the map's key size.
     let key = unsafe { bytes(key, m.key_size as usize) };
-    match xstate::delete(&cur.svc().data, m, key, token(&cur)) {
-        Ok(()) => 0,
-        Err(e) => e.errno() as u64,
-    }
+    xstate::local::delete(&cur.svc().data, m, key, token(&cur))
 }
 
 unsafe extern "C" fn ktime_get_ns(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
@@ -272,4 +262,19 @@ pub(crate) unsafe extern "C" fn reply(data: u64, len: u64, _: u64, _: u64, _: u6
         }
     }
     len
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binds_exactly_the_callee_entries_of_the_table_and_the_reply() {
+        let implemented: Vec<u32> = (0..4096)
+            .filter(|id| callee_may_call(HelperId::new(*id)))
+            .collect();
+        assert_eq!(implemented, callee_helper_ids());
+        assert!(callee_helper_ids().contains(&REPLY_ID));
+        assert!(rdx_region::helpers::by_id(HelperId::new(REPLY_ID)).is_none());
+    }
 }

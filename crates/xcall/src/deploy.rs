@@ -4,21 +4,25 @@
 //! through the region's helper table (`HelperCalls::Table`) instead of by absolute address,
 //! because it will run in other processes whose helper implementations live elsewhere; and
 //! the program may call only the helpers that have a cross-sandbox meaning
-//! ([`CALLEE_HELPERS`]). Publication, versions, rollback and reclamation are CodeFlow's: the
+//! ([`callee_may_call`]). Publication, versions, rollback and reclamation are CodeFlow's: the
 //! entry's code lives in the hook of the same name, and callers in other processes hold
 //! thread slots in the callee's region, so reclamation waits for them too.
 
-use crate::callee::CALLEE_HELPERS;
+use crate::callee::{callee_helper_ids, callee_may_call};
 use rdx_bpf::isa::{CallTarget, Insn};
 use rdx_control::{CodeFlow, Compiled, ControlError, Extension, Published};
 use rdx_jit::{Build, CompileOptions, Compiler, HelperCalls};
+use rdx_region::helpers::HelperId;
 use sha2::{Digest, Sha256};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
     #[error(transparent)]
     Control(#[from] ControlError),
-    #[error("instruction {pc}: helper {id} is not available to cross-sandbox callees (allowed: {CALLEE_HELPERS:?})")]
+    #[error(
+        "instruction {pc}: helper {id} is not available to cross-sandbox callees (allowed: {:?})",
+        callee_helper_ids()
+    )]
     UnsupportedHelper { pc: usize, id: i64 },
     #[error("instruction {pc}: callx is not available to cross-sandbox callees")]
     IndirectCall { pc: usize },
@@ -37,7 +41,7 @@ pub fn check_callee_helpers(insns: &[Insn]) -> Result<(), DeployError> {
     for (pc, insn) in insns.iter().enumerate() {
         match insn {
             Insn::Call(CallTarget::Helper(id))
-                if !CALLEE_HELPERS.iter().any(|h| *h as i64 == *id as i64) =>
+                if !HelperId::from_imm(*id).is_some_and(callee_may_call) =>
             {
                 return Err(DeployError::UnsupportedHelper { pc, id: *id as i64 })
             }
@@ -75,10 +79,7 @@ pub fn deploy_export(
     }
     let checked = cf.validate_code(ext, entry, class)?;
     check_callee_helpers(&ext.insns)?;
-    let arch = match cf.arch() {
-        rdx_region::layout::Arch::X86_64 => rdx_jit::Arch::X86_64,
-        rdx_region::layout::Arch::Aarch64 => rdx_jit::Arch::Aarch64,
-    };
+    let arch = cf.arch();
     let mut opts = CompileOptions::new(arch, Build::Generic);
     opts.needs_budget = checked.facts.needs_budget;
     opts.helper_calls = HelperCalls::Table {

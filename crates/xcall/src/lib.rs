@@ -55,7 +55,7 @@ pub mod eim;
 pub mod plan;
 pub mod service;
 
-pub use callee::CALLEE_HELPERS;
+pub use callee::{callee_helper_ids, callee_may_call};
 
 use std::path::PathBuf;
 

@@ -6,7 +6,7 @@
 
 use rdx_jit::link::{link, LinkTarget};
 use rdx_jit::{Build, CompileOptions, Compiler, Symbol};
-use rdx_region::layout::{active_word, offsets, ContextKind, MapType, SectionId};
+use rdx_region::layout::{active_word, offsets, ContextKind, SectionId};
 use rdx_transport::context::read_context;
 use rdx_transport::shm::ShmTransport;
 use rdx_transport::xstate::{self, MapSpec};
@@ -93,7 +93,7 @@ fn deployed_get_and_set_extensions_change_the_servers_answers() {
     assert_eq!(obj.maps.len(), 1);
     let def = &obj.maps[0];
     let spec = MapSpec {
-        map_type: MapType::from_u32(def.map_type.to_kernel()).unwrap(),
+        map_type: def.map_type.supported().unwrap(),
         key_size: def.key_size,
         value_size: def.value_size,
         max_entries: def.max_entries,
@@ -108,7 +108,7 @@ fn deployed_get_and_set_extensions_change_the_servers_answers() {
         &spec,
     )
     .unwrap();
-    let compiler = Compiler::new(rdx_jit::Arch::X86_64).unwrap();
+    let compiler = Compiler::new(rdx_region::layout::Arch::X86_64).unwrap();
     let mut code_at = info.section(SectionId::Code).offset;
     for prog in &obj.programs {
         let hook = prog.section.strip_prefix("rdx/").unwrap();
@@ -120,7 +120,7 @@ fn deployed_get_and_set_extensions_change_the_servers_answers() {
         let (artifact, _) = compiler
             .compile(
                 &prog.insns,
-                &CompileOptions::new(rdx_jit::Arch::X86_64, Build::Generic),
+                &CompileOptions::new(rdx_region::layout::Arch::X86_64, Build::Generic),
             )
             .unwrap();
         let resolve = |s: &Symbol| match s {
@@ -132,7 +132,7 @@ fn deployed_get_and_set_extensions_change_the_servers_answers() {
         };
         let linked = link(
             &artifact,
-            LinkTarget::new(rdx_jit::Arch::X86_64),
+            LinkTarget::new(rdx_region::layout::Arch::X86_64),
             &resolve,
             info.base_address + code_at,
         )

@@ -9,6 +9,7 @@ use super::memory::{Access, Regions};
 use super::{Input, Observation, Resume, RunError, RunErrorKind, Vm, MAX_FRAMES};
 use crate::helpers::{HelperCtx, HelperImpl};
 use crate::isa::{Reg, Size, STACK_SIZE};
+use rdx_region::helpers::HelperId;
 
 const STACK_BYTES: usize = MAX_FRAMES * STACK_SIZE;
 const FRAME: u64 = STACK_SIZE as u64;
@@ -187,6 +188,7 @@ impl<const CHECKED: bool> Env for Interp<'_, '_, '_, CHECKED> {
     ) -> Result<HelperReturn, RunError> {
         let f = i32::try_from(target)
             .ok()
+            .and_then(HelperId::from_imm)
             .and_then(|id| self.vm.helpers.get(id))
             .ok_or(fail(pc, RunErrorKind::BadCallx(target)))?;
         self.call(f, target as i64, args, pc)

@@ -9,6 +9,7 @@ use crate::isa::{
 };
 use crate::maps::MapSet;
 use rdx_exec::op::{atomic, Code, Op, RegMasks};
+use rdx_region::helpers::HelperId;
 
 const fn bit(r: u8) -> u16 {
     1 << r
@@ -132,8 +133,8 @@ pub(crate) fn compile(
                 .map_err(PrepareErrorKind::Map)
         },
         |id| {
-            let f = helpers
-                .get(id)
+            let f = HelperId::from_imm(id)
+                .and_then(|id| helpers.get(id))
                 .ok_or(PrepareErrorKind::UnknownHelper(id as i64))?;
             helper_table.push(f);
             Ok(helper_table.len() as u32 - 1)

@@ -1,7 +1,8 @@
 use super::*;
 use crate::asm::assemble;
 use crate::isa::{Insn, Size};
-use crate::program::{MapDef, MapOrigin, MapType};
+use crate::program::{MapDef, MapOrigin};
+use rdx_region::layout::MapType;
 
 fn vm(src: &str) -> Vm {
     vm_with(src, &MapSet::default())
@@ -134,7 +135,7 @@ fn step_limit_stops_infinite_loops() {
 fn map_def(name: &str, map_type: MapType, key: u32, value: u32, max: u32) -> MapDef {
     MapDef {
         name: name.into(),
-        map_type,
+        map_type: map_type.into(),
         key_size: key,
         value_size: value,
         max_entries: max,

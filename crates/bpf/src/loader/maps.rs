@@ -5,7 +5,8 @@
 
 use std::collections::HashMap;
 
-use crate::program::{MapDef, MapOrigin, MapType};
+use crate::program::{MapDef, MapOrigin, ObjectMapType};
+use rdx_region::layout::MapType;
 
 use super::btf::{Btf, Kind};
 use super::elf::{ElfView, SectionKind, SymbolKind};
@@ -60,7 +61,7 @@ impl MapTable {
                         .insert(section.index, table.maps.len());
                     table.maps.push(MapDef {
                         name: section.name.clone(),
-                        map_type: MapType::Array,
+                        map_type: MapType::Array.into(),
                         key_size: 4,
                         value_size: section.size as u32,
                         max_entries: 1,
@@ -178,7 +179,7 @@ impl MapTable {
             };
             let def = MapDef {
                 name: sym.name.clone(),
-                map_type: MapType::from_kernel(field(0)),
+                map_type: ObjectMapType::from_kernel(field(0)),
                 key_size: field(1),
                 value_size: field(2),
                 max_entries: field(3),
@@ -209,7 +210,7 @@ fn btf_map_def(btf: &Btf<'_>, name: &str, type_id: u32) -> Result<MapDef, LoadEr
     };
     let mut def = MapDef {
         name: name.to_string(),
-        map_type: MapType::Other(0),
+        map_type: ObjectMapType::Other(0),
         key_size: 0,
         value_size: 0,
         max_entries: 0,
@@ -244,7 +245,7 @@ fn btf_map_def(btf: &Btf<'_>, name: &str, type_id: u32) -> Result<MapDef, LoadEr
         };
         match field.as_ref() {
             "type" => {
-                def.map_type = MapType::from_kernel(number()?);
+                def.map_type = ObjectMapType::from_kernel(number()?);
                 have_type = true;
             }
             "max_entries" => def.max_entries = number()?,
@@ -280,7 +281,7 @@ fn btf_map_def(btf: &Btf<'_>, name: &str, type_id: u32) -> Result<MapDef, LoadEr
 }
 
 fn validate(def: &MapDef) -> Result<(), LoadError> {
-    let needs_entries = !matches!(def.map_type, MapType::Other(_));
+    let needs_entries = !matches!(def.map_type, ObjectMapType::Other(_));
     if needs_entries && def.max_entries == 0 {
         return Err(LoadError::BadMap {
             map: def.name.clone(),

@@ -25,7 +25,8 @@ mod slab;
 use std::sync::Arc;
 
 use crate::isa::ImmKind;
-use crate::program::{MapDef, MapOrigin, MapType};
+use crate::program::{MapDef, MapOrigin, ObjectMapType};
+use rdx_region::layout::MapType;
 
 pub use array::ArrayMap;
 pub use hash::HashMap;
@@ -53,7 +54,7 @@ pub enum MapError {
         /// The map's name.
         name: String,
         /// Its type.
-        map_type: MapType,
+        map_type: ObjectMapType,
     },
     /// The definition cannot make a map (sizes, flags, global-data shape).
     #[error("map `{name}`: invalid definition: {reason}")]
@@ -183,7 +184,7 @@ impl Map {
             return Err(invalid("value_size is 0"));
         }
         let ops: Box<dyn MapOps> = match def.map_type {
-            MapType::Array | MapType::PerCpuArray => {
+            ObjectMapType::Supported(MapType::Array | MapType::PerThreadArray) => {
                 if def.key_size != 4 {
                     return Err(invalid("array maps need 4-byte keys"));
                 }
@@ -195,7 +196,7 @@ impl Map {
                         .ok_or_else(|| invalid("values do not fit the in-memory limit"))?,
                 )
             }
-            MapType::Hash | MapType::PerCpuHash => {
+            ObjectMapType::Supported(MapType::Hash | MapType::PerThreadHash) => {
                 if def.key_size == 0 || def.max_entries == 0 {
                     return Err(invalid("key_size and max_entries must be nonzero"));
                 }
@@ -208,7 +209,7 @@ impl Map {
                     .ok_or_else(|| invalid("values do not fit the in-memory limit"))?,
                 )
             }
-            MapType::LpmTrie => {
+            ObjectMapType::Supported(MapType::LpmTrie) => {
                 if def.key_size <= 4 || def.key_size > 4 + 256 || def.max_entries == 0 {
                     return Err(invalid(
                         "LPM trie keys are a 4-byte prefix length and 1..=256 data bytes",
@@ -485,7 +486,7 @@ mod tests {
     pub(crate) fn def(map_type: MapType, key: u32, value: u32, max: u32) -> MapDef {
         MapDef {
             name: "m".into(),
-            map_type,
+            map_type: map_type.into(),
             key_size: key,
             value_size: value,
             max_entries: max,

@@ -12,8 +12,9 @@ use rdx_bpf::loader::LoadedObject;
 use rdx_bpf::maps::MapSet;
 use rdx_bpf::program::{MapDef, Program};
 use rdx_deopt::host::LowPacket;
-use rdx_jit::{Arch, CompileError, Build, CompileOptions, Compiler, ExecutableCode, Pipeline};
+use rdx_jit::{Build, CompileError, CompileOptions, Compiler, ExecutableCode, Pipeline};
 use rdx_region::abi::{RunState, RunStatus};
+use rdx_region::layout::Arch;
 use rdx_verifier::{EimSpec, KernelProgType, VerifyOptions};
 use serde::Serialize;
 
@@ -241,7 +242,7 @@ pub struct JitRunner {
 impl JitRunner {
     pub fn new(loaded: &LoadedObject, index: usize, maps: &MapSet) -> anyhow::Result<Self> {
         let prog = &loaded.object.programs[index];
-        let host = Arch::host().context("this host's architecture has no JIT")?;
+        let host = Arch::HOST.context("this host's architecture has no JIT")?;
         let needs_budget = verify(prog, &loaded.object.maps, None)?;
         let mut opts = CompileOptions::new(host, Build::Generic);
         opts.needs_budget = needs_budget;

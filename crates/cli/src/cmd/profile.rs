@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use rdx_bpf::program::{MapDef, MapOrigin, MapType};
+use rdx_bpf::program::{MapDef, MapOrigin};
+use rdx_region::layout::MapType;
 use rdx_control::codeflow::{hex, Compiled};
 use rdx_control::registry::{HistoryEntry, Registry};
 use rdx_control::{CodeFlow, Extension};
@@ -186,7 +187,7 @@ pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::R
     let counter_index = maps.len() as u32;
     maps.push(MapDef {
         name: map_name.clone(),
-        map_type: MapType::Array,
+        map_type: MapType::Array.into(),
         key_size: 4,
         value_size: counter_bytes as u32,
         max_entries: 1,
@@ -198,11 +199,7 @@ pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::R
     let scout = Extension::new(&ext.name, &ext.section, ext.insns.clone(), maps);
 
     let checked = cf.validate_code(&scout, s.hook, s.class)?;
-    let arch: rdx_jit::Arch = cf
-        .arch()
-        .name()
-        .parse()
-        .context("the node's architecture")?;
+    let arch = cf.arch();
     let counters = BranchCounters {
         symbol: Symbol::MapValue(counter_index),
     };

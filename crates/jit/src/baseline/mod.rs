@@ -42,10 +42,10 @@ use crate::plan::{
     callee_index, effective_options, max_call_depth, may_tail_call, plan_functions, FuncPlan,
     BPF_FUNC_TAIL_CALL,
 };
-use crate::target::Arch;
+use rdx_region::layout::Arch;
 
-/// Helper id of `bpf_map_lookup_elem`.
-const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
+/// `call` immediate of `map_lookup_elem` (a constant, for patterns).
+const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = rdx_region::helpers::HelperId::MAP_LOOKUP_ELEM.imm();
 
 /// Where an inlined array lookup finds its 4-byte key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

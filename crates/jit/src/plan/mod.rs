@@ -147,8 +147,8 @@ pub(crate) fn check_speculation(
     Ok(())
 }
 
-/// Helper id of `bpf_tail_call`.
-pub(crate) const BPF_FUNC_TAIL_CALL: i32 = 12;
+/// `call` immediate of `tail_call` (a constant, for patterns).
+pub(crate) const BPF_FUNC_TAIL_CALL: i32 = rdx_region::helpers::HelperId::TAIL_CALL.imm();
 
 /// Whether `insn` may make a tail call: a call of `bpf_tail_call`, or a `callx`, whose
 /// helper id is only known at run time.

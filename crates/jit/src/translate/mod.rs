@@ -43,8 +43,8 @@ use crate::plan::{
 };
 use deopt::DEOPT_STACK_TOP;
 
-/// Helper id of `bpf_map_lookup_elem`.
-const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
+/// `call` immediate of `map_lookup_elem` (a constant, for patterns).
+const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = rdx_region::helpers::HelperId::MAP_LOOKUP_ELEM.imm();
 
 /// Bit `r` of a register set.
 fn bit(r: Reg) -> u16 {

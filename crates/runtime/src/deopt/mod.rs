@@ -22,6 +22,7 @@ use rdx_exec::machine::HelperReturn;
 use rdx_region::abi::{
     DeoptRunState, EntryFn, FallbackLocator, RunState, RunStatus, FALLBACK_MAGIC,
 };
+use rdx_region::helpers::HelperId;
 use rdx_region::layout::SectionId;
 use std::sync::atomic::AtomicU64;
 
@@ -69,7 +70,7 @@ struct HostHelpers<'t> {
 impl HelperCall for HostHelpers<'_> {
     #[inline]
     fn call(&mut self, id: u64, args: [u64; 5], budget: &mut u64) -> Option<HelperReturn> {
-        if id != crate::helpers::helper_ids::TAIL_CALL as u64 {
+        if id != HelperId::TAIL_CALL.get() as u64 {
             return self.table.call(id, args, budget);
         }
         // The tail-call helper runs its target on the run state it finds through this

@@ -64,15 +64,6 @@ fn decode_map(ts: &ThreadState, addr: u64) -> Option<MapRef> {
     MapRef::from_header_bytes(&b, offset, ts.inner.data.region_len()).ok()
 }
 
-/// Whether a data-map helper (lookup, update, delete) may operate on a map of this type.
-/// Program arrays hold jump words (`version << 32 | code offset`) that only control planes
-/// write, and ring buffers hold records: neither is program data, whatever the verifier let
-/// through (it refuses these calls too; this is the second wall).
-#[inline(always)]
-pub(crate) fn holds_program_data(map_type: MapType) -> bool {
-    !matches!(map_type, MapType::ProgArray | MapType::RingBuf)
-}
-
 /// # Safety
 /// `ptr` must be readable for `len` bytes (the verifier proved it for the program).
 unsafe fn bytes<'a>(ptr: u64, len: usize) -> &'a [u8] {
@@ -86,19 +77,7 @@ pub(crate) unsafe extern "C" fn map_lookup_elem(map: u64, key: u64, _: u64, _: u
         // SAFETY: the verifier proved `key` readable for the map's key size.
         let key = unsafe { bytes(key, m.key_size as usize) };
         let copy = if m.copies > 1 { ts.slot_index } else { 0 };
-        let found = match m.map_type {
-            MapType::Hash | MapType::PerThreadHash => {
-                xstate::hash::local::lookup_ref(&ts.inner.data, m, key, copy)
-            }
-            MapType::Array | MapType::PerThreadArray => {
-                xstate::array::local::lookup_ref(m, key, copy)
-            }
-            other if !holds_program_data(other) => None,
-            _ => xstate::lookup_ref(&ts.inner.data, m, key, copy)
-                .ok()
-                .flatten(),
-        };
-        match found {
+        match xstate::local::lookup_ref(&ts.inner.data, m, key, copy) {
             Some(off) => ts.inner.base + off,
             None => 0,
         }
@@ -127,21 +106,8 @@ pub(crate) unsafe extern "C" fn map_update_elem(
         } else {
             Copies::All
         };
-        let (r, token) = (&ts.inner.data, host_token(ts.slot_index));
-        let done = match m.map_type {
-            MapType::Hash | MapType::PerThreadHash => {
-                xstate::hash::local::update(r, m, key, value, flags, copies, token)
-            }
-            MapType::Array | MapType::PerThreadArray => {
-                xstate::array::local::update(r, m, key, value, flags, copies, token)
-            }
-            other if !holds_program_data(other) => return EINVAL,
-            _ => xstate::update(r, m, key, value, flags, copies, token),
-        };
-        match done {
-            Ok(()) => 0,
-            Err(e) => e.errno() as u64,
-        }
+        let token = host_token(ts.slot_index);
+        xstate::local::update(&ts.inner.data, m, key, value, flags, copies, token)
     })
     .unwrap_or(EINVAL)
 }
@@ -149,15 +115,9 @@ pub(crate) unsafe extern "C" fn map_update_elem(
 /// `bpf_map_delete_elem(map, key)`: 0 or a negative errno.
 pub(crate) unsafe extern "C" fn map_delete_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
     with_map(map, |ts, m| {
-        if !holds_program_data(m.map_type) {
-            return EINVAL;
-        }
         // SAFETY: the verifier proved `key` readable for the map's key size.
         let key = unsafe { bytes(key, m.key_size as usize) };
-        match xstate::delete(&ts.inner.data, m, key, host_token(ts.slot_index)) {
-            Ok(()) => 0,
-            Err(e) => e.errno() as u64,
-        }
+        xstate::local::delete(&ts.inner.data, m, key, host_token(ts.slot_index))
     })
     .unwrap_or(EINVAL)
 }

@@ -1,5 +1,6 @@
-//! The helpers extension code calls (kernel-compatible ids), published in the helper table
-//! and the context table at `ctx_init`.
+//! The helpers extension code calls, published in the helper table and the context table at
+//! `ctx_init`: the implementations of the entries of the ABI's helper table
+//! ([`rdx_region::helpers`]) bound by [`Binders::RUNTIME`].
 //!
 //! Helpers find their runtime through the calling thread's state (set by the hook that is
 //! running) and reach maps through the address the linker baked into the code (`map:<i>`,
@@ -11,94 +12,41 @@ mod misc;
 mod trace;
 
 use rdx_region::abi::HelperFn;
+use rdx_region::helpers::{Binders, HelperId};
 
-/// Helper ids, as the kernel numbers them.
-pub mod helper_ids {
-    pub const MAP_LOOKUP_ELEM: u32 = 1;
-    pub const MAP_UPDATE_ELEM: u32 = 2;
-    pub const MAP_DELETE_ELEM: u32 = 3;
-    pub const KTIME_GET_NS: u32 = 5;
-    pub const TRACE_PRINTK: u32 = 6;
-    pub const GET_PRANDOM_U32: u32 = 7;
-    pub const GET_SMP_PROCESSOR_ID: u32 = 8;
-    pub const TAIL_CALL: u32 = 12;
-    pub const RINGBUF_OUTPUT: u32 = 130;
-    pub const RINGBUF_RESERVE: u32 = 131;
-    pub const RINGBUF_SUBMIT: u32 = 132;
-    pub const RINGBUF_DISCARD: u32 = 133;
+/// The runtime's implementation of helper `id`, as hook code calls it: every entry of the
+/// helper table ([`rdx_region::helpers`]) bound by [`Binders::RUNTIME`], and no other.
+pub fn hook_helper(id: HelperId) -> Option<HelperFn> {
+    Some(match id {
+        HelperId::MAP_LOOKUP_ELEM => maps::map_lookup_elem,
+        HelperId::MAP_UPDATE_ELEM => maps::map_update_elem,
+        HelperId::MAP_DELETE_ELEM => maps::map_delete_elem,
+        HelperId::KTIME_GET_NS => misc::ktime_get_ns,
+        HelperId::TRACE_PRINTK => trace::trace_printk,
+        HelperId::GET_PRANDOM_U32 => misc::get_prandom_u32,
+        HelperId::GET_SMP_PROCESSOR_ID => misc::get_smp_processor_id,
+        HelperId::TAIL_CALL => maps::tail_call,
+        HelperId::RINGBUF_OUTPUT => maps::ringbuf_output,
+        HelperId::RINGBUF_RESERVE => maps::ringbuf_reserve,
+        HelperId::RINGBUF_SUBMIT => maps::ringbuf_submit,
+        HelperId::RINGBUF_DISCARD => maps::ringbuf_discard,
+        _ => return None,
+    })
 }
 
-/// One built-in helper.
-#[derive(Clone, Copy, Debug)]
-pub struct HelperDef {
-    pub id: u32,
-    pub name: &'static str,
-    pub func: HelperFn,
+/// Every helper a runtime publishes at `ctx_init`, with its table entry.
+pub(crate) fn published() -> impl Iterator<Item = (&'static rdx_region::helpers::Helper, HelperFn)>
+{
+    rdx_region::helpers::bound_by(Binders::RUNTIME).map(|h| {
+        let f = hook_helper(h.id).unwrap_or_else(|| {
+            panic!(
+                "the runtime binds helper {} but has no implementation",
+                h.name
+            )
+        });
+        (h, f)
+    })
 }
-
-/// Every built-in helper.
-pub static HELPERS: &[HelperDef] = &[
-    HelperDef {
-        id: helper_ids::MAP_LOOKUP_ELEM,
-        name: "bpf_map_lookup_elem",
-        func: maps::map_lookup_elem,
-    },
-    HelperDef {
-        id: helper_ids::MAP_UPDATE_ELEM,
-        name: "bpf_map_update_elem",
-        func: maps::map_update_elem,
-    },
-    HelperDef {
-        id: helper_ids::MAP_DELETE_ELEM,
-        name: "bpf_map_delete_elem",
-        func: maps::map_delete_elem,
-    },
-    HelperDef {
-        id: helper_ids::KTIME_GET_NS,
-        name: "bpf_ktime_get_ns",
-        func: misc::ktime_get_ns,
-    },
-    HelperDef {
-        id: helper_ids::TRACE_PRINTK,
-        name: "bpf_trace_printk",
-        func: trace::trace_printk,
-    },
-    HelperDef {
-        id: helper_ids::GET_PRANDOM_U32,
-        name: "bpf_get_prandom_u32",
-        func: misc::get_prandom_u32,
-    },
-    HelperDef {
-        id: helper_ids::GET_SMP_PROCESSOR_ID,
-        name: "bpf_get_smp_processor_id",
-        func: misc::get_smp_processor_id,
-    },
-    HelperDef {
-        id: helper_ids::TAIL_CALL,
-        name: "bpf_tail_call",
-        func: maps::tail_call,
-    },
-    HelperDef {
-        id: helper_ids::RINGBUF_OUTPUT,
-        name: "bpf_ringbuf_output",
-        func: maps::ringbuf_output,
-    },
-    HelperDef {
-        id: helper_ids::RINGBUF_RESERVE,
-        name: "bpf_ringbuf_reserve",
-        func: maps::ringbuf_reserve,
-    },
-    HelperDef {
-        id: helper_ids::RINGBUF_SUBMIT,
-        name: "bpf_ringbuf_submit",
-        func: maps::ringbuf_submit,
-    },
-    HelperDef {
-        id: helper_ids::RINGBUF_DISCARD,
-        name: "bpf_ringbuf_discard",
-        func: maps::ringbuf_discard,
-    },
-];
 
 /// Token with which host threads take map locks: top bit set, thread slot below. Control
 /// planes use tokens with the top bit clear.
@@ -108,3 +56,55 @@ pub(crate) fn host_token(slot: u32) -> u64 {
 }
 
 pub(crate) const EINVAL: u64 = (-(libc::EINVAL as i64)) as u64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binds_exactly_the_runtime_entries_of_the_table() {
+        let implemented: Vec<_> = (0..4096)
+            .map(HelperId::new)
+            .filter(|id| hook_helper(*id).is_some())
+            .collect();
+        let mut bound: Vec<_> = rdx_region::helpers::bound_by(Binders::RUNTIME)
+            .map(|h| h.id)
+            .collect();
+        bound.sort();
+        assert_eq!(implemented, bound);
+        assert_eq!(published().count(), bound.len());
+    }
+
+    /// `docs/runtime.md` lists the published helpers with notes; its ids and names must be
+    /// the table's.
+    #[test]
+    fn the_runtime_doc_lists_exactly_the_published_helpers() {
+        let doc = include_str!("../../../../docs/runtime.md");
+        let section = doc
+            .split("\n## Helpers\n")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("docs/runtime.md has a Helpers section");
+        let mut listed = Vec::new();
+        for row in section
+            .lines()
+            .filter(|l| l.starts_with("| ") && !l.starts_with("| id"))
+        {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let mut ids = Vec::new();
+            for part in cells[1].split(',').map(str::trim) {
+                match part.split_once('–') {
+                    Some((lo, hi)) => ids.extend(lo.parse::<u32>().unwrap()..=hi.parse().unwrap()),
+                    None => ids.push(part.parse::<u32>().unwrap()),
+                }
+            }
+            let names: Vec<&str> = cells[2].split('`').skip(1).step_by(2).collect();
+            assert_eq!(ids.len(), names.len(), "{row}");
+            listed.extend(ids.into_iter().zip(names));
+        }
+        let table: Vec<(u32, &str)> = rdx_region::helpers::bound_by(Binders::RUNTIME)
+            .map(|h| (h.id.get(), h.name))
+            .collect();
+        assert_eq!(listed, table);
+    }
+}

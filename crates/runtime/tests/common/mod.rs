@@ -4,7 +4,7 @@
 
 use rdx_jit::link::{link, LinkTarget};
 use rdx_jit::{Build, CompileOptions, Compiler, Symbol};
-use rdx_region::layout::{active_word, offsets, ContextKind, MapType, SectionId, MAP_ALIGN};
+use rdx_region::layout::{active_word, offsets, ContextKind, SectionId, MAP_ALIGN};
 use rdx_test_support::{HostProcess, ShmPath};
 use rdx_transport::context::read_context;
 use rdx_transport::shm::ShmTransport;
@@ -147,7 +147,7 @@ impl Deployer {
         let info = node.t.info().clone();
         let mut maps = Vec::new();
         for def in &obj.maps {
-            let map_type = MapType::from_u32(def.map_type.to_kernel()).expect("supported map type");
+            let map_type = def.map_type.supported().expect("supported map type");
             let spec = MapSpec {
                 map_type,
                 key_size: def.key_size,
@@ -177,9 +177,9 @@ impl Deployer {
             maps.push(m);
         }
         let prog = &obj.programs[0];
-        let mut opts = CompileOptions::new(rdx_jit::Arch::X86_64, Build::Generic);
+        let mut opts = CompileOptions::new(rdx_region::layout::Arch::X86_64, Build::Generic);
         opts.needs_budget = needs_budget;
-        let (artifact, _) = Compiler::new(rdx_jit::Arch::X86_64)
+        let (artifact, _) = Compiler::new(rdx_region::layout::Arch::X86_64)
             .unwrap()
             .compile(&prog.insns, &opts)
             .expect("compile");
@@ -198,7 +198,7 @@ impl Deployer {
         let load_offset = node.next_code;
         let linked = link(
             &artifact,
-            LinkTarget::new(rdx_jit::Arch::X86_64),
+            LinkTarget::new(rdx_region::layout::Arch::X86_64),
             &resolve,
             base + load_offset,
         )

@@ -17,9 +17,13 @@
 //! - [`lpm`]: longest-prefix-match maps; a binary trie of nodes in the map's data, guarded by
 //!   the map's write sequence word.
 //! - [`ringbuf`]: a multi-producer (host threads), single-consumer (control plane) byte ring.
+//!
+//! [`local`] is what map helpers running in a process that maps the region call: the fast
+//! paths where a type has one, the generic code otherwise.
 
 pub mod array;
 pub mod hash;
+pub mod local;
 pub mod lpm;
 pub mod prog_array;
 pub mod ringbuf;

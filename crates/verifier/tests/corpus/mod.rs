@@ -14,7 +14,8 @@
 #![allow(dead_code)]
 
 use rdx_bpf::isa::{ImmKind, Insn};
-use rdx_bpf::{MapDef, MapOrigin, MapType};
+use rdx_bpf::{MapDef, MapOrigin};
+use rdx_region::layout::MapType;
 use rdx_verifier::{EimSpec, KernelProgType, Rule, VerifyOptions};
 use std::path::{Path, PathBuf};
 
@@ -127,14 +128,14 @@ fn parse_header(name: &str, text: &str, marker: &str) -> Header {
                 let map_type = match *ty {
                     "hash" => MapType::Hash,
                     "array" => MapType::Array,
-                    "percpu_array" => MapType::PerCpuArray,
+                    "percpu_array" => MapType::PerThreadArray,
                     "ringbuf" => MapType::RingBuf,
                     "prog_array" => MapType::ProgArray,
                     other => panic!("{name}: unknown map type `{other}`"),
                 };
                 h.maps.push(MapDef {
                     name: mname.to_string(),
-                    map_type,
+                    map_type: map_type.into(),
                     key_size: k.parse().unwrap(),
                     value_size: v.parse().unwrap(),
                     max_entries: n.parse().unwrap(),
