@@ -434,11 +434,11 @@ fn latency(cf: &mut CodeFlow) {
             let c = cf.jit_compile_code(&ext, &checked, None).expect("JIT");
             cf.deploy_prog(HOOK, &ext, &c).expect("deploy");
             agent.push(t.elapsed().as_secs_f64() * 1e6);
-            processed = checked.facts.processed_insns;
+            processed = checked.facts().processed_insns;
             compiled = Some(c);
         }
         let compiled = compiled.unwrap();
-        let code_len = compiled.artifact.code.len() as u64;
+        let code_len = compiled.artifact().code.len() as u64;
         let reps = if case.insns.len() > 50_000 { 200 } else { 600 };
         let (mut total, mut publish) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
         // Warm up: first touches of the arena's pages in this process.

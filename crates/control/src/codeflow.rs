@@ -36,7 +36,7 @@
 //! ```
 
 use crate::alloc::{AllocTable, Arena, Record, RecordState, RECORD_MAPS};
-use crate::error::{ControlError, Result};
+use crate::error::{ControlError, Result, Unverified};
 use crate::lease::{self, Lease};
 use crate::node::{self, HookInfo, NodeView};
 use crate::registry::Registry;
@@ -44,7 +44,7 @@ use crate::tier::Tier;
 use rdx_bpf::isa::{encode, raw_to_bytes, Insn};
 use rdx_bpf::program::{MapDef, MapOrigin, Object};
 use rdx_jit::artifact::Artifact;
-use rdx_jit::{CompileOptions, Compiler, LinkTarget, Symbol};
+use rdx_jit::{CompileOptions, Compiler, HelperCalls, LinkTarget, Symbol};
 use rdx_region::abi::{FallbackLocator, FALLBACK_MAGIC};
 use rdx_region::layout::*;
 use rdx_transport::local::LocalRegion;
@@ -85,14 +85,23 @@ impl Default for ExtSpec {
 
 /// An extension program as the control plane handles it: decoded instructions and the maps
 /// they reference, from one program of an object file.
+///
+/// Immutable once built: its hashes are computed from its instructions and maps, and a
+/// [`Validated`] or [`Compiled`] is bound to them, so instructions cannot change between the
+/// verifier's verdict and the code that runs.
 #[derive(Clone, Debug)]
 pub struct Extension {
-    pub name: String,
-    pub section: String,
-    pub insns: Vec<Insn>,
-    pub maps: Vec<MapDef>,
-    /// SHA-256 of the bytecode and map declarations: the compile cache key's first part.
-    pub hash: [u8; 32],
+    name: String,
+    section: String,
+    insns: Vec<Insn>,
+    maps: Vec<MapDef>,
+    /// SHA-256 of the bytecode and map declarations with every initial value: the compile
+    /// cache key's first part.
+    hash: [u8; 32],
+    /// SHA-256 of what the verifier and the compiler read (see [`Extension::code_hash`]).
+    code_hash: [u8; 32],
+    /// Where the program came from (an object file's path), for the history; not hashed.
+    origin: String,
 }
 
 impl Extension {
@@ -136,11 +145,16 @@ impl Extension {
         ))
     }
 
+    /// An extension of program `name` (in ELF section `section`) with its instructions and
+    /// the maps they reference by index.
     pub fn new(name: &str, section: &str, insns: Vec<Insn>, maps: Vec<MapDef>) -> Extension {
-        let mut h = Sha256::new();
-        h.update(raw_to_bytes(&encode(&insns)));
+        let mut all = Sha256::new();
+        let mut code = Sha256::new();
+        let bytecode = raw_to_bytes(&encode(&insns));
+        all.update(&bytecode);
+        code.update(&bytecode);
         for m in &maps {
-            h.update(format!(
+            let declaration = format!(
                 "{}|{:?}|{}|{}|{}|{}|{:?}|{}",
                 m.name,
                 m.map_type,
@@ -150,9 +164,14 @@ impl Extension {
                 m.flags,
                 m.origin,
                 m.read_only
-            ));
+            );
+            all.update(&declaration);
+            code.update(&declaration);
             if let Some(v) = &m.initial_value {
-                h.update(v);
+                all.update(v);
+                if m.read_only {
+                    code.update(v);
+                }
             }
         }
         Extension {
@@ -160,40 +179,179 @@ impl Extension {
             section: section.into(),
             insns,
             maps,
-            hash: h.finalize().into(),
+            hash: all.finalize().into(),
+            code_hash: code.finalize().into(),
+            origin: String::new(),
         }
     }
 
+    /// The same extension, recorded in the history as coming from `origin` (an object
+    /// file's path).
+    pub fn with_origin(mut self, origin: impl Into<String>) -> Extension {
+        self.origin = origin.into();
+        self
+    }
+
+    /// The program's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The ELF section the program came from.
+    pub fn section(&self) -> &str {
+        &self.section
+    }
+
+    /// The decoded instructions (slot-indexed).
+    pub fn insns(&self) -> &[Insn] {
+        &self.insns
+    }
+
+    /// The maps the instructions reference by index, with their initial contents.
+    pub fn maps(&self) -> &[MapDef] {
+        &self.maps
+    }
+
+    /// Where the program came from (an object file's path; empty if not given).
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// SHA-256 of the bytecode and the map declarations with all their initial contents
+    /// (the compile cache key's first part, and what a saved profile belongs to).
+    pub fn hash(&self) -> &[u8; 32] {
+        &self.hash
+    }
+
+    /// [`Extension::hash`] in hex.
     pub fn hash_hex(&self) -> String {
         hex(&self.hash)
     }
+
+    /// SHA-256 of what the verifier judges and the compiler translates: the bytecode, the
+    /// map declarations and the initial contents of read-only maps. Writable maps' initial
+    /// contents are left out: they are data the program may overwrite at any time, so the
+    /// verdict cannot depend on them, and one verified and compiled program may be deployed
+    /// with other initial data (an ACL policy's rules). A [`Validated`] and a [`Compiled`]
+    /// are bound to this hash.
+    pub fn code_hash(&self) -> &[u8; 32] {
+        &self.code_hash
+    }
 }
 
+/// Lower-case hex of `b`.
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// A program the verifier accepted for one hook and class.
-#[derive(Clone, Debug)]
-pub struct Validated {
-    pub hook: String,
-    pub class: String,
-    pub facts: Verified,
+/// What a verdict was given for: a hook and class of one node's EIM spec, and a program's
+/// code ([`Extension::code_hash`]). A [`Validated`] and every [`Compiled`] built from it
+/// carry it, and nothing is compiled or written for anything else.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct VerifiedFor {
+    hook: String,
+    class: String,
+    code: [u8; 32],
+    /// SHA-256 of the EIM spec text the class was read from.
+    spec: [u8; 32],
 }
 
-/// A compiled program, ready to link.
+/// A program the verifier accepted for one hook and class of a node's EIM spec. Only
+/// [`CodeFlow::validate_code`] makes one.
+#[derive(Clone, Debug)]
+pub struct Validated {
+    verified: VerifiedFor,
+    facts: Verified,
+}
+
+impl Validated {
+    /// The hook it was verified for.
+    pub fn hook(&self) -> &str {
+        &self.verified.hook
+    }
+
+    /// The extension class it was verified against.
+    pub fn class(&self) -> &str {
+        &self.verified.class
+    }
+
+    /// What the verifier proved about the program (budget, stack depth, helpers used).
+    pub fn facts(&self) -> &Verified {
+        &self.facts
+    }
+}
+
+/// Which build of a verified program a [`Compiled`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Build {
+    /// The program as written ([`CodeFlow::jit_compile_code`]).
+    Generic,
+    /// Specialised to a branch profile, with guards that deoptimise
+    /// ([`CodeFlow::jit_compile_elite`]).
+    Elite,
+    /// Instrumented with branch counters ([`CodeFlow::jit_compile_scouting`]).
+    Scouting,
+    /// Calling helpers through the region's helper table, to run in other processes
+    /// ([`CodeFlow::jit_compile_helper_table`]).
+    HelperTable,
+}
+
+/// A compiled program, ready to link. Only the compile operations of [`CodeFlow`] make one,
+/// from a [`Validated`]; it remembers the hook, class, program and EIM spec it was verified
+/// for, and [`CodeFlow::prepare_prog`] refuses it for anything else
+/// ([`ControlError::NotVerifiedFor`]).
 #[derive(Clone, Debug)]
 pub struct Compiled {
-    pub artifact: Artifact,
+    artifact: Artifact,
+    artifact_hash: [u8; 32],
+    cached: bool,
+    budget: u64,
+    tier: Tier,
+    build: Build,
+    verified: VerifiedFor,
+}
+
+impl Compiled {
+    /// The relocatable code and its metadata.
+    pub fn artifact(&self) -> &Artifact {
+        &self.artifact
+    }
+
     /// SHA-256 of the serialised artifact (its registry key).
-    pub artifact_hash: [u8; 32],
+    pub fn artifact_hash(&self) -> &[u8; 32] {
+        &self.artifact_hash
+    }
+
     /// Whether it came from the registry's cache.
-    pub cached: bool,
+    pub fn cached(&self) -> bool {
+        self.cached
+    }
+
     /// The class's budget to put in the hook slot.
-    pub budget: u64,
-    pub class: String,
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// The hook it was verified for.
+    pub fn hook(&self) -> &str {
+        &self.verified.hook
+    }
+
+    /// The extension class it was verified against.
+    pub fn class(&self) -> &str {
+        &self.verified.class
+    }
+
     /// The JIT tier that built it (recorded with the version on the node).
-    pub tier: Tier,
+    pub fn tier(&self) -> Tier {
+        self.tier
+    }
+
+    /// Which build it is.
+    pub fn build(&self) -> Build {
+        self.build
+    }
 }
 
 /// A version written into the node but not yet visible.
@@ -260,6 +418,25 @@ pub struct Reclaimed {
     pub code_bytes: u64,
     pub maps: u32,
     pub map_bytes: u64,
+}
+
+/// A [`Build`] with what its compile options need.
+enum BuildOptions {
+    Generic,
+    Elite(rdx_jit::Speculation),
+    Scouting(rdx_jit::BranchCounters),
+    HelperTable,
+}
+
+impl BuildOptions {
+    fn kind(&self) -> Build {
+        match self {
+            BuildOptions::Generic => Build::Generic,
+            BuildOptions::Elite(_) => Build::Elite,
+            BuildOptions::Scouting(_) => Build::Scouting,
+            BuildOptions::HelperTable => Build::HelperTable,
+        }
+    }
 }
 
 /// Where an elite record keeps its fallback image (`docs/region.md`, "Elite code records").
@@ -337,6 +514,8 @@ pub struct CodeFlow {
     address: String,
     view: NodeView,
     eim: Option<EimSpec>,
+    /// SHA-256 of the node's EIM spec text: what a verdict on this node is bound to.
+    spec_hash: [u8; 32],
     arch: Arch,
     lease: Lease,
     alloc: Option<AllocTable>,
@@ -396,15 +575,15 @@ impl CodeFlow {
         let view = NodeView::read(t.as_ref(), arch)?;
         let eim = match &view.eim_text {
             None => None,
-            Some(text) => Some(
-                EimSpec::from_yaml(text).map_err(|e| ControlError::BadEimSpec(e.to_string()))?,
-            ),
+            Some(text) => Some(EimSpec::from_yaml(text).map_err(ControlError::BadEimSpec)?),
         };
+        let spec_hash = Sha256::digest(view.eim_text.as_deref().unwrap_or_default()).into();
         Ok(CodeFlow {
             t,
             address: address.into(),
             view,
             eim,
+            spec_hash,
             arch,
             lease: Lease::new(
                 spec.holder.unwrap_or_else(lease::new_holder_id),
@@ -624,21 +803,51 @@ impl CodeFlow {
         self.view.hook(hook)?;
         let class = self.resolve_class(hook, class)?;
         let eim = self.eim.as_ref().ok_or(ControlError::NoEimSpec)?;
-        let opts = VerifyOptions::eim(eim, hook, &class).map_err(|e| ControlError::NoClass {
-            hook: hook.into(),
-            reason: e.to_string(),
-        })?;
-        let facts = rdx_verifier::verify_insns(&ext.insns, &ext.maps, &opts).map_err(|e| {
+        let opts =
+            VerifyOptions::eim(eim, hook, &class).map_err(|source| ControlError::ClassOptions {
+                hook: hook.into(),
+                source,
+            })?;
+        let facts = rdx_verifier::verify_insns(&ext.insns, &ext.maps, &opts).map_err(|source| {
             ControlError::Verify {
                 hook: hook.into(),
                 class: class.clone(),
-                message: e.to_string(),
+                source: Box::new(source),
             }
         })?;
         Ok(Validated {
-            hook: hook.into(),
-            class,
+            verified: VerifiedFor {
+                hook: hook.into(),
+                class,
+                code: ext.code_hash,
+                spec: self.spec_hash,
+            },
             facts,
+        })
+    }
+
+    /// Refuses to use a verdict given for `verified` on anything else: `ext` must be the
+    /// program judged (its [`Extension::code_hash`]), this node's EIM spec the one the
+    /// class was read from, and `hook` (when preparing) the hook it was verified for.
+    fn check_verified_for(
+        &self,
+        verified: &VerifiedFor,
+        ext: &Extension,
+        hook: Option<&str>,
+    ) -> Result<()> {
+        let mismatch = if hook.is_some_and(|h| h != verified.hook) {
+            Unverified::Hook(hook.unwrap_or_default().into())
+        } else if ext.code_hash != verified.code {
+            Unverified::Program
+        } else if self.spec_hash != verified.spec {
+            Unverified::Spec
+        } else {
+            return Ok(());
+        };
+        Err(ControlError::NotVerifiedFor {
+            hook: verified.hook.clone(),
+            class: verified.class.clone(),
+            mismatch,
         })
     }
 
@@ -649,8 +858,8 @@ impl CodeFlow {
             "{}:{}:{}/{}:{}",
             ext.hash_hex(),
             self.arch.name(),
-            checked.hook,
-            checked.class,
+            checked.verified.hook,
+            checked.verified.class,
             if checked.facts.needs_budget {
                 "metered"
             } else {
@@ -666,15 +875,16 @@ impl CodeFlow {
 
     /// `jit_compile_code`: the CodeFlow's tier (Cranelift by default, [`Tier::Baseline`] if
     /// set) for the node's architecture, or the registry's cached artifact for the same
-    /// bytecode, architecture, class and tier.
+    /// bytecode, architecture, class and tier. `checked` must be `ext`'s verdict on this
+    /// node ([`ControlError::NotVerifiedFor`] otherwise).
     pub fn jit_compile_code(
         &self,
         ext: &Extension,
         checked: &Validated,
         registry: Option<&Registry>,
     ) -> Result<Compiled> {
+        self.check_verified_for(&checked.verified, ext, None)?;
         let key = self.cache_key(ext, checked);
-        let budget = checked.facts.budget.unwrap_or(u64::MAX);
         if let Some(reg) = registry {
             // `cached_artifact` has checked the bytes against their content hash.
             if let Some((hash, bytes)) = reg.cached_artifact(&key)? {
@@ -684,14 +894,15 @@ impl CodeFlow {
                         artifact,
                         artifact_hash: hash,
                         cached: true,
-                        budget,
-                        class: checked.class.clone(),
+                        budget: checked.facts.budget.unwrap_or(u64::MAX),
                         tier: self.tier,
+                        build: Build::Generic,
+                        verified: checked.verified.clone(),
                     });
                 }
             }
         }
-        let (compiled, bytes, _) = self.compile_with(ext, checked, None, self.tier)?;
+        let (compiled, bytes, _) = self.compile_with(ext, checked, BuildOptions::Generic)?;
         if let Some(reg) = registry {
             reg.put_artifact(&key, &compiled.artifact_hash, &bytes)?;
         }
@@ -727,30 +938,45 @@ impl CodeFlow {
         if artifact.meta.needs_budget() != checked.facts.needs_budget {
             return Err(refuse("other metering than the verifier asked for"));
         }
-        if artifact.meta.options_hash != self.compile_options(ext, checked, None, self.tier).hash()
+        if artifact.meta.options_hash
+            != self
+                .compile_options(ext, checked, BuildOptions::Generic)
+                .hash()
         {
             return Err(refuse("another hook, class or set of compile options"));
         }
         Ok(())
     }
 
-    /// The options `ext` is compiled with for `checked`'s hook and class.
+    /// The options `ext` is compiled with for `checked`'s hook and class in `build`.
     fn compile_options(
         &self,
         ext: &Extension,
         checked: &Validated,
-        speculation: Option<rdx_jit::Speculation>,
-        tier: Tier,
+        build: BuildOptions,
     ) -> CompileOptions {
         let mut opts = CompileOptions::new(jit_arch(self.arch));
         opts.needs_budget = checked.facts.needs_budget;
-        opts.eim_class = format!("{}/{}", checked.hook, checked.class);
+        opts.eim_class = format!("{}/{}", checked.verified.hook, checked.verified.class);
         opts.verify_ir = false;
-        // Array lookups are inlined against the definitions' geometry: `maps_for` links
-        // only maps of exactly that shape (a live map of another shape is an error).
-        opts.inline_array_lookups(&ext.maps);
-        opts.speculation = speculation;
-        opts.pipeline = tier.pipeline();
+        match build {
+            BuildOptions::Generic | BuildOptions::Elite(_) => {
+                // Array lookups are inlined against the definitions' geometry: `maps_for`
+                // links only maps of exactly that shape (a live map of another shape is an
+                // error).
+                opts.inline_array_lookups(&ext.maps);
+                opts.pipeline = self.tier.pipeline();
+                if let BuildOptions::Elite(speculation) = build {
+                    opts.speculation = Some(speculation);
+                }
+            }
+            BuildOptions::Scouting(counters) => opts.branch_counters = Some(counters),
+            BuildOptions::HelperTable => {
+                opts.helper_calls = HelperCalls::Table {
+                    table_len: self.view.info.helper_capacity,
+                }
+            }
+        }
         opts
     }
 
@@ -765,21 +991,57 @@ impl CodeFlow {
         checked: &Validated,
         speculation: rdx_jit::Speculation,
     ) -> Result<(Compiled, rdx_jit::CompileStats)> {
-        let (compiled, _, stats) = self.compile_with(ext, checked, Some(speculation), self.tier)?;
+        self.check_verified_for(&checked.verified, ext, None)?;
+        let (compiled, _, stats) =
+            self.compile_with(ext, checked, BuildOptions::Elite(speculation))?;
         Ok((compiled, stats))
+    }
+
+    /// Compiles the scouting build of `ext` (by the optimizing tier, whatever this
+    /// CodeFlow's tier): every conditional jump counts its two directions in the value of
+    /// the map `counters` names, which `ext` must declare. Not cached.
+    pub fn jit_compile_scouting(
+        &self,
+        ext: &Extension,
+        checked: &Validated,
+        counters: rdx_jit::BranchCounters,
+    ) -> Result<Compiled> {
+        self.check_verified_for(&checked.verified, ext, None)?;
+        Ok(self
+            .compile_with(ext, checked, BuildOptions::Scouting(counters))?
+            .0)
+    }
+
+    /// Compiles `ext` to call helpers through the region's helper table instead of by
+    /// address (by the optimizing tier), for code that runs in other processes than the
+    /// node's (a cross-sandbox callee). Not cached.
+    pub fn jit_compile_helper_table(
+        &self,
+        ext: &Extension,
+        checked: &Validated,
+    ) -> Result<Compiled> {
+        self.check_verified_for(&checked.verified, ext, None)?;
+        Ok(self
+            .compile_with(ext, checked, BuildOptions::HelperTable)?
+            .0)
     }
 
     fn compile_with(
         &self,
         ext: &Extension,
         checked: &Validated,
-        speculation: Option<rdx_jit::Speculation>,
-        tier: Tier,
+        build: BuildOptions,
     ) -> Result<(Compiled, Vec<u8>, rdx_jit::CompileStats)> {
-        let opts = self.compile_options(ext, checked, speculation, tier);
+        let kind = build.kind();
+        // Only generic and elite builds follow the CodeFlow's tier.
+        let tier = match kind {
+            Build::Generic | Build::Elite => self.tier,
+            Build::Scouting | Build::HelperTable => Tier::Optimizing,
+        };
+        let opts = self.compile_options(ext, checked, build);
         let compile_err = |e: rdx_jit::CompileError| match e {
             rdx_jit::CompileError::NotInBaseline { what } => ControlError::NotInBaseline { what },
-            e => ControlError::Compile(e.to_string()),
+            e => ControlError::Compile(e),
         };
         let (artifact, stats) = match tier {
             // No Cranelift code generator is built for the baseline tier.
@@ -807,8 +1069,9 @@ impl CodeFlow {
                 artifact_hash: hash,
                 cached: false,
                 budget: checked.facts.budget.unwrap_or(u64::MAX),
-                class: checked.class.clone(),
                 tier,
+                build: kind,
+                verified: checked.verified.clone(),
             },
             bytes,
             stats,
@@ -1082,8 +1345,7 @@ impl CodeFlow {
             LinkTarget::new(jit_arch(self.arch)),
             &resolver,
             self.view.info.base_address + code_offset,
-        )
-        .map_err(|e| ControlError::Link(e.to_string()))?;
+        )?;
         Ok(linked.code)
     }
 
@@ -1094,7 +1356,6 @@ impl CodeFlow {
         let len = compiled.artifact.code.len();
         let target = LinkTarget::new(jit_arch(self.arch));
         let load_address = self.view.info.base_address + code_offset;
-        let link_err = |e: rdx_jit::link::LinkError| ControlError::Link(e.to_string());
         if let Some(region) = self.mapped {
             let end = code_offset.checked_add(len as u64);
             if end.is_none_or(|e| e > self.t.region_len()) {
@@ -1119,7 +1380,7 @@ impl CodeFlow {
                 load_address,
                 out,
             )
-            .map_err(link_err);
+            .map_err(ControlError::from);
         }
         let mut buf = std::mem::take(&mut self.link_buf);
         if buf.len() < len {
@@ -1133,7 +1394,7 @@ impl CodeFlow {
                 load_address,
                 &mut buf[..len],
             )
-            .map_err(link_err)
+            .map_err(ControlError::from)
         });
         let written = linked.and_then(|()| Ok(self.t.write(code_offset, &buf[..len])?));
         self.link_buf = buf;
@@ -1160,7 +1421,7 @@ impl CodeFlow {
                 _ => None,
             }
         })
-        .map_err(|e| ControlError::Link(format!("fallback image: {e}")))?;
+        .map_err(ControlError::FallbackImage)?;
         let image = rdx_exec::image::encode(&ops);
         if image.len() as u64 != layout.len {
             return Err(ControlError::Link(format!(
@@ -1200,12 +1461,23 @@ impl CodeFlow {
 
     /// Writes a version of `ext` for `hook` into the node — maps, code, record — without
     /// making it visible. [`CodeFlow::tx`] publishes it; [`CodeFlow::abort`] undoes it.
+    /// `compiled` must have been verified for `hook` on a node with this node's EIM spec,
+    /// from `ext`'s code, and compiled for this node's architecture
+    /// ([`ControlError::NotVerifiedFor`] otherwise, before anything is written).
     pub fn prepare_prog(
         &mut self,
         hook: &str,
         ext: &Extension,
         compiled: &Compiled,
     ) -> Result<Prepared> {
+        self.check_verified_for(&compiled.verified, ext, Some(hook))?;
+        if compiled.artifact.meta.arch != jit_arch(self.arch) {
+            return Err(ControlError::NotVerifiedFor {
+                hook: compiled.verified.hook.clone(),
+                class: compiled.verified.class.clone(),
+                mismatch: Unverified::Arch,
+            });
+        }
         self.begin()?;
         let hook = self.view.hook(hook)?;
         let expected = self.active_word(&hook)?;

@@ -34,8 +34,8 @@ pub mod registry;
 pub mod tier;
 
 pub use codeflow::{
-    create_codeflow, create_codeflow_read_only, CodeFlow, Compiled, DeployTimings, ExtSpec,
+    create_codeflow, create_codeflow_read_only, Build, CodeFlow, Compiled, DeployTimings, ExtSpec,
     Extension, HeldVersion, Prepared, Published, Reclaimed, Validated,
 };
-pub use error::{ControlError, Result};
+pub use error::{ControlError, Result, Unverified};
 pub use tier::Tier;

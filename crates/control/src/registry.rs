@@ -102,8 +102,8 @@ impl std::fmt::Debug for Registry {
     }
 }
 
-fn db_err(e: rusqlite::Error) -> ControlError {
-    ControlError::Registry(e.to_string())
+fn db_err(source: rusqlite::Error) -> ControlError {
+    ControlError::RegistryDatabase { path: None, source }
 }
 
 impl Registry {
@@ -118,8 +118,10 @@ impl Registry {
         prepare_state_dir(dir)?;
         let path = dir.join("registry.sqlite");
         prepare_database_files(&path)?;
-        let conn = Connection::open(&path)
-            .map_err(|e| ControlError::Registry(format!("{}: {e}", path.display())))?;
+        let conn = Connection::open(&path).map_err(|source| ControlError::RegistryDatabase {
+            path: Some(path.clone()),
+            source,
+        })?;
         conn.busy_timeout(Duration::from_secs(10)).map_err(db_err)?;
         // secure_delete: rows deleted (a removed node's address, which may hold a token)
         // are overwritten with zeros instead of lingering in free pages.

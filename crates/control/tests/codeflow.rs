@@ -5,7 +5,7 @@ mod common;
 
 use common::{extension, state_dir, Host};
 use rdx_control::registry::Registry;
-use rdx_control::{create_codeflow, ControlError, ExtSpec};
+use rdx_control::{create_codeflow, ControlError, ExtSpec, Unverified};
 use std::time::Duration;
 
 #[test]
@@ -70,11 +70,10 @@ fn deploy_upgrade_rollback_detach_across_processes() {
 
     // The second deploy of the same bytecode comes from the registry's compile cache.
     let checked = cf.validate_code(&a, "on_request", None).unwrap();
-    assert!(
-        cf.jit_compile_code(&a, &checked, Some(&reg))
-            .unwrap()
-            .cached
-    );
+    assert!(cf
+        .jit_compile_code(&a, &checked, Some(&reg))
+        .unwrap()
+        .cached());
 }
 
 #[test]
@@ -87,7 +86,14 @@ fn a_rejected_program_never_reaches_the_node() {
     let err = cf
         .deploy("on_request", &extension("out_of_bounds"), None, None)
         .unwrap_err();
-    assert!(matches!(err, ControlError::Verify { .. }), "{err}");
+    // The verifier's typed rule reaches the caller as the error's source.
+    let ControlError::Verify { source, .. } = &err else {
+        panic!("not a verifier rejection: {err}");
+    };
+    let typed = std::error::Error::source(&err)
+        .and_then(|e| e.downcast_ref::<rdx_verifier::VerifyError>())
+        .expect("the verifier's error is the source");
+    assert_eq!(typed.rule, source.rule);
     assert!(err.to_string().contains("on_request"), "{err}");
     assert_eq!(cf.arena_usage().unwrap(), before, "nothing allocated");
     assert_eq!(host.request(3), (1, 4), "still the previous version");
@@ -100,6 +106,71 @@ fn a_rejected_program_never_reaches_the_node() {
         .deploy("on_request", &extension("plus_one"), Some("gold"), None)
         .unwrap_err();
     assert!(e.to_string().contains("no class \"gold\""), "{e}");
+}
+
+#[test]
+fn a_verdict_is_refused_for_another_hook_or_program() {
+    let mut host = Host::start("unverified", &[]);
+    let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    let plus_one = extension("plus_one");
+    let times_two = extension("times_two");
+    let checked = cf.validate_code(&plus_one, "on_request", None).unwrap();
+    let refused = |e: ControlError, want: Unverified| match e {
+        ControlError::NotVerifiedFor { mismatch, hook, .. } => {
+            assert_eq!(mismatch, want);
+            assert_eq!(hook, "on_request");
+        }
+        e => panic!("expected NotVerifiedFor {want:?}, got {e}"),
+    };
+    // One program's verdict does not compile another.
+    refused(
+        cf.jit_compile_code(&times_two, &checked, None).unwrap_err(),
+        Unverified::Program,
+    );
+    let compiled = cf.jit_compile_code(&plus_one, &checked, None).unwrap();
+    assert_eq!(
+        (compiled.hook(), compiled.class()),
+        ("on_request", checked.class())
+    );
+    let before = cf.arena_usage().unwrap();
+    // Nor is its code written for another program or another hook.
+    refused(
+        cf.prepare_prog("on_request", &times_two, &compiled)
+            .unwrap_err(),
+        Unverified::Program,
+    );
+    refused(
+        cf.prepare_prog("on_response", &plus_one, &compiled)
+            .unwrap_err(),
+        Unverified::Hook("on_response".into()),
+    );
+    assert_eq!(cf.arena_usage().unwrap(), before, "nothing allocated");
+    assert_eq!(host.request(3), (0, 0), "nothing published");
+    cf.deploy_prog("on_request", &plus_one, &compiled).unwrap();
+    assert_eq!(host.request(3), (1, 4));
+}
+
+#[test]
+fn a_verdict_covers_writable_initial_data_but_not_read_only_data() {
+    use rdx_bpf::program::{MapDef, MapOrigin, MapType};
+    let map = |read_only: bool, initial: u8| MapDef {
+        name: ".data".into(),
+        map_type: MapType::Array,
+        key_size: 4,
+        value_size: 8,
+        max_entries: 1,
+        flags: 0,
+        origin: MapOrigin::GlobalData,
+        initial_value: Some(vec![initial; 8]),
+        read_only,
+    };
+    let insns = extension("plus_one").insns().to_vec();
+    let ext = |read_only, initial| {
+        rdx_control::Extension::new("p", "s", insns.clone(), vec![map(read_only, initial)])
+    };
+    assert_eq!(ext(false, 1).code_hash(), ext(false, 2).code_hash());
+    assert_ne!(ext(false, 1).hash(), ext(false, 2).hash());
+    assert_ne!(ext(true, 1).code_hash(), ext(true, 2).code_hash());
 }
 
 #[test]

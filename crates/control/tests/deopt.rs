@@ -40,8 +40,8 @@ fn classes(cf: &rdx_control::CodeFlow, map_id: u32) -> Vec<u64> {
 fn failed_guards_continue_in_the_fallback_image_inside_the_host() {
     let ext = request_classify();
     // The reference: the interpreter alone, on its own maps.
-    let maps = MapSet::new(&ext.maps).unwrap();
-    let vm = Vm::new(&ext.insns, &maps, &Helpers::standard(), Config::default()).unwrap();
+    let maps = MapSet::new(ext.maps()).unwrap();
+    let vm = Vm::new(ext.insns(), &maps, &Helpers::standard(), Config::default()).unwrap();
     let mut reference = Vec::new();
     for &v in &VALUES {
         let mut ctx = [0u8; 16];
@@ -56,7 +56,7 @@ fn failed_guards_continue_in_the_fallback_image_inside_the_host() {
         })
         .collect();
 
-    let sites = branch_sites(&ext.insns);
+    let sites = branch_sites(ext.insns());
     assert!(sites.len() >= 2);
     // Two elite builds: every conditional jump guarded one way, then the other, so that
     // every request of the mix fails some guard in at least one of them.
@@ -68,7 +68,7 @@ fn failed_guards_continue_in_the_fallback_image_inside_the_host() {
             guards: sites.iter().map(|&pc| (pc, expect)).collect(),
         };
         let (elite, stats) = cf.jit_compile_elite(&ext, &checked, speculation).unwrap();
-        assert!(elite.artifact.meta.deoptimises());
+        assert!(elite.artifact().meta.deoptimises());
         assert_eq!(stats.guards, sites.len());
         let prepared = cf.prepare_prog("on_request", &ext, &elite).unwrap();
         let published = cf.tx(vec![prepared]).unwrap().remove(0);

@@ -55,9 +55,9 @@ fn a_baseline_codeflow_deploys_records_and_caches_its_tier() {
         .jit_compile_code(&ext, &checked, Some(&reg))
         .unwrap();
     let o = cf_opt.jit_compile_code(&ext, &checked, Some(&reg)).unwrap();
-    assert!(b.cached && o.cached);
-    assert_eq!((b.tier, o.tier), (Tier::Baseline, Tier::Optimizing));
-    assert_ne!(b.artifact_hash, o.artifact_hash);
+    assert!(b.cached() && o.cached());
+    assert_eq!((b.tier(), o.tier()), (Tier::Baseline, Tier::Optimizing));
+    assert_ne!(b.artifact_hash(), o.artifact_hash());
     assert_ne!(
         cf_base.cache_key(&ext, &checked),
         cf_opt.cache_key(&ext, &checked)
@@ -95,7 +95,7 @@ fn a_baseline_codeflow_deploys_records_and_caches_its_tier() {
     later.set_tier(Tier::Baseline);
     let checked = later.validate_code(&ext, "on_request", None).unwrap();
     let speculation = Speculation {
-        guards: branch_sites(&ext.insns)
+        guards: branch_sites(ext.insns())
             .into_iter()
             .map(|pc| (pc, Expect::NotTaken))
             .collect(),
@@ -112,8 +112,8 @@ fn a_baseline_codeflow_deploys_records_and_caches_its_tier() {
     let (elite, _) = later
         .jit_compile_elite(&ext, &checked, speculation)
         .unwrap();
-    assert!(elite.artifact.meta.deoptimises());
-    assert_eq!(elite.tier, Tier::Optimizing);
+    assert!(elite.artifact().meta.deoptimises());
+    assert_eq!(elite.tier(), Tier::Optimizing);
     assert_eq!(base.request(4), (2, 8));
     let _ = std::fs::remove_dir_all(reg.dir());
 }

@@ -135,7 +135,7 @@ fn main() {
     // The profile of traffic 1..999: each conditional jump's direction on it, found by
     // publishing a one-guard build per jump and seeing whether a hot request deoptimises.
     let mut guards = Speculation::default();
-    for pc in branch_sites(&ext.insns) {
+    for pc in branch_sites(ext.insns()) {
         let one = Speculation {
             guards: [(pc, Expect::Taken)].into_iter().collect(),
         };
@@ -202,7 +202,7 @@ fn main() {
     // The handover alone: one guard, on the last conditional jump value 5 reaches, failing
     // for it.
     let mut last_guard = None;
-    for &pc in branch_sites(&ext.insns).iter().rev() {
+    for &pc in branch_sites(ext.insns()).iter().rev() {
         let wrong_way = match guards.guards.get(&pc) {
             Some(Expect::Taken) => Expect::NotTaken,
             _ => Expect::Taken,
@@ -225,7 +225,7 @@ fn main() {
 
     println!(
         "request_classify through Hook::run ({} slots, {n_guards} guards), medians of {BATCHES} batches of {BATCH}",
-        ext.insns.len()
+        ext.insns().len()
     );
     println!("| measurement | ns per run |");
     println!("| --- | --- |");

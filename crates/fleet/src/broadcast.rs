@@ -271,7 +271,7 @@ fn check(
             let rejected = |reason: String| FleetError::Rejected {
                 node: n.name.clone(),
                 hook: u.hook.clone(),
-                program: exts[i].name.clone(),
+                program: exts[i].name().to_string(),
                 reason,
             };
             let class = cf
@@ -575,8 +575,8 @@ fn run(
                 out.push(HookUpdate {
                     node: w.name.clone(),
                     hook: u.hook.clone(),
-                    program: exts[*i].name.clone(),
-                    class: c.class.clone(),
+                    program: exts[*i].name().to_string(),
+                    class: c.class().to_string(),
                     previous_version: prev,
                     version: ver,
                 });

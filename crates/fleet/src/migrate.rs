@@ -82,16 +82,16 @@ fn source_maps(cf: &CodeFlow, node: &str, hook: &str, ext: &Extension) -> Result
         .iter()
         .find(|v| v.active)
         .ok_or_else(|| refuse(format!("{node}/{hook} runs nothing: nothing to migrate")))?;
-    if active.map_ids.len() != ext.maps.len() {
+    if active.map_ids.len() != ext.maps().len() {
         return Err(refuse(format!(
             "{node}/{hook} runs a version with {} maps, {} declares {}",
             active.map_ids.len(),
-            ext.name,
-            ext.maps.len()
+            ext.name(),
+            ext.maps().len()
         )));
     }
     let mut out = Vec::new();
-    for (&id, want) in active.map_ids.iter().zip(&ext.maps) {
+    for (&id, want) in active.map_ids.iter().zip(ext.maps()) {
         let m = xstate::open(cf.transport(), &cf.view().info, id as u32)
             .map_err(|e| refuse(format!("{node}: map {id} of the active version: {e}")))?;
         let r = m.map;
@@ -110,7 +110,7 @@ fn source_maps(cf: &CodeFlow, node: &str, hook: &str, ext: &Extension) -> Result
                 r.key_size,
                 r.value_size,
                 r.max_entries,
-                ext.name,
+                ext.name(),
                 want.name,
                 want.key_size,
                 want.value_size,
@@ -225,7 +225,7 @@ pub fn migrate(
     let rejected = |e: rdx_control::ControlError| FleetError::Rejected {
         node: dname.into(),
         hook: hook.into(),
-        program: ext.name.clone(),
+        program: ext.name().to_string(),
         reason: e.to_string(),
     };
     let checked = dst.validate_code(ext, hook, class).map_err(rejected)?;
@@ -417,7 +417,7 @@ pub fn migrate(
     Ok(MigrationReport {
         id,
         hook: hook.into(),
-        program: ext.name.clone(),
+        program: ext.name().to_string(),
         source: sname.into(),
         target: dname.into(),
         source_version: active_version(s_word),

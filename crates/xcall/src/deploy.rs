@@ -10,9 +10,7 @@
 
 use crate::callee::CALLEE_HELPERS;
 use rdx_bpf::isa::{CallTarget, Insn};
-use rdx_control::{CodeFlow, Compiled, ControlError, Extension, Published};
-use rdx_jit::{CompileOptions, Compiler, HelperCalls};
-use sha2::{Digest, Sha256};
+use rdx_control::{CodeFlow, ControlError, Extension, Published};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
@@ -28,8 +26,6 @@ pub enum DeployError {
         eim: u64,
         declared: u64,
     },
-    #[error("compiling {entry:?}: {reason}")]
-    Compile { entry: String, reason: String },
 }
 
 /// Checks that `insns` only call helpers a callee may use.
@@ -74,33 +70,7 @@ pub fn deploy_export(
         });
     }
     let checked = cf.validate_code(ext, entry, class)?;
-    check_callee_helpers(&ext.insns)?;
-    let arch = match cf.arch() {
-        rdx_region::layout::Arch::X86_64 => rdx_jit::Arch::X86_64,
-        rdx_region::layout::Arch::Aarch64 => rdx_jit::Arch::Aarch64,
-    };
-    let mut opts = CompileOptions::new(arch);
-    opts.needs_budget = checked.facts.needs_budget;
-    opts.helper_calls = HelperCalls::Table {
-        table_len: cf.view().info.helper_capacity,
-    };
-    opts.eim_class = format!("{}/{}", checked.hook, checked.class);
-    opts.verify_ir = false;
-    let compile_err = |e: rdx_jit::CompileError| DeployError::Compile {
-        entry: entry.into(),
-        reason: e.to_string(),
-    };
-    let (artifact, _) = Compiler::new(arch)
-        .map_err(compile_err)?
-        .compile(&ext.insns, &opts)
-        .map_err(compile_err)?;
-    let compiled = Compiled {
-        artifact_hash: Sha256::digest(artifact.to_bytes()).into(),
-        artifact,
-        cached: false,
-        budget: checked.facts.budget.unwrap_or(u64::MAX),
-        class: checked.class.clone(),
-        tier: rdx_control::Tier::Optimizing,
-    };
+    check_callee_helpers(ext.insns())?;
+    let compiled = cf.jit_compile_helper_table(ext, &checked)?;
     Ok(cf.deploy_prog(entry, ext, &compiled)?)
 }

@@ -199,7 +199,7 @@ fn bad_input_gets_typed_errors() {
     let mut cf = create_codeflow(&storage.address, ExtSpec::default()).unwrap();
     let printk = extension("xcall/misbehave", "uses_printk");
     assert!(matches!(
-        rdx_xcall::deploy::check_callee_helpers(&printk.insns),
+        rdx_xcall::deploy::check_callee_helpers(printk.insns()),
         Err(DeployError::UnsupportedHelper { id: 6, .. })
     ));
     assert!(deploy_export(&mut cf, "slow", &printk, None).is_err());

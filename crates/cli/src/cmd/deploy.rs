@@ -94,8 +94,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     progress(format!(
         "verifying {} ({} insns) for {node}/{} ... ",
-        ext.name,
-        ext.insns.len(),
+        ext.name(),
+        ext.insns().len(),
         args.target.hook
     ));
     let t = Instant::now();
@@ -103,7 +103,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .validate_code(&ext, &args.target.hook, args.target.class.as_deref())
         .inspect_err(|_| progress("rejected\n".into()))?;
     let verify_us = us(t);
-    progress(format!("ok, class {} ({verify_us:.0} us)\n", checked.class));
+    progress(format!("ok, class {} ({verify_us:.0} us)\n", checked.class()));
 
     progress(format!(
         "compiling for {} ({} tier) ... ",
@@ -115,8 +115,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let compile_us = us(t);
     progress(format!(
         "{} ({} bytes, {compile_us:.0} us)\n",
-        if compiled.cached { "cached" } else { "done" },
-        compiled.artifact.code.len()
+        if compiled.cached() { "cached" } else { "done" },
+        compiled.artifact().code.len()
     ));
 
     progress("linking and writing ... ".into());
@@ -131,7 +131,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let t = Instant::now();
     let published = cf.tx(vec![prepared])?.remove(0);
     let publish_us = us(t);
-    let artifact = rdx_control::codeflow::hex(&compiled.artifact_hash);
+    let artifact = rdx_control::codeflow::hex(compiled.artifact_hash());
     registry.record_with_tier(
         &HistoryEntry {
         id: 0,
@@ -140,9 +140,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         action: "deploy".into(),
         version: published.version,
         previous_version: published.previous_version,
-        program: ext.name.clone(),
+        program: ext.name().to_string(),
         object: args.target.object.display().to_string(),
-        class: checked.class.clone(),
+        class: checked.class().to_string(),
         artifact: artifact.clone(),
         at_ms: rdx_control::lease::now_ms(),
         generation: published.generation,
@@ -153,15 +153,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let r = Report {
             node,
             hook: args.target.hook,
-            program: ext.name,
-            class: checked.class,
+            program: ext.name().to_string(),
+            class: checked.class().to_string(),
             tier: published.tier,
             version: published.version,
             previous_version: published.previous_version,
             generation: published.generation,
             artifact,
-            cached: compiled.cached,
-            insns: ext.insns.len(),
+            cached: compiled.cached(),
+            insns: ext.insns().len(),
             code_bytes: published.code_len,
             map_ids: published.map_ids,
             verify_us,
@@ -173,7 +173,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         println!(
             "deployed {} to {node}/{}: version {} (was {}), {} tier, published in {publish_us:.1} us",
-            ext.name,
+            ext.name(),
             args.target.hook,
             published.version,
             if published.previous_version == 0 {

@@ -103,7 +103,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         action: action.into(),
         version,
         previous_version: previous,
-        program: ext.name.clone(),
+        program: ext.name().to_string(),
         object: object.display().to_string(),
         class: args.class.clone().unwrap_or_default(),
         artifact: String::new(),

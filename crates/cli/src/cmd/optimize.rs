@@ -71,16 +71,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             action: "deploy".into(),
             version: published.version,
             previous_version: published.previous_version,
-            program: ext.name.clone(),
+            program: ext.name().to_string(),
             object: object_label.clone(),
-            class: checked.class.clone(),
-            artifact: rdx_control::codeflow::hex(&compiled.artifact_hash),
+            class: checked.class().to_string(),
+            artifact: rdx_control::codeflow::hex(compiled.artifact_hash()),
             at_ms: rdx_control::lease::now_ms(),
             generation: published.generation,
         })?;
         println!(
             "reverted {node}/{} to the plain build of {}: version {} (was {})",
-            args.target.hook, ext.name, published.version, published.previous_version
+            args.target.hook, ext.name(), published.version, published.previous_version
         );
         return Ok(());
     }
@@ -98,15 +98,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             path.display(),
             saved.program,
             &saved.program_hash[..saved.program_hash.len().min(12)],
-            ext.name,
+            ext.name(),
             &ext.hash_hex()[..12]
         );
     }
-    saved.profile.check(&ext.insns)?;
+    saved.profile.check(ext.insns())?;
     // The generic build, for the size comparison (and cached for `--revert`).
-    let generic = cf
-        .jit_compile_code(&ext, &checked, Some(&registry))?
-        .artifact;
+    let generic = cf.jit_compile_code(&ext, &checked, Some(&registry))?;
+    let generic = generic.artifact();
     let speculation = saved.profile.speculation(&saved.policy);
     let (elite, stats) = cf.jit_compile_elite(&ext, &checked, speculation)?;
     let prepared = cf.prepare_prog(&args.target.hook, &ext, &elite)?;
@@ -118,10 +117,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         action: "optimize".into(),
         version: published.version,
         previous_version: published.previous_version,
-        program: ext.name.clone(),
+        program: ext.name().to_string(),
         object: object_label.clone(),
-        class: checked.class.clone(),
-        artifact: rdx_control::codeflow::hex(&elite.artifact_hash),
+        class: checked.class().to_string(),
+        artifact: rdx_control::codeflow::hex(elite.artifact_hash()),
         at_ms: rdx_control::lease::now_ms(),
         generation: published.generation,
     })?;
@@ -131,10 +130,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     saved.hook = args.target.hook.clone();
     save_published_profile(registry.dir(), published.version, &saved)?;
     let report = Report {
-        program: ext.name.clone(),
+        program: ext.name().to_string(),
         guards: stats.guards,
         dropped_insns: stats.dropped_insns,
-        elite_code_bytes: elite.artifact.code.len(),
+        elite_code_bytes: elite.artifact().code.len(),
         generic_code_bytes: generic.code.len(),
         published: true,
         version: published.version,
@@ -145,11 +144,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         println!(
             "elite build of {}: {} guards, {} of {} slots dropped, {} code bytes (generic: {})",
-            ext.name,
+            ext.name(),
             stats.guards,
             stats.dropped_insns,
-            ext.insns.len(),
-            elite.artifact.code.len(),
+            ext.insns().len(),
+            elite.artifact().code.len(),
             generic.code.len()
         );
         println!(

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use rdx_bpf::program::{MapDef, MapOrigin, MapType};
-use rdx_control::codeflow::{hex, Compiled};
+use rdx_control::codeflow::hex;
 use rdx_control::registry::{HistoryEntry, Registry};
 use rdx_control::{CodeFlow, Extension};
 use rdx_deopt::profile::{BranchProfile, Policy};
-use rdx_jit::{branch_sites, BranchCounters, CompileOptions, Compiler, Symbol};
+use rdx_jit::{branch_sites, BranchCounters, Symbol};
 use serde::{Deserialize, Serialize};
 
 use super::deploy::ProgramTarget;
@@ -160,7 +160,7 @@ fn record(
         action: action.into(),
         version: p.version,
         previous_version: p.previous_version,
-        program: s.ext.name.clone(),
+        program: s.ext.name().to_string(),
         object: s.object.to_string(),
         class: class.to_string(),
         artifact: hex(artifact_hash),
@@ -175,13 +175,13 @@ fn record(
 /// plain build again with one `tx`. Requests are served throughout by a complete version.
 pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::Result<Scouted> {
     let ext = s.ext;
-    let sites = branch_sites(&ext.insns);
+    let sites = branch_sites(ext.insns());
     if sites.is_empty() {
-        bail!("{} has no conditional jump: nothing to profile", ext.name);
+        bail!("{} has no conditional jump: nothing to profile", ext.name());
     }
     let counter_bytes = 16 * sites.len();
     let map_name = counter_map_name(ext);
-    let mut maps = ext.maps.clone();
+    let mut maps = ext.maps().to_vec();
     let counter_index = maps.len() as u32;
     maps.push(MapDef {
         name: map_name.clone(),
@@ -194,42 +194,24 @@ pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::R
         initial_value: None,
         read_only: false,
     });
-    let scout = Extension::new(&ext.name, &ext.section, ext.insns.clone(), maps);
+    let scout = Extension::new(ext.name(), ext.section(), ext.insns().to_vec(), maps);
 
     let checked = cf.validate_code(&scout, s.hook, s.class)?;
-    let arch: rdx_jit::Arch = cf
-        .arch()
-        .name()
-        .parse()
-        .context("the node's architecture")?;
-    let mut opts = CompileOptions::new(arch);
-    opts.needs_budget = checked.facts.needs_budget;
-    opts.eim_class = format!("{}/{}", checked.hook, checked.class);
-    opts.verify_ir = false;
-    opts.branch_counters = Some(BranchCounters {
-        symbol: Symbol::MapValue(counter_index),
-    });
-    let (artifact, _) = Compiler::new(arch)?.compile(&scout.insns, &opts)?;
-    let artifact_bytes = artifact.to_bytes();
-    let compiled = Compiled {
-        artifact_hash: sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(
-            &artifact_bytes,
-        ))
-        .into(),
-        artifact,
-        cached: false,
-        budget: checked.facts.budget.unwrap_or(u64::MAX),
-        class: checked.class.clone(),
-        tier: rdx_control::Tier::Optimizing,
-    };
+    let compiled = cf.jit_compile_scouting(
+        &scout,
+        &checked,
+        BranchCounters {
+            symbol: Symbol::MapValue(counter_index),
+        },
+    )?;
     let prepared = cf.prepare_prog(s.hook, &scout, &compiled)?;
     let published = cf.tx(vec![prepared])?.remove(0);
     record(
         registry,
         s,
         "profile",
-        &checked.class,
-        &compiled.artifact_hash,
+        checked.class(),
+        compiled.artifact_hash(),
         &published,
     )?;
 
@@ -240,8 +222,8 @@ pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::R
     std::thread::sleep(s.window);
     let after = read_counters(cf, &map_name, counter_bytes)?;
     let seconds = started.elapsed().as_secs_f64();
-    let mut profile = BranchProfile::from_counters(&ext.insns, &after)?;
-    let base = BranchProfile::from_counters(&ext.insns, &before)?;
+    let mut profile = BranchProfile::from_counters(ext.insns(), &after)?;
+    let base = BranchProfile::from_counters(ext.insns(), &before)?;
     for (p, b) in profile.branches.iter_mut().zip(&base.branches) {
         p.taken = p.taken.wrapping_sub(b.taken);
         p.fell_through = p.fell_through.wrapping_sub(b.fell_through);
@@ -257,8 +239,8 @@ pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::R
             registry,
             s,
             "deploy",
-            &plain.class,
-            &compiled.artifact_hash,
+            plain.class(),
+            compiled.artifact_hash(),
             &restored,
         )?;
         restored_version = Some(restored.version);
@@ -286,7 +268,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if !args.json {
         eprintln!(
             "deploying an instrumented build of {} to {node}/{} and profiling for {:.1} s",
-            ext.name, args.target.hook, args.seconds
+            ext.name(), args.target.hook, args.seconds
         );
     }
     let scouted = scout(
@@ -331,7 +313,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         })
         .collect();
     let saved = SavedProfile {
-        program: ext.name.clone(),
+        program: ext.name().to_string(),
         program_hash: ext.hash_hex(),
         node: node.clone(),
         hook: args.target.hook.clone(),
@@ -348,7 +330,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         println!(
             "profile of {} on {node}/{} over {elapsed:.1} s:",
-            ext.name, args.target.hook
+            ext.name(), args.target.hook
         );
         println!("{:>6} {:>12} {:>12}  bias", "slot", "taken", "fell through");
         for r in rows {

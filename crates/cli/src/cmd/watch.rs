@@ -243,7 +243,7 @@ impl CliReoptimizer<'_> {
         let profile = std::fs::read_to_string(&path)
             .ok()
             .and_then(|t| serde_json::from_str::<SavedProfile>(&t).ok())
-            .filter(|p| p.program_hash == ext.hash_hex() && p.profile.check(&ext.insns).is_ok());
+            .filter(|p| p.program_hash == ext.hash_hex() && p.profile.check(ext.insns()).is_ok());
         Ok(Source {
             ext,
             object: entry.object,
@@ -267,7 +267,7 @@ impl CliReoptimizer<'_> {
             action: action.into(),
             version: p.version,
             previous_version: p.previous_version,
-            program: src.ext.name.clone(),
+            program: src.ext.name().to_string(),
             object: src.object.clone(),
             class: src.class.clone(),
             artifact: rdx_control::codeflow::hex(artifact),
@@ -283,7 +283,7 @@ impl CliReoptimizer<'_> {
         let compiled = cf.jit_compile_code(&src.ext, &checked, Some(self.registry))?;
         let prepared = cf.prepare_prog(&target.hook, &src.ext, &compiled)?;
         let published = cf.tx(vec![prepared])?.remove(0);
-        self.record(target, src, "deploy", &compiled.artifact_hash, &published)?;
+        self.record(target, src, "deploy", compiled.artifact_hash(), &published)?;
         Ok(published.version)
     }
 
@@ -326,9 +326,9 @@ impl CliReoptimizer<'_> {
         let (elite, stats) = cf.jit_compile_elite(&src.ext, &checked, speculation)?;
         let prepared = cf.prepare_prog(&target.hook, &src.ext, &elite)?;
         let published = cf.tx(vec![prepared])?.remove(0);
-        self.record(target, src, "optimize", &elite.artifact_hash, &published)?;
+        self.record(target, src, "optimize", elite.artifact_hash(), &published)?;
         let saved = SavedProfile {
-            program: src.ext.name.clone(),
+            program: src.ext.name().to_string(),
             program_hash: src.ext.hash_hex(),
             node: target.node.clone(),
             hook: target.hook.clone(),
