@@ -39,7 +39,7 @@ use crate::alloc::{AllocTable, Arena, Record, RecordState, RECORD_MAPS};
 use crate::error::{ControlError, Result, Unverified};
 use crate::lease::{self, Lease};
 use crate::node::{self, HookInfo, NodeView};
-use crate::registry::Registry;
+use crate::registry::{HistoryAction, HistoryEntry, Registry};
 use crate::tier::Tier;
 use rdx_bpf::isa::{encode, raw_to_bytes, Insn};
 use rdx_bpf::program::{MapDef, MapOrigin, Object};
@@ -370,6 +370,26 @@ pub struct Prepared {
     pub code_offset: u64,
     pub code_len: u64,
     pub map_ids: Vec<u32>,
+    /// What the history records when it is published.
+    record: PublishRecord,
+}
+
+impl Prepared {
+    /// Records its publication in the history as `action` instead of the one its build
+    /// implies (an ACL policy published with the generic enforcement build).
+    pub fn record_as(&mut self, action: HistoryAction) {
+        self.record.action = action;
+    }
+}
+
+/// What the history says about a prepared version once [`CodeFlow::tx`] publishes it.
+#[derive(Clone, Debug)]
+struct PublishRecord {
+    action: HistoryAction,
+    program: String,
+    origin: String,
+    class: String,
+    artifact_hash: [u8; 32],
 }
 
 /// A version made visible.
@@ -387,13 +407,90 @@ pub struct Published {
     pub tier: Tier,
 }
 
-/// Timings of one deploy, for `--progress` and benchmarks.
+/// The stages of [`CodeFlow::deploy`], in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeployStage {
+    /// [`CodeFlow::validate_code`].
+    Verify,
+    /// [`CodeFlow::jit_compile_code`] (or the registry's cache).
+    Compile,
+    /// [`CodeFlow::prepare_prog`]: allocate, link and write, not yet visible.
+    Prepare,
+    /// [`CodeFlow::tx`]: the compare-and-swap that makes it visible.
+    Publish,
+}
+
+/// What a deploy stage produced, as [`DeployObserver::finished`] hears it.
+#[derive(Clone, Copy, Debug)]
+pub enum StageDone<'a> {
+    /// The verifier's verdict.
+    Verified(&'a Validated),
+    /// The compiled (or cached) program.
+    Compiled(&'a Compiled),
+    /// The version written into the node.
+    Prepared(&'a Prepared),
+    /// The version made visible.
+    Published(&'a Published),
+}
+
+impl StageDone<'_> {
+    /// The stage that produced it.
+    pub fn stage(&self) -> DeployStage {
+        match self {
+            StageDone::Verified(_) => DeployStage::Verify,
+            StageDone::Compiled(_) => DeployStage::Compile,
+            StageDone::Prepared(_) => DeployStage::Prepare,
+            StageDone::Published(_) => DeployStage::Publish,
+        }
+    }
+}
+
+/// Hears the progress of [`CodeFlow::deploy_observed`]: each stage as it starts, then
+/// either what it produced and how long it took, or the error that ends the deploy. Every
+/// method does nothing by default; `()` is the observer that hears nothing.
+pub trait DeployObserver {
+    /// `stage` is about to run.
+    fn started(&mut self, stage: DeployStage) {
+        let _ = stage;
+    }
+
+    /// A stage finished after `took`, producing `done`.
+    fn finished(&mut self, done: StageDone<'_>, took: Duration) {
+        let _ = (done, took);
+    }
+
+    /// `stage` failed with `error`; no later stage runs.
+    fn failed(&mut self, stage: DeployStage, error: &ControlError) {
+        let _ = (stage, error);
+    }
+}
+
+impl DeployObserver for () {}
+
+/// Timings of one deploy's stages, in microseconds: the observer benchmarks and reports use.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct DeployTimings {
+    /// [`DeployStage::Verify`].
     pub validate_us: f64,
+    /// [`DeployStage::Compile`].
     pub compile_us: f64,
+    /// [`DeployStage::Prepare`].
     pub prepare_us: f64,
+    /// [`DeployStage::Publish`].
     pub publish_us: f64,
+}
+
+impl DeployObserver for DeployTimings {
+    fn finished(&mut self, done: StageDone<'_>, took: Duration) {
+        let us = took.as_secs_f64() * 1e6;
+        match done.stage() {
+            DeployStage::Verify => self.validate_us = us,
+            DeployStage::Compile => self.compile_us = us,
+            DeployStage::Prepare => self.prepare_us = us,
+            DeployStage::Publish => self.publish_us = us,
+        }
+    }
 }
 
 /// A held version of a hook, from the node's allocator table.
@@ -529,6 +626,9 @@ pub struct CodeFlow {
     link_buf: Vec<u8>,
     /// The JIT tier of generic builds.
     tier: Tier,
+    /// Where what this CodeFlow publishes is recorded: a registry and the node's name in it
+    /// ([`CodeFlow::record_history`]).
+    history: Option<(Registry, String)>,
 }
 
 impl std::fmt::Debug for CodeFlow {
@@ -595,7 +695,58 @@ impl CodeFlow {
             mapped: None,
             link_buf: Vec::new(),
             tier: spec.tier,
+            history: None,
         })
+    }
+
+    /// Records every version this CodeFlow publishes, rolls back to or detaches from now
+    /// on in `registry`'s history under node name `node`. A deploy through any path —
+    /// [`CodeFlow::deploy`], [`CodeFlow::tx`], a fleet broadcast, an embedding program —
+    /// leaves its entry; when the registry cannot record it, the operation (which took
+    /// effect on the node) ends with [`ControlError::NotRecorded`].
+    pub fn record_history(&mut self, registry: Registry, node: impl Into<String>) {
+        self.history = Some((registry, node.into()));
+    }
+
+    /// Writes `entries` (each with the tier of the version it names) to the history, if
+    /// one is attached. `done` says what took effect, for the error when it cannot.
+    fn record(
+        &self,
+        entries: impl IntoIterator<Item = (HistoryEntry, Option<Tier>)>,
+        done: impl FnOnce() -> String,
+    ) -> Result<()> {
+        let Some((registry, _)) = &self.history else {
+            return Ok(());
+        };
+        let recorded = entries
+            .into_iter()
+            .try_for_each(|(e, tier)| registry.record_with_tier(&e, tier).map(drop));
+        recorded.map_err(|source| ControlError::NotRecorded {
+            done: done(),
+            source: Box::new(source),
+        })
+    }
+
+    /// A history entry of this node for `hook` (empty program fields, now).
+    fn history_entry(&self, hook: &str, action: HistoryAction) -> HistoryEntry {
+        HistoryEntry {
+            id: 0,
+            node: self
+                .history
+                .as_ref()
+                .map(|(_, node)| node.clone())
+                .unwrap_or_default(),
+            hook: hook.into(),
+            action,
+            version: 0,
+            previous_version: 0,
+            program: String::new(),
+            object: String::new(),
+            class: String::new(),
+            artifact: String::new(),
+            at_ms: lease::now_ms(),
+            generation: 0,
+        }
     }
 
     /// The JIT tier [`CodeFlow::jit_compile_code`] compiles with.
@@ -1570,6 +1721,17 @@ impl CodeFlow {
             code_offset,
             code_len,
             map_ids,
+            record: PublishRecord {
+                action: match compiled.build {
+                    Build::Generic | Build::HelperTable => HistoryAction::Deploy,
+                    Build::Elite => HistoryAction::Optimize,
+                    Build::Scouting => HistoryAction::Profile,
+                },
+                program: ext.name.clone(),
+                origin: ext.origin.clone(),
+                class: compiled.verified.class.clone(),
+                artifact_hash: compiled.artifact_hash,
+            },
         })
     }
 
@@ -1590,9 +1752,44 @@ impl CodeFlow {
     /// `tx`: publishes prepared versions, one 8-byte compare-and-swap per hook, after
     /// [`CodeFlow::cc_event`]. A hook whose word changed since it was prepared is refused
     /// with [`ControlError::Conflict`] (and its version aborted); earlier ones stay published.
+    /// Every version published is recorded in the history ([`CodeFlow::record_history`]).
     pub fn tx(&mut self, prepared: Vec<Prepared>) -> Result<Vec<Published>> {
+        let mut published = Vec::with_capacity(prepared.len());
+        let outcome = self.publish_each(prepared, &mut published);
+        let entries = published.iter().map(|(p, r)| {
+            let entry = HistoryEntry {
+                version: p.version,
+                previous_version: p.previous_version,
+                program: r.program.clone(),
+                object: r.origin.clone(),
+                class: r.class.clone(),
+                artifact: hex(&r.artifact_hash),
+                generation: p.generation,
+                ..self.history_entry(&p.hook, r.action)
+            };
+            (entry, Some(p.tier))
+        });
+        let recorded = self.record(entries, || {
+            let versions: Vec<String> = published
+                .iter()
+                .map(|(p, _)| format!("version {} of hook {:?}", p.version, p.hook))
+                .collect();
+            format!("{} published", versions.join(", "))
+        });
+        // A refused publish is the error to report; what did publish is recorded either way.
+        outcome?;
+        recorded?;
+        Ok(published.into_iter().map(|(p, _)| p).collect())
+    }
+
+    /// Publishes each prepared version in turn (see [`CodeFlow::tx`]), appending what it
+    /// published to `out`.
+    fn publish_each(
+        &mut self,
+        prepared: Vec<Prepared>,
+        out: &mut Vec<(Published, PublishRecord)>,
+    ) -> Result<()> {
         self.cc_event()?;
-        let mut out = Vec::with_capacity(prepared.len());
         let mut iter = prepared.into_iter();
         while let Some(p) = iter.next() {
             let checked = self
@@ -1631,19 +1828,22 @@ impl CodeFlow {
                 });
             }
             let generation = t.fetch_and_add(offsets::HEADER_GENERATION, 1)? + 1;
-            out.push(Published {
-                hook: p.hook.name.clone(),
-                version: p.version,
-                previous_version: active_version(p.expected),
-                word: p.new_word,
-                generation,
-                code_offset: p.code_offset,
-                code_len: p.code_len,
-                map_ids: p.map_ids.clone(),
-                tier: p.tier,
-            });
+            out.push((
+                Published {
+                    hook: p.hook.name.clone(),
+                    version: p.version,
+                    previous_version: active_version(p.expected),
+                    word: p.new_word,
+                    generation,
+                    code_offset: p.code_offset,
+                    code_len: p.code_len,
+                    map_ids: p.map_ids.clone(),
+                    tier: p.tier,
+                },
+                p.record,
+            ));
         }
-        Ok(out)
+        Ok(())
     }
 
     /// `deploy_prog`: prepare (allocate, link, write) then `tx`. On any error nothing is
@@ -1658,7 +1858,8 @@ impl CodeFlow {
         Ok(self.tx(vec![p])?.remove(0))
     }
 
-    /// Validate, compile (or take from the cache), deploy: the whole path for one hook.
+    /// Validate, compile (or take from the registry's compile cache), deploy: the whole
+    /// path for one hook.
     pub fn deploy(
         &mut self,
         hook: &str,
@@ -1666,39 +1867,43 @@ impl CodeFlow {
         class: Option<&str>,
         registry: Option<&Registry>,
     ) -> Result<Published> {
-        self.deploy_timed(hook, ext, class, registry)
-            .map(|(p, _)| p)
+        self.deploy_observed(hook, ext, class, registry, &mut ())
     }
 
-    /// [`CodeFlow::deploy`] with the time each phase took.
-    pub fn deploy_timed(
+    /// [`CodeFlow::deploy`], telling `observer` as each stage starts and ends (with what it
+    /// produced and how long it took) or fails.
+    pub fn deploy_observed(
         &mut self,
         hook: &str,
         ext: &Extension,
         class: Option<&str>,
         registry: Option<&Registry>,
-    ) -> Result<(Published, DeployTimings)> {
-        let us = |t: Instant| t.elapsed().as_secs_f64() * 1e6;
-        let t0 = Instant::now();
-        let checked = self.validate_code(ext, hook, class)?;
-        let validate_us = us(t0);
-        let t1 = Instant::now();
-        let compiled = self.jit_compile_code(ext, &checked, registry)?;
-        let compile_us = us(t1);
-        let t2 = Instant::now();
-        let p = self.prepare_prog(hook, ext, &compiled)?;
-        let prepare_us = us(t2);
-        let t3 = Instant::now();
-        let published = self.tx(vec![p])?.remove(0);
-        Ok((
-            published,
-            DeployTimings {
-                validate_us,
-                compile_us,
-                prepare_us,
-                publish_us: us(t3),
-            },
-        ))
+        observer: &mut dyn DeployObserver,
+    ) -> Result<Published> {
+        let checked = observe(
+            observer,
+            DeployStage::Verify,
+            |x| StageDone::Verified(x),
+            || self.validate_code(ext, hook, class),
+        )?;
+        let compiled = observe(
+            observer,
+            DeployStage::Compile,
+            |x| StageDone::Compiled(x),
+            || self.jit_compile_code(ext, &checked, registry),
+        )?;
+        let prepared = observe(
+            observer,
+            DeployStage::Prepare,
+            |x| StageDone::Prepared(x),
+            || self.prepare_prog(hook, ext, &compiled),
+        )?;
+        observe(
+            observer,
+            DeployStage::Publish,
+            |x| StageDone::Published(x),
+            || Ok(self.tx(vec![prepared])?.remove(0)),
+        )
     }
 
     /// Publishes `new_word` on a hook with one CAS (for detach and rollback).
@@ -1740,11 +1945,20 @@ impl CodeFlow {
         self.begin()?;
         let hook = self.view.hook(hook)?;
         let current = self.active_word(&hook)?;
-        if active_version(current) == 0 {
+        let was = active_version(current);
+        if was == 0 {
             return Ok(0);
         }
-        self.swap(&hook, current, 0, None)?;
-        Ok(active_version(current))
+        let generation = self.swap(&hook, current, 0, None)?;
+        let entry = HistoryEntry {
+            previous_version: was,
+            generation,
+            ..self.history_entry(&hook.name, HistoryAction::Detach)
+        };
+        self.record([(entry, None)], || {
+            format!("hook {:?} detached from version {was}", hook.name)
+        })?;
+        Ok(was)
     }
 
     /// Versions of a hook still held in the code arena, newest first (takes the lease).
@@ -1812,6 +2026,7 @@ impl CodeFlow {
         } else {
             self.swap(&info, current, word, Some(target.budget))?
         };
+        self.record_rollback(hook, target.version, cur_v, generation)?;
         Ok(Published {
             hook: hook.into(),
             version: target.version,
@@ -1823,6 +2038,44 @@ impl CodeFlow {
             map_ids: target.maps.iter().map(|&m| m as u32).collect(),
             tier: target.tier,
         })
+    }
+
+    /// Records a rollback to `version` with the program, object, class and artifact of the
+    /// deploy that first published it, as the history holds them.
+    fn record_rollback(
+        &self,
+        hook: &str,
+        version: u32,
+        previous_version: u32,
+        generation: u64,
+    ) -> Result<()> {
+        let Some((registry, node)) = &self.history else {
+            return Ok(());
+        };
+        let done = || format!("hook {hook:?} rolled back to version {version}");
+        let deployed = registry
+            .history(node, Some(hook))
+            .map_err(|source| ControlError::NotRecorded {
+                done: done(),
+                source: Box::new(source),
+            })?
+            .into_iter()
+            .rev()
+            .find(|e| e.action == HistoryAction::Deploy && e.version == version);
+        let entry = HistoryEntry {
+            version,
+            previous_version,
+            generation,
+            ..match deployed {
+                Some(d) => HistoryEntry {
+                    at_ms: lease::now_ms(),
+                    action: HistoryAction::Rollback,
+                    ..d
+                },
+                None => self.history_entry(hook, HistoryAction::Rollback),
+            }
+        };
+        self.record([(entry, None)], done)
     }
 
     fn reclaim_for(&mut self, arena: Arena) -> Result<Reclaimed> {
@@ -1995,5 +2248,27 @@ fn list_or_none(v: &[&str]) -> String {
         "none".into()
     } else {
         v.join(", ")
+    }
+}
+
+/// Runs one deploy stage under `observer`: started, then finished with its product (made
+/// by `done`) and duration, or failed.
+fn observe<T>(
+    observer: &mut dyn DeployObserver,
+    stage: DeployStage,
+    done: impl FnOnce(&T) -> StageDone<'_>,
+    run: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    observer.started(stage);
+    let t = Instant::now();
+    match run() {
+        Ok(product) => {
+            observer.finished(done(&product), t.elapsed());
+            Ok(product)
+        }
+        Err(e) => {
+            observer.failed(stage, &e);
+            Err(e)
+        }
     }
 }

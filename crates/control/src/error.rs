@@ -131,6 +131,13 @@ pub enum ControlError {
         class: String,
         mismatch: Unverified,
     },
+    /// What `done` says took effect on the node, but the history could not record it.
+    #[error("{done}, but the registry could not record it in the history: {source}")]
+    NotRecorded {
+        done: String,
+        #[source]
+        source: Box<ControlError>,
+    },
     #[error("{0}")]
     Invalid(String),
 }

@@ -9,6 +9,12 @@
 //! reclamation ([`codeflow`]), the JIT tier a deploy uses ([`tier`]), and the registry
 //! ([`registry`]).
 //!
+//! Nothing runs natively that the verifier did not accept for that hook's class: a
+//! [`Compiled`] is made only from a [`Validated`], carries the hook, class, program and EIM
+//! spec it was verified for, and is refused for anything else. A deploy reports its stages
+//! to a [`DeployObserver`]; with [`CodeFlow::record_history`], every publication, rollback
+//! and detach through the CodeFlow — whoever drives it — is recorded in the registry.
+//!
 //! It must not run anything in the node: every effect on a node is a one-sided read, write,
 //! compare-and-swap or fetch-and-add through [`rdx_transport::Transport`]. The host's CPU
 //! never runs loader, verifier or compiler code (a test checks it with strace). It also never
@@ -34,8 +40,9 @@ pub mod registry;
 pub mod tier;
 
 pub use codeflow::{
-    create_codeflow, create_codeflow_read_only, Build, CodeFlow, Compiled, DeployTimings, ExtSpec,
-    Extension, HeldVersion, Prepared, Published, Reclaimed, Validated,
+    create_codeflow, create_codeflow_read_only, Build, CodeFlow, Compiled, DeployObserver,
+    DeployStage, DeployTimings, ExtSpec, Extension, HeldVersion, Prepared, Published, Reclaimed,
+    StageDone, Validated,
 };
 pub use error::{ControlError, Result, Unverified};
 pub use tier::Tier;

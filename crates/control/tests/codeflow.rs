@@ -90,10 +90,9 @@ fn a_rejected_program_never_reaches_the_node() {
     let ControlError::Verify { source, .. } = &err else {
         panic!("not a verifier rejection: {err}");
     };
-    let typed = std::error::Error::source(&err)
-        .and_then(|e| e.downcast_ref::<rdx_verifier::VerifyError>())
-        .expect("the verifier's error is the source");
-    assert_eq!(typed.rule, source.rule);
+    assert_eq!(source.rule, rdx_verifier::Rule::CtxAccess, "{err}");
+    let chained = std::error::Error::source(&err).expect("the verifier's error is the source");
+    assert_eq!(chained.to_string(), source.to_string());
     assert!(err.to_string().contains("on_request"), "{err}");
     assert_eq!(cf.arena_usage().unwrap(), before, "nothing allocated");
     assert_eq!(host.request(3), (1, 4), "still the previous version");
@@ -148,6 +147,80 @@ fn a_verdict_is_refused_for_another_hook_or_program() {
     assert_eq!(host.request(3), (0, 0), "nothing published");
     cf.deploy_prog("on_request", &plus_one, &compiled).unwrap();
     assert_eq!(host.request(3), (1, 4));
+}
+
+#[test]
+fn the_library_records_every_publication_in_the_history() {
+    use rdx_control::registry::HistoryAction;
+    use rdx_control::{DeployObserver, DeployStage, DeployTimings, StageDone};
+    let host = Host::start("history", &[]);
+    let reg = Registry::open(&state_dir("history")).unwrap();
+    let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    cf.record_history(reg.clone(), "kv");
+    let a = extension("plus_one").with_origin("plus_one.o");
+    /// Stages as an observer hears them, with the timings observer inside.
+    #[derive(Default)]
+    struct Heard(Vec<(DeployStage, bool)>, DeployTimings);
+    impl DeployObserver for Heard {
+        fn started(&mut self, stage: DeployStage) {
+            self.0.push((stage, false));
+        }
+        fn finished(&mut self, done: StageDone<'_>, took: std::time::Duration) {
+            self.0.push((done.stage(), true));
+            self.1.finished(done, took);
+        }
+    }
+    let mut heard = Heard::default();
+    let v1 = cf
+        .deploy_observed("on_request", &a, None, None, &mut heard)
+        .unwrap();
+    let stages = [
+        DeployStage::Verify,
+        DeployStage::Compile,
+        DeployStage::Prepare,
+        DeployStage::Publish,
+    ];
+    let want: Vec<(DeployStage, bool)> = stages
+        .iter()
+        .flat_map(|&s| [(s, false), (s, true)])
+        .collect();
+    assert_eq!(heard.0, want);
+    assert!(heard.1.validate_us > 0.0 && heard.1.publish_us > 0.0);
+    // A version published with `tx` directly, as fleet and embedding programs do.
+    let b = extension("times_two");
+    let checked = cf.validate_code(&b, "on_request", None).unwrap();
+    let compiled = cf.jit_compile_code(&b, &checked, None).unwrap();
+    let p = cf.prepare_prog("on_request", &b, &compiled).unwrap();
+    let v2 = cf.tx(vec![p]).unwrap().remove(0);
+    cf.rollback("on_request", None).unwrap();
+    cf.detach("on_request").unwrap();
+    let history = reg.history_with_tiers("kv", Some("on_request")).unwrap();
+    let actions: Vec<_> = history.iter().map(|(e, _)| e.action).collect();
+    assert_eq!(
+        actions,
+        [
+            HistoryAction::Deploy,
+            HistoryAction::Deploy,
+            HistoryAction::Rollback,
+            HistoryAction::Detach
+        ]
+    );
+    let (first, tier) = &history[0];
+    assert_eq!(
+        (first.version, first.program.as_str(), first.object.as_str()),
+        (v1.version, "plus_one", "plus_one.o")
+    );
+    assert_eq!(*tier, Some(v1.tier));
+    assert_eq!(history[1].0.generation, v2.generation);
+    // The rollback names the program of the version it went back to.
+    assert_eq!(
+        (history[2].0.version, history[2].0.program.as_str()),
+        (1, "plus_one")
+    );
+    assert_eq!(
+        (history[3].0.version, history[3].0.previous_version),
+        (0, 1)
+    );
 }
 
 #[test]

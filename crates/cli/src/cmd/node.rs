@@ -31,7 +31,9 @@ impl StateArgs {
 
 /// Attaches to a node by registered name or address.
 pub fn attach(registry: &Registry, node: &str) -> anyhow::Result<(String, CodeFlow)> {
-    attach_with(registry, node, create_codeflow)
+    let (name, mut cf) = attach_with(registry, node, create_codeflow)?;
+    cf.record_history(registry.clone(), &name);
+    Ok((name, cf))
 }
 
 /// [`attach`] for commands that only read the node: a shared-memory region is mapped

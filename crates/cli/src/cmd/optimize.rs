@@ -8,7 +8,6 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
-use rdx_control::registry::HistoryEntry;
 use rdx_control::Extension;
 use serde::Serialize;
 
@@ -58,26 +57,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .unwrap_or_else(|_| args.target.object.clone())
         .display()
         .to_string();
+    let ext = ext.with_origin(object_label);
     let checked = cf.validate_code(&ext, &args.target.hook, args.target.class.as_deref())?;
 
     if args.revert {
         let compiled = cf.jit_compile_code(&ext, &checked, Some(&registry))?;
         let prepared = cf.prepare_prog(&args.target.hook, &ext, &compiled)?;
         let published = cf.tx(vec![prepared])?.remove(0);
-        registry.record(&HistoryEntry {
-            id: 0,
-            node: node.clone(),
-            hook: args.target.hook.clone(),
-            action: "deploy".into(),
-            version: published.version,
-            previous_version: published.previous_version,
-            program: ext.name().to_string(),
-            object: object_label.clone(),
-            class: checked.class().to_string(),
-            artifact: rdx_control::codeflow::hex(compiled.artifact_hash()),
-            at_ms: rdx_control::lease::now_ms(),
-            generation: published.generation,
-        })?;
         println!(
             "reverted {node}/{} to the plain build of {}: version {} (was {})",
             args.target.hook, ext.name(), published.version, published.previous_version
@@ -110,20 +96,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (elite, stats) = cf.jit_compile_elite(&ext, &checked, speculation)?;
     let prepared = cf.prepare_prog(&args.target.hook, &ext, &elite)?;
     let published = cf.tx(vec![prepared])?.remove(0);
-    registry.record(&HistoryEntry {
-        id: 0,
-        node: node.clone(),
-        hook: args.target.hook.clone(),
-        action: "optimize".into(),
-        version: published.version,
-        previous_version: published.previous_version,
-        program: ext.name().to_string(),
-        object: object_label.clone(),
-        class: checked.class().to_string(),
-        artifact: rdx_control::codeflow::hex(elite.artifact_hash()),
-        at_ms: rdx_control::lease::now_ms(),
-        generation: published.generation,
-    })?;
     // Kept for `rdx watch`, which merges a fresh window into it when this version
     // deoptimises too often.
     saved.node = node.clone();

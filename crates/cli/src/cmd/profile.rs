@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use rdx_bpf::program::{MapDef, MapOrigin, MapType};
-use rdx_control::codeflow::hex;
-use rdx_control::registry::{HistoryEntry, Registry};
+use rdx_control::registry::Registry;
 use rdx_control::{CodeFlow, Extension};
 use rdx_deopt::profile::{BranchProfile, Policy};
 use rdx_jit::{branch_sites, BranchCounters, Symbol};
@@ -125,11 +124,8 @@ fn read_counters(cf: &CodeFlow, name: &str, len: usize) -> anyhow::Result<Vec<u8
 /// call it to re-profile: what to profile and where.
 pub struct Scout<'a> {
     pub ext: &'a Extension,
-    pub node: &'a str,
     pub hook: &'a str,
     pub class: Option<&'a str>,
-    /// Recorded in the registry's history as the object the versions came from.
-    pub object: &'a str,
     pub window: Duration,
     /// Leave the instrumented build published (default: publish the plain build again).
     pub keep: bool,
@@ -143,31 +139,6 @@ pub struct Scouted {
     pub instrumented_version: u32,
     /// The plain build's version, when it was published again.
     pub restored_version: Option<u32>,
-}
-
-fn record(
-    registry: &Registry,
-    s: &Scout<'_>,
-    action: &str,
-    class: &str,
-    artifact_hash: &[u8; 32],
-    p: &rdx_control::Published,
-) -> anyhow::Result<()> {
-    registry.record(&HistoryEntry {
-        id: 0,
-        node: s.node.to_string(),
-        hook: s.hook.to_string(),
-        action: action.into(),
-        version: p.version,
-        previous_version: p.previous_version,
-        program: s.ext.name().to_string(),
-        object: s.object.to_string(),
-        class: class.to_string(),
-        artifact: hex(artifact_hash),
-        at_ms: rdx_control::lease::now_ms(),
-        generation: p.generation,
-    })?;
-    Ok(())
 }
 
 /// Publishes the instrumented build of `s.ext` with one `tx`, measures its branch counters
@@ -194,7 +165,8 @@ pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::R
         initial_value: None,
         read_only: false,
     });
-    let scout = Extension::new(ext.name(), ext.section(), ext.insns().to_vec(), maps);
+    let scout = Extension::new(ext.name(), ext.section(), ext.insns().to_vec(), maps)
+        .with_origin(ext.origin());
 
     let checked = cf.validate_code(&scout, s.hook, s.class)?;
     let compiled = cf.jit_compile_scouting(
@@ -206,14 +178,6 @@ pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::R
     )?;
     let prepared = cf.prepare_prog(s.hook, &scout, &compiled)?;
     let published = cf.tx(vec![prepared])?.remove(0);
-    record(
-        registry,
-        s,
-        "profile",
-        checked.class(),
-        compiled.artifact_hash(),
-        &published,
-    )?;
 
     // The counter map may be an earlier profile's (same program, same name): measure the
     // difference over this window only.
@@ -235,14 +199,6 @@ pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::R
         let compiled = cf.jit_compile_code(ext, &plain, Some(registry))?;
         let prepared = cf.prepare_prog(s.hook, ext, &compiled)?;
         let restored = cf.tx(vec![prepared])?.remove(0);
-        record(
-            registry,
-            s,
-            "deploy",
-            plain.class(),
-            compiled.artifact_hash(),
-            &restored,
-        )?;
         restored_version = Some(restored.version);
     }
     Ok(Scouted {
@@ -258,13 +214,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("cannot read {}", args.target.object.display()))?;
     let object = rdx_bpf::loader::load(&bytes)
         .with_context(|| format!("cannot load {}", args.target.object.display()))?;
-    let ext = Extension::from_object(&object, args.target.program.as_deref())?;
+    let ext = Extension::from_object(&object, args.target.program.as_deref())?
+        .with_origin(args.target.object.display().to_string());
     if !(args.seconds.is_finite() && args.seconds >= 0.0) {
         bail!("--seconds must be a non-negative number");
     }
     let registry = args.state.registry()?;
     let (node, mut cf) = attach(&registry, &args.target.node)?;
-    let object_label = args.target.object.display().to_string();
     if !args.json {
         eprintln!(
             "deploying an instrumented build of {} to {node}/{} and profiling for {:.1} s",
@@ -276,10 +232,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &registry,
         &Scout {
             ext: &ext,
-            node: &node,
             hook: &args.target.hook,
             class: args.target.class.as_deref(),
-            object: &object_label,
             window: Duration::from_secs_f64(args.seconds),
             keep: args.keep,
         },
