@@ -1,5 +1,5 @@
 //! Compiles every `bpf/**/*.c` of the repository with `clang -O2 -g -target bpf` into OUT_DIR,
-//! keeping the directory structure (`bpf/tests/loop.c` → `tests/loop.o`).
+//! keeping the directory structure (`bpf/tests/collatz.c` → `tests/collatz.o`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

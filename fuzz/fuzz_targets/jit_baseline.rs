@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use rdx_bpf::{MapDef, MapOrigin, MapType};
-use rdx_jit::{Arch, Artifact, CompileError, CompileOptions, HelperCalls, Pipeline};
+use rdx_jit::{Arch, Artifact, CompileError, Build, CompileOptions, HelperCalls, Pipeline};
 use rdx_verifier::{verify_insns, KernelProgType, Limits, VerifyOptions};
 
 fn maps() -> Vec<MapDef> {
@@ -40,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
     // Unverified: anything decodable, in both helper modes.
     for arch in [Arch::X86_64, Arch::Aarch64] {
         for helper_calls in [HelperCalls::Direct, HelperCalls::Table { table_len: 16 }] {
-            let mut opts = CompileOptions::new(arch);
+            let mut opts = CompileOptions::new(arch, Build::Generic);
             opts.pipeline = Pipeline::Baseline;
             opts.helper_calls = helper_calls;
             opts.needs_budget = data.first().is_some_and(|b| b & 1 == 1);
@@ -53,7 +53,7 @@ fuzz_target!(|data: &[u8]| {
     vopts.limits = Limits { max_processed: 100_000, ..Limits::default() };
     let Ok(verified) = verify_insns(&insns, &maps, &vopts) else { return };
     for arch in [Arch::X86_64, Arch::Aarch64] {
-        let mut opts = CompileOptions::new(arch);
+        let mut opts = CompileOptions::new(arch, Build::Generic);
         opts.pipeline = Pipeline::Baseline;
         opts.needs_budget = verified.needs_budget;
         opts.inline_array_lookups(&maps);

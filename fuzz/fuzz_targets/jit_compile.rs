@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use rdx_bpf::{MapDef, MapOrigin, MapType};
-use rdx_jit::{Arch, CompileOptions, Compiler, Pipeline};
+use rdx_jit::{Arch, Build, CompileOptions, Compiler, Pipeline};
 use rdx_verifier::{verify_insns, KernelProgType, Limits, VerifyOptions};
 
 fn maps() -> Vec<MapDef> {
@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
     for arch in [Arch::X86_64, Arch::Aarch64] {
         let compiler = Compiler::new(arch).expect("both targets are built in");
         for pipeline in [Pipeline::Optimizing, Pipeline::Fast] {
-            let mut opts = CompileOptions::new(arch);
+            let mut opts = CompileOptions::new(arch, Build::Generic);
             opts.needs_budget = verified.needs_budget;
             opts.inline_array_lookups(&maps);
             opts.pipeline = pipeline;

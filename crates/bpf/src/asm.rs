@@ -28,7 +28,9 @@ use crate::isa::{
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {reason}")]
 pub struct AsmError {
+    /// 1-based line of the source.
     pub line: usize,
+    /// What is wrong with it.
     pub reason: String,
 }
 
@@ -603,7 +605,9 @@ pub struct TestVector {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {reason}")]
 pub struct VectorError {
+    /// 1-based line of the file.
     pub line: usize,
+    /// What is wrong with it.
     pub reason: String,
 }
 

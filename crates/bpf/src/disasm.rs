@@ -31,8 +31,11 @@ pub struct Options {
 
 /// One instruction's text (`r0 = *(u32 *)(r1 + 4)`), given its slot index `pc` for targets.
 pub struct InsnText<'a> {
+    /// The instruction.
     pub insn: &'a Insn,
+    /// Its slot index, to print jump and call targets as absolute slots.
     pub pc: usize,
+    /// Names of the object's maps by index, for `lddw` map references.
     pub map_names: &'a [String],
 }
 

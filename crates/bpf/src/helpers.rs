@@ -23,18 +23,31 @@ use rdx_region::abi::HelperFn;
 
 /// Standard helper ids, as in the kernel's `enum bpf_func_id`.
 pub mod id {
+    /// `bpf_map_lookup_elem(map, key)`: a pointer to the value, or null.
     pub const MAP_LOOKUP_ELEM: i32 = 1;
+    /// `bpf_map_update_elem(map, key, value, flags)`: 0 or a negative errno.
     pub const MAP_UPDATE_ELEM: i32 = 2;
+    /// `bpf_map_delete_elem(map, key)`: 0 or a negative errno.
     pub const MAP_DELETE_ELEM: i32 = 3;
+    /// `bpf_ktime_get_ns()`: monotonic time in nanoseconds.
     pub const KTIME_GET_NS: i32 = 5;
+    /// `bpf_trace_printk(fmt, fmt_size, ...)`: appends a formatted line to the trace log.
     pub const TRACE_PRINTK: i32 = 6;
+    /// `bpf_get_prandom_u32()`: a pseudo-random 32-bit number.
     pub const GET_PRANDOM_U32: i32 = 7;
+    /// `bpf_get_smp_processor_id()`: the running CPU (always 0 in the interpreter).
     pub const GET_SMP_PROCESSOR_ID: i32 = 8;
+    /// `bpf_skb_load_bytes(skb, offset, to, len)`: copies packet bytes to the stack.
     pub const SKB_LOAD_BYTES: i32 = 26;
+    /// `bpf_ringbuf_output(ringbuf, data, size, flags)`: copies a record into a ring buffer.
     pub const RINGBUF_OUTPUT: i32 = 130;
+    /// `bpf_ringbuf_reserve(ringbuf, size, flags)`: a record to fill, or null.
     pub const RINGBUF_RESERVE: i32 = 131;
+    /// `bpf_ringbuf_submit(record, flags)`: publishes a reserved record.
     pub const RINGBUF_SUBMIT: i32 = 132;
+    /// `bpf_ringbuf_discard(record, flags)`: drops a reserved record.
     pub const RINGBUF_DISCARD: i32 = 133;
+    /// `bpf_ringbuf_query(ringbuf, flags)`: one of a ring buffer's counters, chosen by `flags`.
     pub const RINGBUF_QUERY: i32 = 134;
     /// The conformance suite's "unwind" helper (shares the number of `ktime_get_ns`; it only
     /// exists in [`super::Helpers::conformance`]).
@@ -44,18 +57,31 @@ pub mod id {
 /// Why a helper failed. A failing helper stops the program with an error naming the call.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HelperError {
+    /// A pointer argument reaches outside the memory the program may use.
     #[error("{len}-byte {what} at {addr:#x} is outside the program's memory")]
     OutOfBounds {
+        /// What the pointer was for (`key`, `value`, ...).
         what: &'static str,
+        /// The address.
         addr: u64,
+        /// The bytes the helper would access.
         len: u64,
     },
+    /// A helper would write read-only memory (the context or a `.rodata` value).
     #[error("{len}-byte write at {addr:#x} targets read-only memory")]
-    ReadOnly { addr: u64, len: u64 },
+    ReadOnly {
+        /// The address.
+        addr: u64,
+        /// The bytes the helper would write.
+        len: u64,
+    },
+    /// A map argument that is not the address of one of the program's maps.
     #[error("{0:#x} is not the address of one of the program's maps")]
     NotAMap(u64),
+    /// A packet helper called on a run without a packet context.
     #[error("this helper needs a packet context")]
     NoContext,
+    /// Any other argument the helper refuses; the text says which and why.
     #[error("{0}")]
     Invalid(String),
 }
@@ -72,6 +98,7 @@ pub struct HelperEnv {
 }
 
 impl HelperEnv {
+    /// A fresh environment: an empty trace log, the generator seeded with `seed`.
     pub fn new(seed: u64) -> Self {
         Self {
             trace: Mutex::new(Vec::new()),
@@ -172,6 +199,7 @@ impl HelperCtx<'_, '_> {
         }
     }
 
+    /// The helpers' shared environment (trace log, random generator).
     pub fn env(&self) -> &HelperEnv {
         self.env
     }
@@ -237,14 +265,17 @@ impl Helpers {
         self.by_id.insert(id, (name, f));
     }
 
+    /// The interpreter's implementation of helper `id`, if registered.
     pub fn get(&self, id: i32) -> Option<HelperImpl> {
         self.by_id.get(&id).map(|(_, f)| *f)
     }
 
+    /// The name helper `id` was registered under.
     pub fn name(&self, id: i32) -> Option<&'static str> {
         self.by_id.get(&id).map(|(n, _)| *n)
     }
 
+    /// Every registered id, ascending.
     pub fn ids(&self) -> impl Iterator<Item = i32> + '_ {
         self.by_id.keys().copied()
     }
@@ -480,6 +511,8 @@ unsafe extern "C" fn native_map_lookup_elem(map: u64, key: u64, _: u64, _: u64, 
     // SAFETY: the verifier proved `map` is a map reference and `key` is key_size readable
     // bytes; the map outlives every program that references it.
     let map = unsafe { Map::from_address(map) };
+    // SAFETY: `key` points to `key_size` readable bytes (the caller's contract), and the
+    // slice does not outlive this call.
     let key = unsafe { std::slice::from_raw_parts(key as *const u8, map.def().key_size as usize) };
     map.lookup_ptr(key).map_or(0, |p| p as u64)
 }
@@ -495,7 +528,10 @@ unsafe extern "C" fn native_map_update_elem(
 ) -> u64 {
     // SAFETY: as in `native_map_lookup_elem`.
     let map = unsafe { Map::from_address(map) };
+    // SAFETY: `key` points to `key_size` readable bytes (the caller's contract), and the
+    // slice does not outlive this call.
     let key = unsafe { std::slice::from_raw_parts(key as *const u8, map.def().key_size as usize) };
+    // SAFETY: likewise `value`, `value_size` readable bytes.
     let value =
         unsafe { std::slice::from_raw_parts(value as *const u8, map.def().value_size as usize) };
     match map.update(key, value, flags) {
@@ -509,6 +545,8 @@ unsafe extern "C" fn native_map_update_elem(
 unsafe extern "C" fn native_map_delete_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
     // SAFETY: as in `native_map_lookup_elem`.
     let map = unsafe { Map::from_address(map) };
+    // SAFETY: `key` points to `key_size` readable bytes (the caller's contract), and the
+    // slice does not outlive this call.
     let key = unsafe { std::slice::from_raw_parts(key as *const u8, map.def().key_size as usize) };
     match map.delete(key) {
         Ok(()) => 0,
@@ -562,6 +600,8 @@ unsafe extern "C" fn native_trace_printk(fmt: u64, fmt_size: u64, a: u64, b: u64
 unsafe extern "C" fn native_ringbuf_output(map: u64, data: u64, size: u64, _: u64, _: u64) -> u64 {
     // SAFETY: the verifier proved `map` a ring buffer reference and `data` readable.
     let map = unsafe { Map::from_address(map) };
+    // SAFETY: `data` points to `size` readable bytes (the caller's contract), and the slice
+    // does not outlive this call.
     let bytes = unsafe { std::slice::from_raw_parts(data as *const u8, size as usize) };
     match map.ringbuf() {
         Some(rb) if rb.output(bytes) => 0,

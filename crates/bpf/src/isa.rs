@@ -23,92 +23,160 @@ pub const STACK_SIZE: usize = 512;
 
 /// Raw opcode constants of RFC 9669, for code that builds or inspects raw instructions.
 pub mod op {
+    /// `BPF_LD` class: only `lddw` (64-bit immediate loads) is accepted.
     pub const CLASS_LD: u8 = 0x00;
+    /// `BPF_LDX` class: loads from memory into a register.
     pub const CLASS_LDX: u8 = 0x01;
+    /// `BPF_ST` class: stores of an immediate.
     pub const CLASS_ST: u8 = 0x02;
+    /// `BPF_STX` class: stores of a register, and atomics.
     pub const CLASS_STX: u8 = 0x03;
+    /// `BPF_ALU` class: 32-bit arithmetic, results zero-extended.
     pub const CLASS_ALU: u8 = 0x04;
+    /// `BPF_JMP` class: 64-bit jumps, calls and exit.
     pub const CLASS_JMP: u8 = 0x05;
+    /// `BPF_JMP32` class: jumps comparing the low 32 bits.
     pub const CLASS_JMP32: u8 = 0x06;
+    /// `BPF_ALU64` class: 64-bit arithmetic.
     pub const CLASS_ALU64: u8 = 0x07;
 
+    /// `BPF_K`: the second operand is the immediate.
     pub const SRC_K: u8 = 0x00;
+    /// `BPF_X`: the second operand is the `src` register.
     pub const SRC_X: u8 = 0x08;
 
+    /// `BPF_ADD`: `dst += src`.
     pub const ALU_ADD: u8 = 0x00;
+    /// `BPF_SUB`: `dst -= src`.
     pub const ALU_SUB: u8 = 0x10;
+    /// `BPF_MUL`: `dst *= src`.
     pub const ALU_MUL: u8 = 0x20;
+    /// `BPF_DIV`: `dst /= src` (signed with `off == 1`).
     pub const ALU_DIV: u8 = 0x30;
+    /// `BPF_OR`: `dst |= src`.
     pub const ALU_OR: u8 = 0x40;
+    /// `BPF_AND`: `dst &= src`.
     pub const ALU_AND: u8 = 0x50;
+    /// `BPF_LSH`: `dst <<= src`.
     pub const ALU_LSH: u8 = 0x60;
+    /// `BPF_RSH`: `dst >>= src`, logical.
     pub const ALU_RSH: u8 = 0x70;
+    /// `BPF_NEG`: `dst = -dst`.
     pub const ALU_NEG: u8 = 0x80;
+    /// `BPF_MOD`: `dst %= src` (signed with `off == 1`).
     pub const ALU_MOD: u8 = 0x90;
+    /// `BPF_XOR`: `dst ^= src`.
     pub const ALU_XOR: u8 = 0xa0;
+    /// `BPF_MOV`: `dst = src` (sign-extending with `off` 8, 16 or 32).
     pub const ALU_MOV: u8 = 0xb0;
+    /// `BPF_ARSH`: `dst >>= src`, arithmetic.
     pub const ALU_ARSH: u8 = 0xc0;
+    /// `BPF_END`: byte-order conversion of the low `imm` bits.
     pub const ALU_END: u8 = 0xd0;
 
+    /// `BPF_JA`: unconditional jump.
     pub const JMP_JA: u8 = 0x00;
+    /// `BPF_JEQ`: jump if `dst == src`.
     pub const JMP_JEQ: u8 = 0x10;
+    /// `BPF_JGT`: jump if `dst > src`, unsigned.
     pub const JMP_JGT: u8 = 0x20;
+    /// `BPF_JGE`: jump if `dst >= src`, unsigned.
     pub const JMP_JGE: u8 = 0x30;
+    /// `BPF_JSET`: jump if `dst & src != 0`.
     pub const JMP_JSET: u8 = 0x40;
+    /// `BPF_JNE`: jump if `dst != src`.
     pub const JMP_JNE: u8 = 0x50;
+    /// `BPF_JSGT`: jump if `dst > src`, signed.
     pub const JMP_JSGT: u8 = 0x60;
+    /// `BPF_JSGE`: jump if `dst >= src`, signed.
     pub const JMP_JSGE: u8 = 0x70;
+    /// `BPF_CALL`: call a helper, a local function or a kernel function (by `src`).
     pub const JMP_CALL: u8 = 0x80;
+    /// `BPF_EXIT`: return `r0` from the current function.
     pub const JMP_EXIT: u8 = 0x90;
+    /// `BPF_JLT`: jump if `dst < src`, unsigned.
     pub const JMP_JLT: u8 = 0xa0;
+    /// `BPF_JLE`: jump if `dst <= src`, unsigned.
     pub const JMP_JLE: u8 = 0xb0;
+    /// `BPF_JSLT`: jump if `dst < src`, signed.
     pub const JMP_JSLT: u8 = 0xc0;
+    /// `BPF_JSLE`: jump if `dst <= src`, signed.
     pub const JMP_JSLE: u8 = 0xd0;
 
+    /// `BPF_W`: 4-byte access.
     pub const SIZE_W: u8 = 0x00;
+    /// `BPF_H`: 2-byte access.
     pub const SIZE_H: u8 = 0x08;
+    /// `BPF_B`: 1-byte access.
     pub const SIZE_B: u8 = 0x10;
+    /// `BPF_DW`: 8-byte access.
     pub const SIZE_DW: u8 = 0x18;
 
+    /// `BPF_IMM`: 64-bit immediate load (`lddw`).
     pub const MODE_IMM: u8 = 0x00;
+    /// `BPF_ABS`: legacy packet load at a constant offset (refused).
     pub const MODE_ABS: u8 = 0x20;
+    /// `BPF_IND`: legacy packet load at a register offset (refused).
     pub const MODE_IND: u8 = 0x40;
+    /// `BPF_MEM`: plain load or store.
     pub const MODE_MEM: u8 = 0x60;
+    /// `BPF_MEMSX`: sign-extending load.
     pub const MODE_MEMSX: u8 = 0x80;
+    /// `BPF_ATOMIC`: atomic read-modify-write; `imm` selects the operation.
     pub const MODE_ATOMIC: u8 = 0xc0;
 
+    /// Atomic `*ptr += src`.
     pub const ATOMIC_ADD: i32 = 0x00;
+    /// Atomic `*ptr |= src`.
     pub const ATOMIC_OR: i32 = 0x40;
+    /// Atomic `*ptr &= src`.
     pub const ATOMIC_AND: i32 = 0x50;
+    /// Atomic `*ptr ^= src`.
     pub const ATOMIC_XOR: i32 = 0xa0;
+    /// Or-ed into an atomic operation: `src` receives the old value.
     pub const ATOMIC_FETCH: i32 = 0x01;
+    /// Atomic exchange of `*ptr` and `src` (always fetching).
     pub const ATOMIC_XCHG: i32 = 0xe0 | ATOMIC_FETCH;
+    /// Atomic compare-and-exchange: if `*ptr == r0`, store `src`; `r0` receives the old value.
     pub const ATOMIC_CMPXCHG: i32 = 0xf0 | ATOMIC_FETCH;
 
-    /// `lddw` source values (the `src` field of the first slot).
+    /// `lddw` source (the first slot's `src`): `imm` is a map file descriptor.
     pub const PSEUDO_MAP_FD: u8 = 1;
+    /// `lddw` source: a map fd and, in the second slot, an offset into its value.
     pub const PSEUDO_MAP_VALUE: u8 = 2;
+    /// `lddw` source: the BTF id of a kernel variable.
     pub const PSEUDO_BTF_ID: u8 = 3;
+    /// `lddw` source: a subprogram by its slot offset relative to the next instruction.
     pub const PSEUDO_FUNC: u8 = 4;
+    /// `lddw` source: an index into the program's map table.
     pub const PSEUDO_MAP_IDX: u8 = 5;
+    /// `lddw` source: a map table index and, in the second slot, a value offset.
     pub const PSEUDO_MAP_IDX_VALUE: u8 = 6;
 
-    /// `call` source values.
+    /// `call` source: a BPF-to-BPF call, `imm` being the slot offset relative to the next
+    /// instruction.
     pub const PSEUDO_CALL: u8 = 1;
+    /// `call` source: a kernel function by BTF id.
     pub const PSEUDO_KFUNC_CALL: u8 = 2;
 }
 
 /// One 8-byte instruction slot exactly as encoded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct RawInsn {
+    /// Opcode: class in bits 0..3, then source or size and mode, then operation.
     pub code: u8,
+    /// Destination register number (low nibble of byte 1).
     pub dst: u8,
+    /// Source register number (high nibble of byte 1).
     pub src: u8,
+    /// Signed offset: memory displacement in bytes or jump distance in slots.
     pub off: i16,
+    /// Signed immediate.
     pub imm: i32,
 }
 
 impl RawInsn {
+    /// A slot from its fields, as written.
     pub const fn new(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Self {
         Self {
             code,
@@ -146,6 +214,7 @@ impl RawInsn {
         ]
     }
 
+    /// The instruction class (`op::CLASS_*`).
     pub fn class(self) -> u8 {
         self.code & 0x07
     }
@@ -176,6 +245,7 @@ pub fn raw_to_bytes(insns: &[RawInsn]) -> Vec<u8> {
 pub struct Reg(pub u8);
 
 impl Reg {
+    /// The register number as an index (`0..=10`).
     pub fn index(self) -> usize {
         self.0 as usize
     }
@@ -190,29 +260,41 @@ impl fmt::Display for Reg {
 /// Operation width of ALU and conditional-jump instructions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Width {
+    /// The low 32 bits, the result zero-extended (`ALU`, `JMP32`).
     W32,
+    /// All 64 bits (`ALU64`, `JMP`).
     W64,
 }
 
 /// Second operand of ALU, jump and store instructions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Operand {
+    /// A register.
     Reg(Reg),
+    /// The instruction's immediate, sign-extended to the operation's width.
     Imm(i32),
 }
 
+/// An arithmetic or logic operation of an `ALU`/`ALU64` instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AluOp {
+    /// `dst += src`.
     Add,
+    /// `dst -= src`.
     Sub,
+    /// `dst *= src`.
     Mul,
     /// Unsigned division; division by zero yields 0.
     Div,
     /// Signed division (`off == 1`); division by zero yields 0.
     SDiv,
+    /// `dst |= src`.
     Or,
+    /// `dst &= src`.
     And,
+    /// `dst <<= src`, the shift masked to the width.
     Lsh,
+    /// `dst >>= src`, logical, the shift masked to the width.
     Rsh,
     /// Negation; the operand is always `Imm(0)`.
     Neg,
@@ -220,10 +302,13 @@ pub enum AluOp {
     Mod,
     /// Signed modulo (`off == 1`); modulo by zero leaves the dividend.
     SMod,
+    /// `dst ^= src`.
     Xor,
+    /// `dst = src`.
     Mov,
     /// Sign-extending move from the low `bits` (8, 16 or 32) of the source register.
     MovSx(u8),
+    /// `dst >>= src`, arithmetic, the shift masked to the width.
     Arsh,
 }
 
@@ -238,31 +323,48 @@ pub enum ByteOrder {
     Swap,
 }
 
+/// The comparison of a conditional jump.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum JmpCond {
+    /// `dst == src`.
     Eq,
+    /// `dst > src`, unsigned.
     Gt,
+    /// `dst >= src`, unsigned.
     Ge,
+    /// `dst & src != 0`.
     Set,
+    /// `dst != src`.
     Ne,
+    /// `dst > src`, signed.
     Sgt,
+    /// `dst >= src`, signed.
     Sge,
+    /// `dst < src`, unsigned.
     Lt,
+    /// `dst <= src`, unsigned.
     Le,
+    /// `dst < src`, signed.
     Slt,
+    /// `dst <= src`, signed.
     Sle,
 }
 
 /// Memory access size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Size {
+    /// 1 byte.
     B,
+    /// 2 bytes.
     H,
+    /// 4 bytes.
     W,
+    /// 8 bytes.
     DW,
 }
 
 impl Size {
+    /// The access size in bytes.
     pub fn bytes(self) -> usize {
         match self {
             Size::B => 1,
@@ -291,11 +393,16 @@ impl Size {
     }
 }
 
+/// The operation of an atomic read-modify-write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AtomicOp {
+    /// `*ptr += src`.
     Add,
+    /// `*ptr |= src`.
     Or,
+    /// `*ptr &= src`.
     And,
+    /// `*ptr ^= src`.
     Xor,
     /// Always fetches: the old value lands in `src`.
     Xchg,
@@ -338,59 +445,96 @@ pub enum CallTarget {
 /// One decoded instruction slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Insn {
+    /// Arithmetic: `dst = dst op src`.
     Alu {
+        /// 64-bit or 32-bit.
         width: Width,
+        /// The operation.
         op: AluOp,
+        /// Destination and left operand.
         dst: Reg,
+        /// Right operand.
         src: Operand,
     },
+    /// Byte-order conversion of `dst`'s low `bits` bits.
     Endian {
+        /// Little-endian, big-endian or unconditional swap.
         order: ByteOrder,
+        /// 16, 32 or 64.
         bits: u8,
+        /// The register converted in place.
         dst: Reg,
     },
     /// Unconditional jump; `off` is relative to the next slot (`ja` uses 16 bits, `gotol` 32).
     Ja {
+        /// Slots to skip, relative to the next slot.
         off: i32,
     },
+    /// Conditional jump: to `off` slots after the next if `dst cond src`.
     Jmp {
+        /// 64-bit or 32-bit comparison.
         width: Width,
+        /// The comparison.
         cond: JmpCond,
+        /// Left operand.
         dst: Reg,
+        /// Right operand.
         src: Operand,
+        /// Slots to skip, relative to the next slot.
         off: i16,
     },
+    /// A call to a helper, a local function, a kernel function or a register's target.
     Call(CallTarget),
+    /// Return `r0` from the current function (ends the program in the entry function).
     Exit,
     /// `ldx` (and `ldxs*` when `sign_extend`): `dst = *(size *)(base + off)`.
     Load {
+        /// Bytes loaded.
         size: Size,
+        /// Sign-extend the loaded value instead of zero-extending it.
         sign_extend: bool,
+        /// The register loaded.
         dst: Reg,
+        /// The register holding the address.
         base: Reg,
+        /// Byte displacement from `base`.
         off: i16,
     },
     /// `st` (immediate source) or `stx` (register source): `*(size *)(base + off) = src`.
     Store {
+        /// Bytes stored.
         size: Size,
+        /// The register holding the address.
         base: Reg,
+        /// Byte displacement from `base`.
         off: i16,
+        /// The value stored (its low `size` bytes).
         src: Operand,
     },
     /// Atomic read-modify-write on `*(size *)(base + off)`; `size` is `W` or `DW`.
     Atomic {
+        /// `W` or `DW`.
         size: Size,
+        /// The operation.
         op: AtomicOp,
+        /// `src` receives the old value (always for `Xchg` and `CmpXchg`).
         fetch: bool,
+        /// The register holding the address.
         base: Reg,
+        /// Byte displacement from `base`.
         off: i16,
+        /// The operand register.
         src: Reg,
     },
     /// First slot of `lddw`; the next slot is always [`Insn::LoadImm64Hi`].
     LoadImm64 {
+        /// The register loaded.
         dst: Reg,
+        /// What the 64-bit value means (constant, map reference, function, ...).
         kind: ImmKind,
+        /// The first slot's immediate: the low 32 bits.
         imm_lo: i32,
+        /// The second slot's immediate: the high 32 bits.
         imm_hi: i32,
     },
     /// Second slot of `lddw`: not an instruction of its own.
@@ -424,34 +568,64 @@ impl Insn {
 /// Why a slot failed to decode.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeErrorKind {
+    /// The opcode byte names no instruction this decoder accepts.
     #[error("unknown opcode")]
     UnknownOpcode,
+    /// A register number above 10.
     #[error("invalid register r{0}")]
     InvalidRegister(u8),
+    /// An instruction writes `r10`.
     #[error("r10 is the read-only frame pointer and cannot be written")]
     WriteToFramePointer,
+    /// A field the opcode does not use holds a nonzero value.
     #[error("unused {field} field must be zero, found {value}")]
-    NonZeroField { field: &'static str, value: i64 },
+    NonZeroField {
+        /// The field's name.
+        field: &'static str,
+        /// Its value.
+        value: i64,
+    },
+    /// An offset the opcode does not allow (e.g. a signed division with `off` other than 0 or 1).
     #[error("invalid offset {0} for this opcode")]
     InvalidOffset(i16),
+    /// An immediate the opcode does not allow.
     #[error("invalid immediate {0} for this opcode")]
     InvalidImmediate(i32),
+    /// A `src` value the opcode does not allow (e.g. an unknown `lddw` source).
     #[error("invalid source {0} for this opcode")]
     InvalidSource(u8),
+    /// `LD_ABS`/`LD_IND` (legacy packet access), which rdx does not implement.
     #[error("legacy packet access (LD_ABS/LD_IND) is not supported")]
     LegacyPacketAccess,
+    /// An `lddw` in the last slot.
     #[error("lddw is missing its second slot")]
     TruncatedLddw,
+    /// The second slot of an `lddw` is not an all-zero slot apart from its immediate.
     #[error("malformed second slot of lddw")]
     BadLddwSecondSlot,
+    /// A jump lands outside the program.
     #[error("jump to {target} is outside the program (0..{len})")]
-    JumpOutOfRange { target: i64, len: usize },
+    JumpOutOfRange {
+        /// The slot it would land on.
+        target: i64,
+        /// Slots in the program.
+        len: usize,
+    },
+    /// A jump lands on the second slot of an `lddw`: the slot given.
     #[error("jump to {0} lands in the middle of an lddw")]
     JumpIntoLddw(i64),
+    /// A local call enters outside the program.
     #[error("call target {target} is outside the program (0..{len})")]
-    CallOutOfRange { target: i64, len: usize },
+    CallOutOfRange {
+        /// The slot it would enter.
+        target: i64,
+        /// Slots in the program.
+        len: usize,
+    },
+    /// The byte length is not a multiple of 8: the bytes left over.
     #[error("{0} trailing bytes after the last instruction")]
     TrailingBytes(usize),
+    /// The program has no instructions.
     #[error("program is empty")]
     Empty,
 }
@@ -460,8 +634,11 @@ pub enum DecodeErrorKind {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("instruction {index} (opcode {code:#04x}): {kind}")]
 pub struct DecodeError {
+    /// Slot index of the instruction.
     pub index: usize,
+    /// Its opcode byte.
     pub code: u8,
+    /// What is wrong with it.
     pub kind: DecodeErrorKind,
 }
 

@@ -8,18 +8,26 @@ use crate::isa::Insn;
 /// libbpf keep their meaning.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MapType {
+    /// `BPF_MAP_TYPE_HASH` (1).
     Hash,
+    /// `BPF_MAP_TYPE_ARRAY` (2).
     Array,
+    /// `BPF_MAP_TYPE_PROG_ARRAY` (3): tail-call targets.
     ProgArray,
+    /// `BPF_MAP_TYPE_PERCPU_HASH` (5): one value per CPU (per thread slot in rdx).
     PerCpuHash,
+    /// `BPF_MAP_TYPE_PERCPU_ARRAY` (6): one value per CPU (per thread slot in rdx).
     PerCpuArray,
+    /// `BPF_MAP_TYPE_LPM_TRIE` (11): longest-prefix match.
     LpmTrie,
+    /// `BPF_MAP_TYPE_RINGBUF` (27): records for user space.
     RingBuf,
     /// Any other kernel map type, by number. Loaded and described, but rdx does not run it.
     Other(u32),
 }
 
 impl MapType {
+    /// The type of kernel map type number `n`.
     pub fn from_kernel(n: u32) -> Self {
         match n {
             1 => MapType::Hash,
@@ -33,6 +41,7 @@ impl MapType {
         }
     }
 
+    /// The kernel's map type number.
     pub fn to_kernel(self) -> u32 {
         match self {
             MapType::Hash => 1,
@@ -64,11 +73,17 @@ pub enum MapOrigin {
 pub struct MapDef {
     /// Symbol name, or the section name for global data.
     pub name: String,
+    /// The map's type.
     pub map_type: MapType,
+    /// Key size in bytes.
     pub key_size: u32,
+    /// Value size in bytes.
     pub value_size: u32,
+    /// Capacity in entries (ring buffers: data bytes).
     pub max_entries: u32,
+    /// `BPF_F_*` flags as declared.
     pub flags: u32,
+    /// How the object declared it.
     pub origin: MapOrigin,
     /// Initial contents of a global-data map's single value (zeroes for `.bss`).
     pub initial_value: Option<Vec<u8>>,
@@ -88,19 +103,23 @@ pub struct Program {
     pub name: String,
     /// ELF section the entry point lives in (`xdp`, `socket`, `rdx/<hook>`, ...).
     pub section: String,
+    /// The linked code, one entry per slot; the entry point at slot 0.
     pub insns: Vec<Insn>,
 }
 
 /// A loaded object file.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Object {
+    /// Every program of the object: each entry point with the subprograms it reaches.
     pub programs: Vec<Program>,
+    /// The object's map table, which map references index.
     pub maps: Vec<MapDef>,
     /// The object's licence string, if it has a `license` section.
     pub license: Option<String>,
 }
 
 impl Object {
+    /// The program whose entry point is called `name`.
     pub fn program(&self, name: &str) -> Option<&Program> {
         self.programs.iter().find(|p| p.name == name)
     }

@@ -1,32 +1,19 @@
-//! `rdx`: the command line of the control plane.
-//!
-//! It owns argument parsing, reading files and presenting results; every piece of real work
-//! (loading, interpreting, later verifying, compiling and deploying) lives in the library
-//! crates it calls. Each subcommand is one module in `src/cmd/`; see `cmd/mod.rs` for how to
-//! add one. Errors are reported as `rdx: <what failed>: <why>` with a non-zero exit status.
+//! The `rdx` binary: parses the arguments, runs the subcommand and reports a failure as one
+//! line on standard error. The commands themselves live in the library half (`src/lib.rs`).
 
-mod cmd;
 mod fabric_scheme;
-mod object_file;
 
 use std::process::ExitCode;
 
 use clap::Parser;
-
-/// rdx: agentless eBPF runtime extensions.
-#[derive(Parser)]
-#[command(name = "rdx", version, propagate_version = true)]
-struct Cli {
-    #[command(subcommand)]
-    command: cmd::Command,
-}
+use rdx_cli::Cli;
 
 fn main() -> ExitCode {
     exit_quietly_on_broken_pipe();
     // Node addresses `fabric://HOST:PORT?token-file=...` (docs/fabric.md).
     fabric_scheme::register();
     let cli = Cli::parse();
-    match cli.command.run() {
+    match cli.run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rdx: {}", one_line(&e));

@@ -44,10 +44,11 @@ use crate::tier::Tier;
 use rdx_bpf::isa::{encode, raw_to_bytes, Insn};
 use rdx_bpf::program::{MapDef, MapOrigin, Object};
 use rdx_jit::artifact::Artifact;
-use rdx_jit::{CompileOptions, Compiler, HelperCalls, LinkTarget, Symbol};
+use rdx_jit::{Build, CompileOptions, Compiler, HelperCalls, LinkTarget, Symbol};
 use rdx_region::abi::{FallbackLocator, FALLBACK_MAGIC};
 use rdx_region::layout::*;
 use rdx_transport::local::LocalRegion;
+use rdx_transport::slot::{self, QuiesceError, SlotError};
 use rdx_transport::xstate::{self, MapSpec};
 use rdx_transport::Transport;
 use rdx_verifier::{EimSpec, Verified, VerifyOptions};
@@ -281,22 +282,6 @@ impl Validated {
     }
 }
 
-/// Which build of a verified program a [`Compiled`] is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Build {
-    /// The program as written ([`CodeFlow::jit_compile_code`]).
-    Generic,
-    /// Specialised to a branch profile, with guards that deoptimise
-    /// ([`CodeFlow::jit_compile_elite`]).
-    Elite,
-    /// Instrumented with branch counters ([`CodeFlow::jit_compile_scouting`]).
-    Scouting,
-    /// Calling helpers through the region's helper table, to run in other processes
-    /// ([`CodeFlow::jit_compile_helper_table`]).
-    HelperTable,
-}
-
 /// A compiled program, ready to link. Only the compile operations of [`CodeFlow`] make one,
 /// from a [`Validated`]; it remembers the hook, class, program and EIM spec it was verified
 /// for, and [`CodeFlow::prepare_prog`] refuses it for anything else
@@ -309,6 +294,8 @@ pub struct Compiled {
     budget: u64,
     tier: Tier,
     build: Build,
+    /// Whether its code calls helpers through the region's helper table.
+    helper_table: bool,
     verified: VerifiedFor,
 }
 
@@ -348,9 +335,15 @@ impl Compiled {
         self.tier
     }
 
-    /// Which build it is.
-    pub fn build(&self) -> Build {
-        self.build
+    /// Which build it is (generic, elite or scouting).
+    pub fn build(&self) -> &Build {
+        &self.build
+    }
+
+    /// Whether its code calls helpers through the region's helper table
+    /// ([`CodeFlow::jit_compile_helper_table`]) rather than by address.
+    pub fn calls_helpers_by_table(&self) -> bool {
+        self.helper_table
     }
 }
 
@@ -517,21 +510,19 @@ pub struct Reclaimed {
     pub map_bytes: u64,
 }
 
-/// A [`Build`] with what its compile options need.
-enum BuildOptions {
-    Generic,
-    Elite(rdx_jit::Speculation),
-    Scouting(rdx_jit::BranchCounters),
-    HelperTable,
+/// What [`CodeFlow::compile_with`] builds: one of the JIT's builds, calling helpers by
+/// address or (for code that runs in other processes than the node's) through the region's
+/// helper table.
+struct BuildRequest {
+    build: Build,
+    helper_table: bool,
 }
 
-impl BuildOptions {
-    fn kind(&self) -> Build {
-        match self {
-            BuildOptions::Generic => Build::Generic,
-            BuildOptions::Elite(_) => Build::Elite,
-            BuildOptions::Scouting(_) => Build::Scouting,
-            BuildOptions::HelperTable => Build::HelperTable,
+impl BuildRequest {
+    fn generic() -> BuildRequest {
+        BuildRequest {
+            build: Build::Generic,
+            helper_table: false,
         }
     }
 }
@@ -852,7 +843,7 @@ impl CodeFlow {
     }
 
     fn active_word(&self, hook: &HookInfo) -> Result<u64> {
-        Ok(self.t.read_u64(hook.slot_offset + offsets::HOOK_ACTIVE)?)
+        Ok(slot::read_active(self.t.as_ref(), hook.slot_offset)?)
     }
 
     /// Recovery after taking the lease: pending records of a dead control plane are freed
@@ -1048,12 +1039,13 @@ impl CodeFlow {
                         budget: checked.facts.budget.unwrap_or(u64::MAX),
                         tier: self.tier,
                         build: Build::Generic,
+                        helper_table: false,
                         verified: checked.verified.clone(),
                     });
                 }
             }
         }
-        let (compiled, bytes, _) = self.compile_with(ext, checked, BuildOptions::Generic)?;
+        let (compiled, bytes, _) = self.compile_with(ext, checked, BuildRequest::generic())?;
         if let Some(reg) = registry {
             reg.put_artifact(&key, &compiled.artifact_hash, &bytes)?;
         }
@@ -1091,7 +1083,7 @@ impl CodeFlow {
         }
         if artifact.meta.options_hash
             != self
-                .compile_options(ext, checked, BuildOptions::Generic)
+                .compile_options(ext, checked, &BuildRequest::generic())
                 .hash()
         {
             return Err(refuse("another hook, class or set of compile options"));
@@ -1099,34 +1091,26 @@ impl CodeFlow {
         Ok(())
     }
 
-    /// The options `ext` is compiled with for `checked`'s hook and class in `build`.
+    /// The options `ext` is compiled with for `checked`'s hook and class in `request`.
     fn compile_options(
         &self,
         ext: &Extension,
         checked: &Validated,
-        build: BuildOptions,
+        request: &BuildRequest,
     ) -> CompileOptions {
-        let mut opts = CompileOptions::new(jit_arch(self.arch));
+        let mut opts = CompileOptions::new(jit_arch(self.arch), request.build.clone());
         opts.needs_budget = checked.facts.needs_budget;
         opts.eim_class = format!("{}/{}", checked.verified.hook, checked.verified.class);
         opts.verify_ir = false;
-        match build {
-            BuildOptions::Generic | BuildOptions::Elite(_) => {
-                // Array lookups are inlined against the definitions' geometry: `maps_for`
-                // links only maps of exactly that shape (a live map of another shape is an
-                // error).
-                opts.inline_array_lookups(&ext.maps);
-                opts.pipeline = self.tier.pipeline();
-                if let BuildOptions::Elite(speculation) = build {
-                    opts.speculation = Some(speculation);
-                }
-            }
-            BuildOptions::Scouting(counters) => opts.branch_counters = Some(counters),
-            BuildOptions::HelperTable => {
-                opts.helper_calls = HelperCalls::Table {
-                    table_len: self.view.info.helper_capacity,
-                }
-            }
+        if request.helper_table {
+            opts.helper_calls = HelperCalls::Table {
+                table_len: self.view.info.helper_capacity,
+            };
+        } else if !matches!(request.build, Build::Scouting(_)) {
+            // Array lookups are inlined against the definitions' geometry: `maps_for` links
+            // only maps of exactly that shape (a live map of another shape is an error).
+            opts.inline_array_lookups(&ext.maps);
+            opts.pipeline = self.tier.pipeline();
         }
         opts
     }
@@ -1143,8 +1127,14 @@ impl CodeFlow {
         speculation: rdx_jit::Speculation,
     ) -> Result<(Compiled, rdx_jit::CompileStats)> {
         self.check_verified_for(&checked.verified, ext, None)?;
-        let (compiled, _, stats) =
-            self.compile_with(ext, checked, BuildOptions::Elite(speculation))?;
+        let (compiled, _, stats) = self.compile_with(
+            ext,
+            checked,
+            BuildRequest {
+                build: Build::Elite(speculation),
+                helper_table: false,
+            },
+        )?;
         Ok((compiled, stats))
     }
 
@@ -1159,7 +1149,14 @@ impl CodeFlow {
     ) -> Result<Compiled> {
         self.check_verified_for(&checked.verified, ext, None)?;
         Ok(self
-            .compile_with(ext, checked, BuildOptions::Scouting(counters))?
+            .compile_with(
+                ext,
+                checked,
+                BuildRequest {
+                    build: Build::Scouting(counters),
+                    helper_table: false,
+                },
+            )?
             .0)
     }
 
@@ -1173,7 +1170,14 @@ impl CodeFlow {
     ) -> Result<Compiled> {
         self.check_verified_for(&checked.verified, ext, None)?;
         Ok(self
-            .compile_with(ext, checked, BuildOptions::HelperTable)?
+            .compile_with(
+                ext,
+                checked,
+                BuildRequest {
+                    build: Build::Generic,
+                    helper_table: true,
+                },
+            )?
             .0)
     }
 
@@ -1181,15 +1185,15 @@ impl CodeFlow {
         &self,
         ext: &Extension,
         checked: &Validated,
-        build: BuildOptions,
+        request: BuildRequest,
     ) -> Result<(Compiled, Vec<u8>, rdx_jit::CompileStats)> {
-        let kind = build.kind();
-        // Only generic and elite builds follow the CodeFlow's tier.
-        let tier = match kind {
-            Build::Generic | Build::Elite => self.tier,
-            Build::Scouting | Build::HelperTable => Tier::Optimizing,
+        // Only generic and elite builds calling helpers by address follow the CodeFlow's
+        // tier.
+        let tier = match request.build {
+            Build::Generic | Build::Elite(_) if !request.helper_table => self.tier,
+            _ => Tier::Optimizing,
         };
-        let opts = self.compile_options(ext, checked, build);
+        let opts = self.compile_options(ext, checked, &request);
         let compile_err = |e: rdx_jit::CompileError| match e {
             rdx_jit::CompileError::NotInBaseline { what } => ControlError::NotInBaseline { what },
             e => ControlError::Compile(e),
@@ -1221,7 +1225,8 @@ impl CodeFlow {
                 cached: false,
                 budget: checked.facts.budget.unwrap_or(u64::MAX),
                 tier,
-                build: kind,
+                build: request.build,
+                helper_table: request.helper_table,
                 verified: checked.verified.clone(),
             },
             bytes,
@@ -1723,9 +1728,9 @@ impl CodeFlow {
             map_ids,
             record: PublishRecord {
                 action: match compiled.build {
-                    Build::Generic | Build::HelperTable => HistoryAction::Deploy,
-                    Build::Elite => HistoryAction::Optimize,
-                    Build::Scouting => HistoryAction::Profile,
+                    Build::Generic => HistoryAction::Deploy,
+                    Build::Elite(_) => HistoryAction::Optimize,
+                    Build::Scouting(_) => HistoryAction::Profile,
                 },
                 program: ext.name.clone(),
                 origin: ext.origin.clone(),
@@ -1749,10 +1754,10 @@ impl CodeFlow {
         Ok(self.t.fence()?)
     }
 
-    /// `tx`: publishes prepared versions, one 8-byte compare-and-swap per hook, after
-    /// [`CodeFlow::cc_event`]. A hook whose word changed since it was prepared is refused
-    /// with [`ControlError::Conflict`] (and its version aborted); earlier ones stay published.
-    /// Every version published is recorded in the history ([`CodeFlow::record_history`]).
+    /// `tx`: publishes prepared versions, one [`slot::publish`] per hook (the
+    /// [`CodeFlow::cc_event`] fence, then one 8-byte compare-and-swap). A hook whose word
+    /// changed since it was prepared is refused with [`ControlError::Conflict`] (and its
+    /// version aborted); earlier ones stay published. Every version published is recorded in the history ([`CodeFlow::record_history`]).
     pub fn tx(&mut self, prepared: Vec<Prepared>) -> Result<Vec<Published>> {
         let mut published = Vec::with_capacity(prepared.len());
         let outcome = self.publish_each(prepared, &mut published);
@@ -1789,7 +1794,6 @@ impl CodeFlow {
         prepared: Vec<Prepared>,
         out: &mut Vec<(Published, PublishRecord)>,
     ) -> Result<()> {
-        self.cc_event()?;
         let mut iter = prepared.into_iter();
         while let Some(p) = iter.next() {
             let checked = self
@@ -1808,26 +1812,29 @@ impl CodeFlow {
             for &r in &p.records {
                 table.set_state(t, r, RecordState::Held)?;
             }
-            t.write_u64(p.hook.slot_offset + offsets::HOOK_BUDGET, p.budget)?;
-            let prev = t.compare_and_swap(
-                p.hook.slot_offset + offsets::HOOK_ACTIVE,
+            let published = slot::publish(
+                t,
+                p.hook.slot_offset,
                 p.expected,
                 p.new_word,
-            )?;
-            if prev != p.expected {
-                let hook = p.hook.name.clone();
-                let expected = p.expected;
-                self.abort(p)?;
-                for rest in iter {
-                    self.abort(rest)?;
+                Some(p.budget),
+            );
+            let generation = match published {
+                Ok(generation) => generation,
+                Err(SlotError::Changed { expected, found }) => {
+                    let hook = p.hook.name.clone();
+                    self.abort(p)?;
+                    for rest in iter {
+                        self.abort(rest)?;
+                    }
+                    return Err(ControlError::Conflict {
+                        hook,
+                        expected,
+                        found,
+                    });
                 }
-                return Err(ControlError::Conflict {
-                    hook,
-                    expected,
-                    found: prev,
-                });
-            }
-            let generation = t.fetch_and_add(offsets::HEADER_GENERATION, 1)? + 1;
+                Err(SlotError::Transport(e)) => return Err(e.into()),
+            };
             out.push((
                 Published {
                     hook: p.hook.name.clone(),
@@ -1921,22 +1928,21 @@ impl CodeFlow {
             });
         }
         self.lease.verify(self.t.as_ref())?;
-        if let Some(b) = budget {
-            self.t
-                .write_u64(hook.slot_offset + offsets::HOOK_BUDGET, b)?;
-        }
-        self.cc_event()?;
-        let prev =
-            self.t
-                .compare_and_swap(hook.slot_offset + offsets::HOOK_ACTIVE, expected, new_word)?;
-        if prev != expected {
-            return Err(ControlError::Conflict {
+        slot::publish(
+            self.t.as_ref(),
+            hook.slot_offset,
+            expected,
+            new_word,
+            budget,
+        )
+        .map_err(|e| match e {
+            SlotError::Changed { expected, found } => ControlError::Conflict {
                 hook: hook.name.clone(),
                 expected,
-                found: prev,
-            });
-        }
-        Ok(self.t.fetch_and_add(offsets::HEADER_GENERATION, 1)? + 1)
+                found,
+            },
+            SlotError::Transport(e) => e.into(),
+        })
     }
 
     /// `detach`: the hook runs nothing (its default). The detached version stays held, so
@@ -2022,7 +2028,7 @@ impl CodeFlow {
             };
         let word = active_word(target.version, target.entry as u32);
         let generation = if word == current {
-            self.t.read_u64(offsets::HEADER_GENERATION)?
+            slot::generation(self.t.as_ref())?
         } else {
             self.swap(&info, current, word, Some(target.budget))?
         };
@@ -2090,8 +2096,8 @@ impl CodeFlow {
     /// Frees code versions that no hook publishes (keeping the newest `keep_previous` per
     /// hook for rollback) and maps that no remaining version uses, once the node's epoch words
     /// show that no host thread can still be running them: the records are marked retired,
-    /// a remote barrier orders the unpublication before the epoch snapshot, and every thread
-    /// that was inside extension code (odd epoch) must move on before they are freed.
+    /// then [`slot::wait_quiescent`] (remote barrier, epoch snapshot, every thread that was
+    /// inside extension code moves on) before they are freed.
     pub fn reclaim(&mut self, keep_previous: usize) -> Result<Reclaimed> {
         self.begin()?;
         let info = self.view.info.clone();
@@ -2160,22 +2166,19 @@ impl CodeFlow {
             let id = table.get(i).expect("retired").entry as u32;
             t.write_u64(info.xmeta_offset(id), 0)?;
         }
-        t.remote_barrier()?;
-        let before = node::thread_epochs(t, &info)?;
         let deadline = Instant::now() + self.reclaim_timeout;
-        for (slot, epoch) in before.into_iter().filter(|(_, e)| e % 2 == 1) {
-            let at = info.thread_offset(slot) + offsets::THREAD_EPOCH;
-            while t.read_u64(at)? == epoch {
-                if Instant::now() > deadline {
-                    // Leave them retired: a later reclamation finishes the job.
-                    return Err(ControlError::ArenaFull {
-                        arena: "code",
-                        need: 0,
-                        free: 0,
-                    });
-                }
-                std::thread::sleep(Duration::from_micros(50));
+        let pause = slot::Poll::Sleep(Duration::from_micros(50));
+        match slot::wait_quiescent(t, &info, deadline, pause) {
+            Ok(()) => {}
+            // Leave them retired: a later reclamation finishes the job.
+            Err(QuiesceError::StillInside { .. }) => {
+                return Err(ControlError::ArenaFull {
+                    arena: "code",
+                    need: 0,
+                    free: 0,
+                })
             }
+            Err(QuiesceError::Transport(e)) => return Err(e.into()),
         }
         let mut out = Reclaimed::default();
         for &i in retire.iter().chain(&maps) {
@@ -2220,7 +2223,7 @@ fn held_versions(
     table: &AllocTable,
     hook: &HookInfo,
 ) -> Result<Vec<HeldVersion>> {
-    let active = t.read_u64(hook.slot_offset + offsets::HOOK_ACTIVE)?;
+    let active = slot::read_active(t, hook.slot_offset)?;
     let mut v: Vec<HeldVersion> = table
         .records()
         .filter(|(_, r)| {

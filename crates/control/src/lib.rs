@@ -6,7 +6,8 @@
 //! keeps control planes from corrupting one region ([`lease`]), the code-arena and
 //! scratchpad allocator persisted in the region ([`alloc`]), linking against the node's
 //! context, publication with one compare-and-swap, detach, rollback and epoch-based
-//! reclamation ([`codeflow`]), the JIT tier a deploy uses ([`tier`]), and the registry
+//! reclamation ([`codeflow`], each slot step and epoch wait through
+//! [`rdx_transport::slot`]), the JIT tier a deploy uses ([`tier`]), and the registry
 //! ([`registry`]).
 //!
 //! Nothing runs natively that the verifier did not accept for that hook's class: a
@@ -40,9 +41,9 @@ pub mod registry;
 pub mod tier;
 
 pub use codeflow::{
-    create_codeflow, create_codeflow_read_only, Build, CodeFlow, Compiled, DeployObserver,
-    DeployStage, DeployTimings, ExtSpec, Extension, HeldVersion, Prepared, Published, Reclaimed,
-    StageDone, Validated,
+    create_codeflow, create_codeflow_read_only, CodeFlow, Compiled, DeployObserver, DeployStage,
+    DeployTimings, ExtSpec, Extension, HeldVersion, Prepared, Published, Reclaimed, StageDone,
+    Validated,
 };
 pub use error::{ControlError, Result, Unverified};
 pub use tier::Tier;

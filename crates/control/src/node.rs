@@ -367,24 +367,6 @@ pub fn hook_status(t: &dyn Transport, info: &HeaderInfo, index: u32) -> Result<H
     Ok(s)
 }
 
-/// Epoch words of every owned thread slot: (slot, epoch).
-pub fn thread_epochs(t: &dyn Transport, info: &HeaderInfo) -> Result<Vec<(u32, u64)>> {
-    let n = info.thread_slots as usize;
-    let mut bytes = vec![0u8; n * size_of::<ThreadSlot>()];
-    t.read(info.thread_offset(0), &mut bytes)?;
-    let mut out = Vec::new();
-    for (i, s) in bytes.chunks_exact(size_of::<ThreadSlot>()).enumerate() {
-        let owner = u64::from_le_bytes(s[0..8].try_into().expect("8"));
-        if owner != 0 {
-            out.push((
-                i as u32,
-                t.read_u64(info.thread_offset(i as u32) + offsets::THREAD_EPOCH)?,
-            ));
-        }
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,7 +27,9 @@ use rdx_bpf::maps::MapSet;
 use rdx_deopt::host::{native_symbols, LowPacket};
 use rdx_deopt::queue::DeferredRun;
 use rdx_deopt::{BranchProfile, ContextLayout, EliteTier, FallbackQueue, Outcome, Policy};
-use rdx_jit::{Arch, BranchCounters, CompileOptions, Compiler, ExecutableCode, Expect, Symbol};
+use rdx_jit::{
+    Arch, BranchCounters, Build, CompileOptions, Compiler, ExecutableCode, Expect, Symbol,
+};
 use rdx_region::abi::{DeoptRunState, RunState, RunStatus};
 
 const BATCH: usize = 512;
@@ -113,10 +115,10 @@ fn main() {
     let maps = MapSet::new(&w.object.maps).unwrap();
     let mut syms = native_symbols(&maps);
     syms.insert(Symbol::Var("profile".into()), counters.as_mut_ptr() as u64);
-    let mut opts = CompileOptions::new(host);
-    opts.branch_counters = Some(BranchCounters {
+    let profile_counters = BranchCounters {
         symbol: Symbol::Var("profile".into()),
-    });
+    };
+    let opts = CompileOptions::new(host, Build::Scouting(profile_counters));
     let (a, _) = Compiler::new(host)
         .unwrap()
         .compile(&w.insns, &opts)
@@ -136,10 +138,9 @@ fn main() {
         cold_share: 0.0,
     });
 
-    let mut elite_opts = CompileOptions::new(host);
+    let mut elite_opts = CompileOptions::new(host, Build::Elite(spec.clone()));
     elite_opts.verify_ir = false;
-    elite_opts.speculation = Some(spec.clone());
-    let mut generic_opts = CompileOptions::new(host);
+    let mut generic_opts = CompileOptions::new(host, Build::Generic);
     generic_opts.verify_ir = false;
     let (ea, es) = Compiler::new(host)
         .unwrap()
@@ -242,7 +243,7 @@ fn main() {
     };
     fail_spec.guards.insert(first, flipped);
     let mut fail_opts = elite_opts.clone();
-    fail_opts.speculation = Some(fail_spec);
+    fail_opts.build = Build::Elite(fail_spec);
     let fmaps = MapSet::new(&w.object.maps).unwrap();
     let failing = compile(&w.insns, &fail_opts, &fmaps);
     let fvm = Arc::new(Vm::new(&w.insns, &fmaps, &Helpers::standard(), Config::default()).unwrap());
@@ -287,7 +288,7 @@ fn main() {
     let micro = rdx_bpf::asm::assemble("mov %r0, 0\njeq %r0, 0, +0\nexit").unwrap();
     let mmaps = MapSet::default();
     let mut micro_opts = elite_opts.clone();
-    micro_opts.speculation = Some(rdx_jit::Speculation {
+    micro_opts.build = Build::Elite(rdx_jit::Speculation {
         guards: [(1, Expect::NotTaken)].into_iter().collect(),
     });
     let micro_code = compile(&micro, &micro_opts, &mmaps);
@@ -420,11 +421,11 @@ fn elite_vs_generic(path: &str, frames: &[Vec<u8>]) -> (f64, f64, usize, usize, 
     let maps = MapSet::new(&object.maps).unwrap();
     let mut syms = native_symbols(&maps);
     syms.insert(Symbol::Var("profile".into()), counters.as_mut_ptr() as u64);
-    let mut opts = CompileOptions::new(host);
-    opts.verify_ir = false;
-    opts.branch_counters = Some(BranchCounters {
+    let profile_counters = BranchCounters {
         symbol: Symbol::Var("profile".into()),
-    });
+    };
+    let mut opts = CompileOptions::new(host, Build::Scouting(profile_counters));
+    opts.verify_ir = false;
     let (a, _) = Compiler::new(host).unwrap().compile(&insns, &opts).unwrap();
     let scout = ExecutableCode::load_bytes(&a.to_bytes(), &syms).unwrap();
     for p in frames {
@@ -438,10 +439,10 @@ fn elite_vs_generic(path: &str, frames: &[Vec<u8>]) -> (f64, f64, usize, usize, 
     let spec = BranchProfile::from_counters(&insns, &bytes)
         .unwrap()
         .speculation(&Policy::default());
-    let mut generic_opts = CompileOptions::new(host);
+    let mut generic_opts = CompileOptions::new(host, Build::Generic);
     generic_opts.verify_ir = false;
     let mut elite_opts = generic_opts.clone();
-    elite_opts.speculation = Some(spec);
+    elite_opts.build = Build::Elite(spec);
     let (_, stats) = Compiler::new(host)
         .unwrap()
         .compile(&insns, &elite_opts)

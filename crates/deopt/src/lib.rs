@@ -26,8 +26,8 @@
 //! # let insns: Vec<rdx_bpf::isa::Insn> = vec![];
 //! # let counters: Vec<u8> = vec![];
 //! let profile = BranchProfile::from_counters(&insns, &counters)?;
-//! let mut opts = rdx_jit::CompileOptions::new(rdx_jit::Arch::X86_64);
-//! opts.speculation = Some(profile.speculation(&Policy::default()));
+//! let build = rdx_jit::Build::Elite(profile.speculation(&Policy::default()));
+//! let opts = rdx_jit::CompileOptions::new(rdx_jit::Arch::X86_64, build);
 //! let (elite, stats) = rdx_jit::Compiler::new(opts.arch)?.compile(&insns, &opts)?;
 //! println!("{} guards, {} slots dropped", stats.guards, stats.dropped_insns);
 //! # Ok::<(), Box<dyn std::error::Error>>(())

@@ -17,7 +17,9 @@ use rdx_bpf::maps::MapSet;
 use rdx_bpf::program::Object;
 use rdx_deopt::host::{native_symbols, LowPacket};
 use rdx_deopt::{ContextLayout, EliteTier, FallbackQueue, Outcome};
-use rdx_jit::{branch_sites, Arch, CompileOptions, Compiler, ExecutableCode, Expect, Speculation};
+use rdx_jit::{
+    branch_sites, Arch, Build, CompileOptions, Compiler, ExecutableCode, Expect, Speculation,
+};
 use rdx_region::abi::DeoptRunState;
 
 /// Programs with side effects before their branches: the two deoptimisation workloads and
@@ -166,8 +168,7 @@ fn elite(
             (pc, e)
         })
         .collect();
-    let mut opts = CompileOptions::new(host);
-    opts.speculation = Some(Speculation { guards });
+    let mut opts = CompileOptions::new(host, Build::Elite(Speculation { guards }));
     opts.needs_budget = metered;
     let budget = if metered { 1 << 30 } else { 0 };
     let (artifact, stats) = Compiler::new(host).unwrap().compile(insns, &opts).unwrap();
@@ -263,10 +264,12 @@ fn profiled_guards_hold_and_each_flipped_guard_deopts_exactly_once() {
         rdx_jit::Symbol::Var("rdx_profile".into()),
         counters.as_mut_ptr() as u64,
     );
-    let mut opts = CompileOptions::new(host);
-    opts.branch_counters = Some(rdx_jit::BranchCounters {
-        symbol: rdx_jit::Symbol::Var("rdx_profile".into()),
-    });
+    let opts = CompileOptions::new(
+        host,
+        Build::Scouting(rdx_jit::BranchCounters {
+            symbol: rdx_jit::Symbol::Var("rdx_profile".into()),
+        }),
+    );
     let (artifact, _) = Compiler::new(host).unwrap().compile(&insns, &opts).unwrap();
     let code = ExecutableCode::load_bytes(&artifact.to_bytes(), &syms).unwrap();
     let mut low = LowPacket::new(1 << 16).unwrap();
@@ -293,8 +296,7 @@ fn profiled_guards_hold_and_each_flipped_guard_deopts_exactly_once() {
 
     // Unknown branches stay unguarded here (`elite` above guards every site).
     let mut run_spec = |spec: &Speculation| -> (Runs, Dump, Vec<Vec<u8>>, u64) {
-        let mut opts = CompileOptions::new(host);
-        opts.speculation = Some(spec.clone());
+        let opts = CompileOptions::new(host, Build::Elite(spec.clone()));
         let (artifact, stats) = Compiler::new(host).unwrap().compile(&insns, &opts).unwrap();
         assert_eq!(stats.guards, spec.guards.len());
         let maps = MapSet::new(&object.maps).unwrap();

@@ -35,11 +35,17 @@ pub const IMAGE_HEADER_BYTES: usize = 16;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RawOp {
+    /// [`Code`] discriminant; a byte that names no code is refused when the image is read.
     pub code: u8,
+    /// Destination register index (0..=10).
     pub dst: u8,
+    /// Source register index (0..=10).
     pub src: u8,
+    /// Zero.
     pub reserved: u8,
+    /// [`Op::aux`].
     pub aux: u32,
+    /// [`Op::imm`].
     pub imm: u64,
 }
 
@@ -61,20 +67,29 @@ impl From<&Op> for RawOp {
 /// Why bytes are not an image.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ImageError {
+    /// Fewer bytes than the header: the number given.
     #[error("image of {0} bytes is shorter than its 16-byte header")]
     Short(usize),
+    /// The image's address is not 16-byte aligned: the address given.
     #[error("image at {0:#x} is not 16-byte aligned")]
     Misaligned(u64),
+    /// The first eight bytes are not [`IMAGE_MAGIC`]: the value found.
     #[error("bad image magic {0:#018x}")]
     Magic(u64),
+    /// The image was written for another format version: the version found.
     #[error("image format version {0}, this executor reads {IMAGE_VERSION}")]
     Version(u32),
+    /// The slot count in the header does not match the bytes given.
     #[error("image declares {slots} slots, {bytes} bytes hold {held}")]
     Length {
+        /// Slots the header declares.
         slots: u32,
+        /// Bytes given, header included.
         bytes: usize,
+        /// Slots those bytes hold.
         held: usize,
     },
+    /// The header declares no slots.
     #[error("image has no slots")]
     Empty,
 }
@@ -173,6 +188,7 @@ pub trait HelperCall {
 /// linked with table helper calls uses it, and the run state helpers read the budget from.
 #[derive(Debug)]
 pub struct HelperTable<'a> {
+    /// The helper table section: `u64` function addresses indexed by helper id, 0 = none.
     pub entries: &'a [AtomicU64],
     /// The run's state: the budget left is stored in it around each call, as metered
     /// native code does, so a helper can read and charge it.
@@ -205,12 +221,26 @@ impl HelperCall for HelperTable<'_> {
 /// Why a resumed run did not finish.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ExecError {
+    /// The deoptimised state cannot be resumed (a frame, register or stack pointer out of
+    /// range); the text says what.
     #[error("cannot resume: {0}")]
     BadState(String),
+    /// The dispatch loop stopped the run.
     #[error("slot {pc}: {fault}")]
-    Fault { pc: usize, fault: Fault },
+    Fault {
+        /// Slot at which it stopped.
+        pc: usize,
+        /// Why.
+        fault: Fault,
+    },
+    /// A helper call named an id the helper table holds no function for.
     #[error("slot {pc}: call to helper {id}, which the helper table does not hold")]
-    NoHelper { pc: usize, id: u64 },
+    NoHelper {
+        /// Slot of the call.
+        pc: usize,
+        /// The helper id called.
+        id: u64,
+    },
 }
 
 impl ExecError {

@@ -30,18 +30,30 @@ pub const ALL_REGS: u16 = (1 << 11) - 1;
 /// Why the dispatch loop stopped a run (what the environment does not decide itself).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Fault {
+    /// The run executed more instructions than its limit (the limit given).
     #[error("step limit of {0} instructions reached")]
     StepLimit(u64),
+    /// A local call would nest deeper than [`MAX_FRAMES`].
     #[error("call depth exceeds {MAX_FRAMES} frames")]
     CallDepth,
+    /// Control reached the second slot of an `lddw` (a jump into its middle).
     #[error("execution reached the second slot of an lddw")]
     IntoLddw,
+    /// Control ran past the last slot without an `exit`.
     #[error("execution fell off the end of the program")]
     FellOff,
+    /// A register was read before anything was written to it (checked environments only).
     #[error("r{0} is read before it holds a value")]
     UninitRegister(u8),
+    /// An atomic operation's address is not a multiple of its size.
     #[error("atomic {size}-byte access at {addr:#x} is not naturally aligned")]
-    MisalignedAtomic { addr: u64, size: usize },
+    MisalignedAtomic {
+        /// The address.
+        addr: u64,
+        /// The access size in bytes (4 or 8).
+        size: usize,
+    },
+    /// A slot holds a byte that is no [`Code`] (images only).
     #[error("opcode {0} is not an operation")]
     BadOpcode(u8),
 }
@@ -59,6 +71,7 @@ pub struct ResumeFrame {
 /// A helper's result as the loop sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HelperReturn {
+    /// The helper's result, written to `r0`.
     pub r0: u64,
     /// The run ends now with `r0` (a tail call that ran its target to completion).
     pub stop: bool,
@@ -66,6 +79,7 @@ pub struct HelperReturn {
 
 /// What a run may touch and call: everything the dispatch loop leaves to its environment.
 pub trait Env {
+    /// What the environment's operations fail with; the loop returns it unchanged.
     type Error;
     /// Whether register reads are checked against [`Env::masks`] (a read of a register that
     /// holds no value stops the run with [`Fault::UninitRegister`]).
@@ -121,6 +135,7 @@ pub trait Env {
 /// handed over.
 #[derive(Clone, Debug)]
 pub struct Start<'f> {
+    /// Slot the run starts at: 0 for a fresh run, the failed guard's slot for a resumed one.
     pub pc: usize,
     /// `r0`..`r10` of the innermost frame.
     pub regs: [u64; 11],

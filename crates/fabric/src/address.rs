@@ -22,7 +22,9 @@ pub const SCHEME: &str = "fabric";
 /// Where the token of an address comes from.
 #[derive(Clone, PartialEq, Eq)]
 pub enum TokenSource {
+    /// `token=HEX` in the address itself (the registry then holds the secret).
     Inline(String),
+    /// `token-file=PATH`: a file holding the hex token.
     File(PathBuf),
     /// `$RDX_FABRIC_TOKEN_FILE`, else `$RDX_FABRIC_TOKEN`.
     Environment,
@@ -43,7 +45,9 @@ impl std::fmt::Debug for TokenSource {
 pub struct FabricAddress {
     /// `HOST:PORT` as written.
     pub bootstrap: String,
+    /// Where the token presented to the node's bootstrap listener comes from.
     pub token: TokenSource,
+    /// `timeout-ms`: the bound on every remote operation; `None` keeps the connect default.
     pub op_timeout: Option<Duration>,
 }
 

@@ -56,10 +56,12 @@ impl Token {
             .map(Self)
     }
 
+    /// The token in hexadecimal, the form token files hold (a secret: never log it).
     pub fn to_hex(&self) -> String {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 
+    /// The raw token bytes, as presented to the bootstrap listener.
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
@@ -147,11 +149,18 @@ pub(crate) fn random_u64() -> Result<u64, FabricError> {
 /// What a granted bootstrap returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
+    /// The libfabric provider the node serves with; the control plane opens the same one.
     pub provider: String,
+    /// The node endpoint's libfabric address (opaque, provider-specific bytes).
     pub address: Vec<u8>,
+    /// Memory-registration key of the region for remote reads, writes and atomics.
     pub key: u64,
+    /// Remote address of the region's first byte, or 0 when the provider addresses
+    /// registrations by offset (no `FI_MR_VIRT_ADDR`).
     pub remote_base: u64,
+    /// Length of the registered region in bytes.
     pub region_len: u64,
+    /// Random per serving start of the node: a change means the node restarted.
     pub session: u64,
     /// The node's barrier doorbell, if it runs the barrier service (`docs/fabric.md`).
     pub barrier: Option<Doorbell>,
@@ -162,7 +171,10 @@ pub struct Grant {
 /// written by the node after every host thread passed a full barrier).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Doorbell {
+    /// Memory-registration key of the doorbell's two words.
     pub key: u64,
+    /// Remote address of the `requested` word, or 0 when the provider addresses
+    /// registrations by offset.
     pub remote_addr: u64,
 }
 

@@ -205,6 +205,7 @@ impl FabricTransport {
         self.session
     }
 
+    /// The node as a `fabric://HOST:PORT` address, for errors and logs.
     pub fn peer(&self) -> &str {
         &self.peer
     }

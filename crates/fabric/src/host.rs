@@ -18,8 +18,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
+/// Names the variable holding `IP` or `IP:PORT` to serve on; unset means no fabric.
 pub const ENV_LISTEN: &str = "RDX_FABRIC_LISTEN";
+/// Names the variable holding the path of the hex token file (created if missing).
 pub const ENV_TOKEN_FILE: &str = "RDX_FABRIC_TOKEN_FILE";
+/// Names the variable choosing the libfabric provider.
 pub const ENV_PROVIDER: &str = "RDX_FABRIC_PROVIDER";
 const ENV_PROGRESS: &str = "RDX_FABRIC_PROGRESS";
 const ENV_BARRIER: &str = "RDX_FABRIC_BARRIER";

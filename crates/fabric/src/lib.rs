@@ -38,30 +38,71 @@ pub use serve::{serve, BootstrapStats, FabricServer, ProgressThread, ServeConfig
 /// Why connecting or serving failed.
 #[derive(Debug, thiserror::Error)]
 pub enum FabricError {
+    /// A system call or socket operation failed.
     #[error("{what}: {source}")]
     Io {
+        /// The operation that failed, with the peer or file it concerned.
         what: String,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
+    /// libfabric returned an error.
     #[error("{what}: {message}")]
-    Fabric { what: String, message: String },
+    Fabric {
+        /// The libfabric call that failed, with what it was for.
+        what: String,
+        /// libfabric's text for the error.
+        message: String,
+    },
+    /// No provider with RDM endpoints, RMA and 64-bit atomics could serve the node.
     #[error("no libfabric provider with RDM endpoints, RMA and 64-bit atomics could serve {node} (tried {tried})")]
-    NoProvider { node: String, tried: String },
+    NoProvider {
+        /// The node, as a `fabric://` address.
+        node: String,
+        /// The providers tried, in preference order.
+        tried: String,
+    },
+    /// The node's bootstrap listener refused the presented token.
     #[error("node {node} refused the token")]
-    Refused { node: String },
+    Refused {
+        /// The node, as a `fabric://` address.
+        node: String,
+    },
+    /// The node's bootstrap reply did not parse.
     #[error("node {node} sent a malformed bootstrap reply: {message}")]
-    Protocol { node: String, message: String },
+    Protocol {
+        /// The node, as a `fabric://` address.
+        node: String,
+        /// What was wrong with the reply.
+        message: String,
+    },
+    /// The node's region (reached over the fabric) failed to attach or check.
     #[error("region of {node}: {source}")]
     Region {
+        /// The node, as a `fabric://` address.
         node: String,
+        /// What the transport found wrong with the region.
         #[source]
         source: rdx_transport::TransportError,
     },
+    /// A token that is not an even-length hex string of the allowed size.
     #[error("bad token: {0}")]
     BadToken(String),
+    /// A `fabric://` address that does not parse.
     #[error("node address {address:?}: {reason}")]
-    BadAddress { address: String, reason: String },
+    BadAddress {
+        /// The address as given, with any inline token redacted.
+        address: String,
+        /// Which part is wrong and why.
+        reason: String,
+    },
+    /// An `RDX_FABRIC_*` environment variable with a value that cannot be used.
     #[error("${var}: {reason}")]
-    BadEnvironment { var: &'static str, reason: String },
+    BadEnvironment {
+        /// The variable's name.
+        var: &'static str,
+        /// Why its value cannot be used.
+        reason: String,
+    },
 }

@@ -15,6 +15,7 @@ pub enum Provider {
     /// `FI_PROVIDER` if set in the environment (libfabric applies it), else [`PREFERENCE`].
     #[default]
     Auto,
+    /// This provider by name (`sockets`, `tcp;ofi_rxm`, `verbs;ofi_rxm`, ...).
     Named(String),
 }
 

@@ -27,6 +27,7 @@ pub enum ProgressThread {
     /// Only when the provider reports manual data progress (e.g. `tcp;ofi_rxm`).
     #[default]
     WhenNeeded,
+    /// Always, so remote operations progress whatever the provider reports.
     Always,
     /// Never: remote operations on manual-progress providers then stall while the host is
     /// idle (useful to measure which providers are truly one-sided).
@@ -40,8 +41,11 @@ pub struct ServeConfig {
     pub bind: IpAddr,
     /// Bootstrap TCP port; 0 picks a free one.
     pub bootstrap_port: u16,
+    /// Which libfabric provider to open.
     pub provider: Provider,
+    /// The secret control planes must present to get the region's address and keys.
     pub token: Token,
+    /// When to run a thread that only drives libfabric progress.
     pub progress: ProgressThread,
     /// Run the barrier service, without which control planes cannot reclaim old code or
     /// maps over the fabric (their `remote_barrier` is refused).
@@ -81,8 +85,11 @@ const BARRIER_POLL: Duration = Duration::from_millis(2);
 /// Counters of the bootstrap listener.
 #[derive(Debug, Default)]
 pub struct BootstrapStats {
+    /// Bootstrap requests that presented the right token and got the grant.
     pub granted: AtomicU64,
+    /// Bootstrap requests that presented a wrong token.
     pub refused: AtomicU64,
+    /// Bootstrap requests that did not parse or timed out.
     pub malformed: AtomicU64,
 }
 
@@ -291,6 +298,7 @@ impl FabricServer {
     pub fn bootstrap_addr(&self) -> SocketAddr {
         self.bootstrap
     }
+    /// The libfabric provider the node serves with.
     pub fn provider(&self) -> &str {
         &self.grant.provider
     }
@@ -298,6 +306,7 @@ impl FabricServer {
     pub fn manual_progress(&self) -> bool {
         self.manual_progress
     }
+    /// Whether a thread that only drives libfabric progress runs for this node.
     pub fn has_progress_thread(&self) -> bool {
         self.progress_thread
     }
@@ -305,9 +314,12 @@ impl FabricServer {
     pub fn has_barrier_service(&self) -> bool {
         self.grant.barrier.is_some()
     }
+    /// Random per serving start (and per token rotation): a change tells control planes
+    /// to reconnect.
     pub fn session(&self) -> u64 {
         self.grant.session
     }
+    /// Counters of the bootstrap listener.
     pub fn stats(&self) -> &BootstrapStats {
         &self.stats
     }

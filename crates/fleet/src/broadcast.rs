@@ -7,18 +7,25 @@
 //! in a tight sequence, because on shared memory each costs tens of nanoseconds and a
 //! thread handoff would lengthen the bubble rather than shorten it.
 //!
-//! Hold protocol on a hook slot's active word `w` (see docs/region.md): hold is
-//! `w -> w|1`; the flip is `w|1 -> new|1`; the release is `new|1 -> new`. While the hold bit
-//! is set, the host's callers wait (at most the header's hold timeout) and then run the
-//! published version. The flip reuses [`CodeFlow::tx`] with the held words, so the records
-//! are marked held and the class budget written exactly as for a single deploy.
+//! Hold protocol on a hook slot's active word `w`: hold is `w -> w|1`; the flip is
+//! `w|1 -> new|1`; the release is `new|1 -> new`. While the hold bit is set, the host's
+//! callers wait (at most the header's hold timeout) and then run the published version.
+//! Every step on a slot is [`rdx_transport::slot`]'s, which documents why the protocol's
+//! order is correct against the host's hook path; the flip reuses [`CodeFlow::tx`] with
+//! the held words, so the records are marked held and the class budget written exactly as
+//! for a single deploy.
+//!
+//! `run` reads as the sequence of phases: `check`, `begin`, `prepare`, `log_prepared`,
+//! `hold` (with `drain_flows`), the commit record, `flip`, `release`; `abort` undoes a
+//! broadcast that failed before its commit record.
 
-use crate::error::{node_err, transport_err, FleetError, Result};
+use crate::error::{node_err, slot_err, transport_err, FleetError, Result};
 use crate::intent::{self, Durability, Entry, IntentLog};
 use crate::plan::Plan;
-use rdx_control::node::{hook_status, thread_epochs};
+use rdx_control::node::hook_status;
 use rdx_control::{create_codeflow, CodeFlow, Compiled, ExtSpec, Extension, Prepared};
-use rdx_region::layout::{offsets, ACTIVE_HOLD};
+use rdx_region::layout::{active_version, offsets};
+use rdx_transport::slot::{self, HeldUpdate, QuiesceError};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -360,6 +367,211 @@ pub(crate) fn broadcast_id() -> String {
     )
 }
 
+/// The intent log of one broadcast, with the time spent appending to it.
+struct TimedLog {
+    log: IntentLog,
+    us: f64,
+}
+
+impl TimedLog {
+    fn append(&mut self, entries: &[Entry]) -> Result<()> {
+        let t = Instant::now();
+        let r = self.log.append(entries);
+        self.us += us(t);
+        r
+    }
+}
+
+/// Begin: creates the intent log and records the lease holder id, this process and the
+/// nodes, before anything is written to a node.
+fn begin(plan: &Plan, opts: &Options, id: &str, holder: u32) -> Result<TimedLog> {
+    let durability = opts.durability.unwrap_or_else(|| {
+        Durability::for_addresses(plan.nodes.iter().map(|n| n.address.as_str()))
+    });
+    let mut log = TimedLog {
+        log: IntentLog::create(&opts.state_dir, id, durability)?,
+        us: 0.0,
+    };
+    log.append(&[Entry::Begin {
+        id: id.to_string(),
+        holder,
+        pid: std::process::id(),
+        nodes: plan
+            .nodes
+            .iter()
+            .map(|n| (n.name.clone(), n.address.clone()))
+            .collect(),
+    }])?;
+    Ok(log)
+}
+
+/// Prepare: writes every update on every node in parallel, nothing visible. A node that
+/// fails undoes its own part; the first failure is returned (the caller aborts the rest).
+fn prepare(plan: &Plan, exts: &[Extension], work: &mut Vec<NodeWork>) -> Result<()> {
+    // A node attached earlier with its lease and allocator table in hand prepares in a few
+    // microseconds on shared memory: starting threads would cost more than it saves.
+    let local = plan.nodes.iter().all(|n| n.address.starts_with("shm:"));
+    let workers = if local && work.iter().all(|w| w.cf.is_warm()) {
+        1
+    } else {
+        workers_for(plan.nodes.iter().map(|n| n.address.as_str()))
+    };
+    let results = per_node(std::mem::take(work), workers, |mut w| {
+        let mut prepared = Vec::new();
+        for (i, c) in &w.items {
+            match w.cf.prepare_prog(&plan.updates[*i].hook, &exts[*i], c) {
+                Ok(p) => prepared.push(p),
+                Err(e) => {
+                    for p in prepared {
+                        let _ = w.cf.abort(p);
+                    }
+                    let name = w.name.clone();
+                    return (w, Err(node_err(&name)(e)));
+                }
+            }
+        }
+        w.prepared = prepared;
+        (w, Ok(()))
+    });
+    let mut failure = None;
+    for (w, r) in results {
+        if let (Err(e), None) = (r, &failure) {
+            failure = Some(e);
+        }
+        work.push(w);
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+/// Log: one `prepared` record per (node, hook), what recovery needs to finish or undo the
+/// slot, then the `hold` record.
+fn log_prepared(log: &mut TimedLog, work: &[NodeWork]) -> Result<()> {
+    let mut entries = Vec::new();
+    for w in work {
+        for p in &w.prepared {
+            entries.push(Entry::Prepared {
+                node: w.name.clone(),
+                hook: p.hook.name.clone(),
+                slot_offset: p.hook.slot_offset,
+                expected: p.expected,
+                new_word: p.new_word,
+                budget: p.budget,
+                version: p.version,
+            });
+        }
+    }
+    entries.push(Entry::Hold);
+    log.append(&entries)
+}
+
+/// Hold: the bubble starts. Flow entries first, then the drain, then every other hook: a
+/// hook downstream of an entry must keep running the old version until the requests
+/// already past the entry have left the flow. On failure the holds taken are released.
+fn hold(plan: &Plan, work: &[NodeWork], timings: &mut Timings) -> Result<()> {
+    let is_entry = |w: &NodeWork, p: &Prepared| {
+        plan.flows
+            .iter()
+            .any(|f| f.entry.node == w.name && f.entry.hook == p.hook.name)
+    };
+    let mut first = Vec::new();
+    let mut rest = Vec::new();
+    for w in work {
+        for p in &w.prepared {
+            if is_entry(w, p) {
+                first.push((w, p));
+            } else {
+                rest.push((w, p));
+            }
+        }
+    }
+    let mut held = Vec::new();
+    let mut taken = take_holds(&first, &mut held);
+    if taken.is_ok() && !plan.flows.is_empty() {
+        let t_drain = Instant::now();
+        taken = drain_flows(plan, work);
+        timings.drain_us = us(t_drain);
+    }
+    if taken.is_ok() {
+        taken = take_holds(&rest, &mut held);
+    }
+    if taken.is_err() {
+        for (w, p) in held {
+            let _ = slot::release(w.cf.transport(), p.hook.slot_offset, p.expected);
+        }
+    }
+    taken
+}
+
+/// Holds the listed slots on the words they were prepared against, recording each hold
+/// taken.
+fn take_holds<'a>(
+    which: &[(&'a NodeWork, &'a Prepared)],
+    held: &mut Vec<(&'a NodeWork, &'a Prepared)>,
+) -> Result<()> {
+    for &(w, p) in which {
+        slot::hold(w.cf.transport(), p.hook.slot_offset, p.expected)
+            .map_err(slot_err(&w.name, &p.hook.name))?;
+        held.push((w, p));
+    }
+    Ok(())
+}
+
+/// Flip: every slot to its new version, still held. Each node's [`CodeFlow::tx`] with the
+/// held words, so the records are marked held and the class budget written exactly as for
+/// a single deploy.
+fn flip(work: &mut [NodeWork], opts: &Options) -> Result<()> {
+    for (wi, w) in work.iter_mut().enumerate() {
+        let batch: Vec<Prepared> = w
+            .prepared
+            .iter()
+            .cloned()
+            .map(|mut p| {
+                p.expected = slot::held(p.expected);
+                p.new_word = slot::held(p.new_word);
+                p
+            })
+            .collect();
+        // Cannot fail while we hold every slot unless the lease was lost or the host died:
+        // recovery (roll forward from the log) is the way out.
+        w.cf.tx(batch).map_err(node_err(&w.name))?;
+        if wi == 0 {
+            crash_if(opts, CrashPoint::FirstFlip);
+        }
+    }
+    Ok(())
+}
+
+/// Release: every hold, by levels of the dependency order (a hook's dependencies before it).
+fn release(release_order: &[Vec<String>], work: &[NodeWork], opts: &Options) -> Result<()> {
+    for (li, level) in release_order.iter().enumerate() {
+        for w in work {
+            for p in w.prepared.iter().filter(|p| level.contains(&p.hook.name)) {
+                slot::release(w.cf.transport(), p.hook.slot_offset, p.new_word)
+                    .map_err(slot_err(&w.name, &p.hook.name))?;
+            }
+        }
+        if li == 0 {
+            crash_if(opts, CrashPoint::FirstRelease);
+        }
+    }
+    Ok(())
+}
+
+/// Abort (before the commit record): frees everything prepared on every node (nothing was
+/// visible) and records why. Returns the error to report.
+fn abort(work: &mut [NodeWork], mut log: TimedLog, e: FleetError) -> FleetError {
+    abort_all(work);
+    let logged = log
+        .append(&[Entry::Aborted {
+            reason: e.to_string(),
+        }])
+        .and_then(|()| log.log.finish());
+    match logged {
+        Ok(_) => FleetError::Aborted(Box::new(e)),
+        Err(log_error) => log_error,
+    }
+}
+
 /// Frees everything prepared on every node (nothing was visible).
 fn abort_all(work: &mut [NodeWork]) {
     for w in work.iter_mut() {
@@ -371,33 +583,27 @@ fn abort_all(work: &mut [NodeWork]) {
     }
 }
 
-fn cas(w: &NodeWork, p: &Prepared, expected: u64, new: u64) -> Result<u64> {
-    w.cf.transport()
-        .compare_and_swap(p.hook.slot_offset + offsets::HOOK_ACTIVE, expected, new)
-        .map_err(transport_err(&w.name))
-}
-
-/// Holds the listed (node, prepared) slots, recording each hold taken.
-fn take_holds(
-    work: &[NodeWork],
-    which: &[(usize, usize)],
-    held: &mut Vec<(usize, usize)>,
-) -> Result<()> {
-    for &(wi, pi) in which {
-        let w = &work[wi];
-        let p = &w.prepared[pi];
-        let found = cas(w, p, p.expected, p.expected | ACTIVE_HOLD)?;
-        if found != p.expected {
-            return Err(FleetError::Conflict {
+/// Every update of the plan as a report line; with the versions once `prepared`.
+fn describe(plan: &Plan, exts: &[Extension], work: &[NodeWork], prepared: bool) -> Vec<HookUpdate> {
+    let mut out = Vec::new();
+    for w in work {
+        for (k, (i, c)) in w.items.iter().enumerate() {
+            let u = &plan.updates[*i];
+            let (prev, ver) = match w.prepared.get(k) {
+                Some(p) if prepared => (active_version(p.expected), p.version),
+                _ => (0, 0),
+            };
+            out.push(HookUpdate {
                 node: w.name.clone(),
-                hook: p.hook.name.clone(),
-                expected: p.expected,
-                found,
+                hook: u.hook.clone(),
+                program: exts[*i].name().to_string(),
+                class: c.class().to_string(),
+                previous_version: prev,
+                version: ver,
             });
         }
-        held.push((wi, pi));
     }
-    Ok(())
+    out
 }
 
 fn node_of<'a>(work: &'a [NodeWork], name: &str) -> &'a NodeWork {
@@ -417,7 +623,6 @@ fn drain_flows(plan: &Plan, work: &[NodeWork]) -> Result<()> {
         let budget = Duration::from_nanos(entry.cf.view().info.hold_timeout_ns / 2);
         let start = Instant::now();
         let timed_out = || start.elapsed() > budget;
-        let (te, info_e) = (entry.cf.transport(), &entry.cf.view().info);
         let entry_hook = entry
             .cf
             .view()
@@ -428,26 +633,21 @@ fn drain_flows(plan: &Plan, work: &[NodeWork]) -> Result<()> {
             .view()
             .hook(&f.exit.hook)
             .map_err(node_err(&exit.name))?;
-        // The hook path announces its epoch with a plain store and then loads the slot
-        // word with no fence: the barrier makes a caller that loaded the word before our
-        // hold show its odd epoch now, so it is waited for below.
-        te.remote_barrier().map_err(transport_err(&entry.name))?;
-        let inside: Vec<(u32, u64)> = thread_epochs(te, info_e)
-            .map_err(node_err(&entry.name))?
-            .into_iter()
-            .filter(|(_, e)| e % 2 == 1)
-            .collect();
-        for (slot, epoch) in inside {
-            let at = info_e.thread_offset(slot) + offsets::THREAD_EPOCH;
-            while te.read_u64(at).map_err(transport_err(&entry.name))? == epoch {
-                if timed_out() {
-                    return Err(FleetError::DrainTimeout {
-                        flow: format!("{} -> {}", f.entry, f.exit),
-                        reason: format!("thread slot {slot} stayed inside the entry's code"),
-                    });
-                }
-                std::hint::spin_loop();
+        let quiet = slot::wait_quiescent(
+            entry.cf.transport(),
+            &entry.cf.view().info,
+            start + budget,
+            slot::Poll::Spin,
+        );
+        match quiet {
+            Ok(()) => {}
+            Err(QuiesceError::StillInside { thread_slot }) => {
+                return Err(FleetError::DrainTimeout {
+                    flow: format!("{} -> {}", f.entry, f.exit),
+                    reason: format!("thread slot {thread_slot} stayed inside the entry's code"),
+                })
             }
+            Err(QuiesceError::Transport(e)) => return Err(transport_err(&entry.name)(e)),
         }
         let runs = |w: &NodeWork, h: &rdx_control::node::HookInfo| {
             hook_status(w.cf.transport(), &w.cf.view().info, h.index)
@@ -545,6 +745,9 @@ impl Session {
     }
 }
 
+/// One broadcast: check, then begin, prepare, log, hold, commit, flip, release, done (see
+/// docs/broadcast.md, "The protocol"). Before the commit record a failure undoes
+/// everything; after it, recovery rolls forward.
 fn run(
     plan: &Plan,
     opts: &Options,
@@ -561,31 +764,8 @@ fn run(
         ..Timings::default()
     };
     let id = broadcast_id();
-    let describe = |work: &[NodeWork], prepared: bool| -> Vec<HookUpdate> {
-        let mut out = Vec::new();
-        for w in work {
-            for (k, (i, c)) in w.items.iter().enumerate() {
-                let u = &plan.updates[*i];
-                let (prev, ver) = match w.prepared.get(k) {
-                    Some(p) if prepared => {
-                        (rdx_region::layout::active_version(p.expected), p.version)
-                    }
-                    _ => (0, 0),
-                };
-                out.push(HookUpdate {
-                    node: w.name.clone(),
-                    hook: u.hook.clone(),
-                    program: exts[*i].name().to_string(),
-                    class: c.class().to_string(),
-                    previous_version: prev,
-                    version: ver,
-                });
-            }
-        }
-        out
-    };
     if opts.dry_run {
-        let updates = describe(&work, false);
+        let updates = describe(plan, &exts, &work, false);
         keep(attached, work);
         return Ok(Report {
             id,
@@ -598,200 +778,42 @@ fn run(
     }
 
     let t_commit = Instant::now();
-    let mut log_us = 0.0;
-    let mut log_append = |log: &mut IntentLog, e: &[Entry]| -> Result<()> {
-        let t = Instant::now();
-        let r = log.append(e);
-        log_us += us(t);
-        r
-    };
-    let durability = opts.durability.unwrap_or_else(|| {
-        Durability::for_addresses(plan.nodes.iter().map(|n| n.address.as_str()))
-    });
-    let mut log = IntentLog::create(&opts.state_dir, &id, durability)?;
-    log_append(
-        &mut log,
-        &[Entry::Begin {
-            id: id.clone(),
-            holder,
-            pid: std::process::id(),
-            nodes: plan
-                .nodes
-                .iter()
-                .map(|n| (n.name.clone(), n.address.clone()))
-                .collect(),
-        }],
-    )?;
-
-    // Prepare: every node in parallel; a node that fails undoes its own part.
+    let mut log = begin(plan, opts, &id, holder)?;
     let t_prepare = Instant::now();
-    // A node attached earlier with its lease and allocator table in hand prepares in a few
-    // microseconds on shared memory: starting threads would cost more than it saves.
-    let local = plan.nodes.iter().all(|n| n.address.starts_with("shm:"));
-    let workers = if local && work.iter().all(|w| w.cf.is_warm()) {
-        1
-    } else {
-        workers_for(plan.nodes.iter().map(|n| n.address.as_str()))
-    };
-    let results = per_node(std::mem::take(&mut work), workers, |mut w| {
-        let mut prepared = Vec::new();
-        for (i, c) in &w.items {
-            match w.cf.prepare_prog(&plan.updates[*i].hook, &exts[*i], c) {
-                Ok(p) => prepared.push(p),
-                Err(e) => {
-                    for p in prepared {
-                        let _ = w.cf.abort(p);
-                    }
-                    let name = w.name.clone();
-                    return (w, Err(node_err(&name)(e)));
-                }
-            }
-        }
-        w.prepared = prepared;
-        (w, Ok(()))
-    });
-    let mut failure = None;
-    for (w, r) in results {
-        if let (Err(e), None) = (r, &failure) {
-            failure = Some(e);
-        }
-        work.push(w);
-    }
+    let prepared = prepare(plan, &exts, &mut work);
     timings.prepare_us = us(t_prepare);
-    if let Some(e) = failure {
-        abort_all(&mut work);
-        log_append(
-            &mut log,
-            &[Entry::Aborted {
-                reason: e.to_string(),
-            }],
-        )?;
-        log.finish()?;
-        return Err(FleetError::Aborted(Box::new(e)));
+    if let Err(e) = prepared {
+        return Err(abort(&mut work, log, e));
     }
-    let mut entries = Vec::new();
-    for w in &work {
-        for p in &w.prepared {
-            entries.push(Entry::Prepared {
-                node: w.name.clone(),
-                hook: p.hook.name.clone(),
-                slot_offset: p.hook.slot_offset,
-                expected: p.expected,
-                new_word: p.new_word,
-                budget: p.budget,
-                version: p.version,
-            });
-        }
-    }
-    entries.push(Entry::Hold);
-    log_append(&mut log, &entries)?;
+    log_prepared(&mut log, &work)?;
     crash_if(opts, CrashPoint::Prepared);
+    // Before the bubble: nothing in it but the protocol's own steps.
+    let updates = describe(plan, &exts, &work, true);
 
-    // Hold: the bubble starts. Flow entries first, then the drain, then every other hook:
-    // a hook downstream of an entry must keep running the old version until the requests
-    // already past the entry have left the flow.
     let t_hold = Instant::now();
-    let is_entry = |w: &NodeWork, p: &Prepared| {
-        plan.flows
-            .iter()
-            .any(|f| f.entry.node == w.name && f.entry.hook == p.hook.name)
-    };
-    let mut first = Vec::new();
-    let mut rest = Vec::new();
-    for (wi, w) in work.iter().enumerate() {
-        for (pi, p) in w.prepared.iter().enumerate() {
-            if is_entry(w, p) {
-                first.push((wi, pi));
-            } else {
-                rest.push((wi, pi));
-            }
-        }
-    }
-    let mut held: Vec<(usize, usize)> = Vec::new();
-    let mut failure = take_holds(&work, &first, &mut held).err();
-    if failure.is_none() && !plan.flows.is_empty() {
-        let t_drain = Instant::now();
-        failure = drain_flows(plan, &work).err();
-        timings.drain_us = us(t_drain);
-    }
-    if failure.is_none() {
-        failure = take_holds(&work, &rest, &mut held).err();
-    }
-    if let Some(e) = failure {
-        for &(wi, pi) in &held {
-            let w = &work[wi];
-            let p = &w.prepared[pi];
-            let _ = cas(w, p, p.expected | ACTIVE_HOLD, p.expected);
-        }
-        abort_all(&mut work);
-        log_append(
-            &mut log,
-            &[Entry::Aborted {
-                reason: e.to_string(),
-            }],
-        )?;
-        log.finish()?;
-        return Err(FleetError::Aborted(Box::new(e)));
+    if let Err(e) = hold(plan, &work, &mut timings) {
+        return Err(abort(&mut work, log, e));
     }
     crash_if(opts, CrashPoint::Held);
-    log_append(&mut log, &[Entry::Commit])?;
+    log.append(&[Entry::Commit])?;
     crash_if(opts, CrashPoint::Committed);
 
-    // Flip: every slot to its new version, still held.
     let t_flip = Instant::now();
-    let updates_before = describe(&work, true);
-    for (wi, w) in work.iter_mut().enumerate() {
-        let batch: Vec<Prepared> = w
-            .prepared
-            .iter()
-            .cloned()
-            .map(|mut p| {
-                p.expected |= ACTIVE_HOLD;
-                p.new_word |= ACTIVE_HOLD;
-                p
-            })
-            .collect();
-        if let Err(e) = w.cf.tx(batch) {
-            // Cannot happen while we hold every slot unless the lease was lost or the host
-            // died: recovery (roll forward from the log) is the way out.
-            return Err(node_err(&w.name)(e));
-        }
-        if wi == 0 {
-            crash_if(opts, CrashPoint::FirstFlip);
-        }
-    }
+    flip(&mut work, opts)?;
     timings.flip_us = us(t_flip);
-
-    // Release, dependencies first.
-    for (li, level) in release_order.iter().enumerate() {
-        for w in &work {
-            for p in w.prepared.iter().filter(|p| level.contains(&p.hook.name)) {
-                let found = cas(w, p, p.new_word | ACTIVE_HOLD, p.new_word)?;
-                if found != p.new_word | ACTIVE_HOLD {
-                    return Err(FleetError::Conflict {
-                        node: w.name.clone(),
-                        hook: p.hook.name.clone(),
-                        expected: p.new_word | ACTIVE_HOLD,
-                        found,
-                    });
-                }
-            }
-        }
-        if li == 0 {
-            crash_if(opts, CrashPoint::FirstRelease);
-        }
-    }
+    release(&release_order, &work, opts)?;
     timings.hold_us = us(t_hold);
-    log_append(&mut log, &[Entry::Done])?;
-    let path = log.finish()?;
+
+    log.append(&[Entry::Done])?;
+    timings.log_us = log.us;
+    let path = log.log.finish()?;
     timings.commit_us = us(t_commit);
-    timings.log_us = log_us;
     keep(attached, work);
     Ok(Report {
         id,
         dry_run: false,
         release_order,
-        updates: updates_before,
+        updates,
         timings,
         intent_log: Some(path),
     })
@@ -841,74 +863,7 @@ pub fn recover(state_dir: &Path, force: bool) -> Result<Vec<Recovery>> {
         let mut actions = Vec::new();
         if !finished {
             for (name, address) in &nodes {
-                let spec = ExtSpec {
-                    holder: Some(holder),
-                    ..ExtSpec::default()
-                };
-                let mut cf = match create_codeflow(address, spec) {
-                    Ok(cf) => cf,
-                    Err(e) => {
-                        // A host that died or restarted lost its region with everything
-                        // prepared in it: nothing to agree on there.
-                        actions.push(format!("{name}: unreachable ({e}); skipped"));
-                        continue;
-                    }
-                };
-                for e in &entries {
-                    let Entry::Prepared {
-                        node,
-                        hook,
-                        slot_offset,
-                        expected,
-                        new_word,
-                        budget,
-                        ..
-                    } = e
-                    else {
-                        continue;
-                    };
-                    if node != name {
-                        continue;
-                    }
-                    let t = cf.transport();
-                    let at = slot_offset + offsets::HOOK_ACTIVE;
-                    let mut word = t.read_u64(at).map_err(transport_err(name))?;
-                    let original = word;
-                    if committed {
-                        if word == expected | ACTIVE_HOLD {
-                            t.write_u64(slot_offset + offsets::HOOK_BUDGET, *budget)
-                                .map_err(transport_err(name))?;
-                            t.fence().map_err(transport_err(name))?;
-                            t.compare_and_swap(at, word, new_word | ACTIVE_HOLD)
-                                .map_err(transport_err(name))?;
-                            t.fetch_and_add(offsets::HEADER_GENERATION, 1)
-                                .map_err(transport_err(name))?;
-                            word = t.read_u64(at).map_err(transport_err(name))?;
-                        }
-                        if word == new_word | ACTIVE_HOLD {
-                            t.compare_and_swap(at, word, *new_word)
-                                .map_err(transport_err(name))?;
-                            word = t.read_u64(at).map_err(transport_err(name))?;
-                        }
-                    } else if word == expected | ACTIVE_HOLD {
-                        t.compare_and_swap(at, word, *expected)
-                            .map_err(transport_err(name))?;
-                        word = t.read_u64(at).map_err(transport_err(name))?;
-                    }
-                    let target = if committed { *new_word } else { *expected };
-                    actions.push(format!(
-                        "{name}/{hook}: found {original:#x}, now {word:#x}{}",
-                        if word == target {
-                            ""
-                        } else {
-                            " (changed by someone else since; left as is)"
-                        }
-                    ));
-                }
-                // Taking the lease with the dead broadcast's holder id frees what it
-                // prepared but never published, and marks held what it published.
-                cf.mutual_excl().map_err(node_err(name))?;
-                cf.release().map_err(node_err(name))?;
+                actions.extend(recover_node(name, address, holder, &entries, committed)?);
             }
             let mut log = IntentLog::reopen(&path)?;
             log.append(&[if committed {
@@ -933,4 +888,69 @@ pub fn recover(state_dir: &Path, force: bool) -> Result<Vec<Recovery>> {
         });
     }
     Ok(out)
+}
+
+/// Recovery on one node of an unfinished broadcast: attaches with the dead broadcast's
+/// holder id, finishes or undoes each of its slots there ([`slot::recover`]), then takes
+/// the lease in earnest and gives it back. Returns what it found and did, per hook.
+fn recover_node(
+    name: &str,
+    address: &str,
+    holder: u32,
+    entries: &[Entry],
+    committed: bool,
+) -> Result<Vec<String>> {
+    let spec = ExtSpec {
+        holder: Some(holder),
+        ..ExtSpec::default()
+    };
+    let mut cf = match create_codeflow(address, spec) {
+        Ok(cf) => cf,
+        Err(e) => {
+            // A host that died or restarted lost its region with everything prepared in
+            // it: nothing to agree on there.
+            return Ok(vec![format!("{name}: unreachable ({e}); skipped")]);
+        }
+    };
+    let mut actions = Vec::new();
+    for e in entries {
+        let Entry::Prepared {
+            node,
+            hook,
+            slot_offset,
+            expected,
+            new_word,
+            budget,
+            ..
+        } = e
+        else {
+            continue;
+        };
+        if node != name {
+            continue;
+        }
+        let t = cf.transport();
+        let original = slot::read_active(t, *slot_offset).map_err(transport_err(name))?;
+        let update = HeldUpdate {
+            expected: *expected,
+            new_word: *new_word,
+            budget: *budget,
+        };
+        let word =
+            slot::recover(t, *slot_offset, &update, committed).map_err(transport_err(name))?;
+        let target = if committed { *new_word } else { *expected };
+        actions.push(format!(
+            "{name}/{hook}: found {original:#x}, now {word:#x}{}",
+            if word == target {
+                ""
+            } else {
+                " (changed by someone else since; left as is)"
+            }
+        ));
+    }
+    // Taking the lease with the dead broadcast's holder id frees what it prepared but never
+    // published, and marks held what it published.
+    cf.mutual_excl().map_err(node_err(name))?;
+    cf.release().map_err(node_err(name))?;
+    Ok(actions)
 }

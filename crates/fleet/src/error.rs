@@ -70,3 +70,23 @@ pub(crate) fn transport_err(
         source,
     }
 }
+
+/// A step on a hook slot that found another word: [`FleetError::Conflict`] on `node`'s
+/// `hook`; a transport failure: [`FleetError::Transport`].
+pub(crate) fn slot_err<'a>(
+    node: &'a str,
+    hook: &'a str,
+) -> impl FnOnce(rdx_transport::slot::SlotError) -> FleetError + 'a {
+    move |e| match e {
+        rdx_transport::slot::SlotError::Changed { expected, found } => FleetError::Conflict {
+            node: node.to_string(),
+            hook: hook.to_string(),
+            expected,
+            found,
+        },
+        rdx_transport::slot::SlotError::Transport(source) => FleetError::Transport {
+            node: node.to_string(),
+            source,
+        },
+    }
+}

@@ -4,7 +4,9 @@
 //! It owns the broadcast protocol: prepare every artifact on every node through
 //! [`rdx_control::CodeFlow`] (nothing visible), hold every affected hook slot, flip every
 //! slot, release the holds in the plan's dependency order; and `recover`, which finishes or
-//! undoes a broadcast from its intent log after the control plane died at any phase.
+//! undoes a broadcast from its intent log after the control plane died at any phase. Each
+//! step on a hook slot (hold, flip, release, the epoch wait, recovering a slot) is
+//! [`rdx_transport::slot`]'s: this crate decides when, never how.
 //!
 //! It must not run anything in a node (every effect is a one-sided operation through the
 //! node's transport, as in `rdx-control`), must not make anything visible before every

@@ -12,12 +12,12 @@
 //! finishes or undoes a migration whose control plane died at any phase.
 
 use crate::broadcast::{crash_if, per_node, CrashPoint, Options};
-use crate::error::{node_err, transport_err, FleetError, Result};
+use crate::error::{node_err, slot_err, transport_err, FleetError, Result};
 use crate::intent::{Durability, Entry, IntentLog};
 use crate::plan::NodeSpec;
-use rdx_control::node::thread_epochs;
 use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension, Prepared};
-use rdx_region::layout::{active_version, offsets, MapType, ACTIVE_HOLD};
+use rdx_region::layout::{active_version, MapType};
+use rdx_transport::slot::{self, QuiesceError};
 use rdx_transport::xstate::{self, Copies, MapRef, UPDATE_ANY};
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -165,26 +165,15 @@ fn copy_map(src: &CodeFlow, dst: &CodeFlow, from: &MapRef, to: &MapRef) -> Resul
 
 /// Waits until no host thread of the node is still inside code it entered before now.
 fn quiesce(cf: &CodeFlow, node: &str, budget: Duration) -> Result<()> {
-    let (t, info) = (cf.transport(), &cf.view().info);
-    let start = Instant::now();
-    // Orders the hook path's unfenced epoch store before our snapshot (see drain_flows).
-    t.remote_barrier().map_err(transport_err(node))?;
-    for (slot, epoch) in thread_epochs(t, info).map_err(node_err(node))? {
-        if epoch % 2 == 0 {
-            continue;
-        }
-        let at = info.thread_offset(slot) + offsets::THREAD_EPOCH;
-        while t.read_u64(at).map_err(transport_err(node))? == epoch {
-            if start.elapsed() > budget {
-                return Err(FleetError::DrainTimeout {
-                    flow: format!("{node} (migration source)"),
-                    reason: format!("thread slot {slot} stayed inside extension code"),
-                });
-            }
-            std::hint::spin_loop();
-        }
-    }
-    Ok(())
+    let deadline = Instant::now() + budget;
+    let info = &cf.view().info;
+    slot::wait_quiescent(cf.transport(), info, deadline, slot::Poll::Spin).map_err(|e| match e {
+        QuiesceError::StillInside { thread_slot } => FleetError::DrainTimeout {
+            flow: format!("{node} (migration source)"),
+            reason: format!("thread slot {thread_slot} stayed inside extension code"),
+        },
+        QuiesceError::Transport(e) => transport_err(node)(e),
+    })
 }
 
 /// Moves `hook`'s program `ext` with its maps' contents from `source` to `target`.
@@ -254,14 +243,10 @@ pub fn migrate(
     let t_total = Instant::now();
     src.mutual_excl().map_err(node_err(sname))?;
     let s_hook = src.view().hook(hook).map_err(node_err(sname))?;
-    let s_word = src
-        .transport()
-        .read_u64(s_hook.slot_offset + offsets::HOOK_ACTIVE)
-        .map_err(transport_err(sname))?;
-    let s_budget = src
-        .transport()
-        .read_u64(s_hook.slot_offset + offsets::HOOK_BUDGET)
-        .map_err(transport_err(sname))?;
+    let s_word =
+        slot::read_active(src.transport(), s_hook.slot_offset).map_err(transport_err(sname))?;
+    let s_budget =
+        slot::read_budget(src.transport(), s_hook.slot_offset).map_err(transport_err(sname))?;
     let t_prepare = Instant::now();
     let prepared: Prepared = dst
         .prepare_prog(hook, ext, &compiled)
@@ -290,8 +275,7 @@ pub fn migrate(
     ])?;
     crash_if(opts, CrashPoint::Prepared);
 
-    let d_active = prepared.hook.slot_offset + offsets::HOOK_ACTIVE;
-    let s_active = s_hook.slot_offset + offsets::HOOK_ACTIVE;
+    let (d_slot, s_slot) = (prepared.hook.slot_offset, s_hook.slot_offset);
     // Own connections for the slot words: the CodeFlows stay free for tx and abort.
     let ts_conn = rdx_control::node::connect(&source.address).map_err(node_err(sname))?;
     let td_conn = rdx_control::node::connect(&target.address).map_err(node_err(dname))?;
@@ -301,29 +285,9 @@ pub fn migrate(
     let mut held_dst = false;
     let mut held_src = false;
     let bubble = (|| -> Result<Vec<MapCopy>> {
-        let found = td
-            .compare_and_swap(d_active, prepared.expected, prepared.expected | ACTIVE_HOLD)
-            .map_err(transport_err(dname))?;
-        if found != prepared.expected {
-            return Err(FleetError::Conflict {
-                node: dname.into(),
-                hook: hook.into(),
-                expected: prepared.expected,
-                found,
-            });
-        }
+        slot::hold(td, d_slot, prepared.expected).map_err(slot_err(dname, hook))?;
         held_dst = true;
-        let found = ts
-            .compare_and_swap(s_active, s_word, s_word | ACTIVE_HOLD)
-            .map_err(transport_err(sname))?;
-        if found != s_word {
-            return Err(FleetError::Conflict {
-                node: sname.into(),
-                hook: hook.into(),
-                expected: s_word,
-                found,
-            });
-        }
+        slot::hold(ts, s_slot, s_word).map_err(slot_err(sname, hook))?;
         held_src = true;
         let budget = Duration::from_nanos(src.view().info.hold_timeout_ns / 2);
         quiesce(&src, sname, budget)?;
@@ -347,14 +311,10 @@ pub fn migrate(
         Ok(m) => m,
         Err(e) => {
             if held_src {
-                let _ = ts.compare_and_swap(s_active, s_word | ACTIVE_HOLD, s_word);
+                let _ = slot::release(ts, s_slot, s_word);
             }
             if held_dst {
-                let _ = td.compare_and_swap(
-                    d_active,
-                    prepared.expected | ACTIVE_HOLD,
-                    prepared.expected,
-                );
+                let _ = slot::release(td, d_slot, prepared.expected);
             }
             let _ = dst.abort(prepared);
             let _ = src.release();
@@ -371,39 +331,19 @@ pub fn migrate(
     crash_if(opts, CrashPoint::Committed);
 
     let mut flip = prepared.clone();
-    flip.expected |= ACTIVE_HOLD;
-    flip.new_word |= ACTIVE_HOLD;
+    flip.expected = slot::held(flip.expected);
+    flip.new_word = slot::held(flip.new_word);
     dst.tx(vec![flip]).map_err(node_err(dname))?;
     crash_if(opts, CrashPoint::FirstFlip);
-    let found = ts
-        .compare_and_swap(s_active, s_word | ACTIVE_HOLD, ACTIVE_HOLD)
-        .map_err(transport_err(sname))?;
-    if found != s_word | ACTIVE_HOLD {
-        return Err(FleetError::Conflict {
-            node: sname.into(),
-            hook: hook.into(),
-            expected: s_word | ACTIVE_HOLD,
-            found,
-        });
-    }
-    ts.fetch_and_add(offsets::HEADER_GENERATION, 1)
-        .map_err(transport_err(sname))?;
+    // The source publishes nothing, still held.
+    slot::publish(ts, s_slot, slot::held(s_word), slot::held(0), None)
+        .map_err(slot_err(sname, hook))?;
     // Release the target first: callers leaving the source's bubble go there next.
     for (t, at, word, node) in [
-        (td, d_active, prepared.new_word, dname),
-        (ts, s_active, 0, sname),
+        (td, d_slot, prepared.new_word, dname),
+        (ts, s_slot, 0, sname),
     ] {
-        let found = t
-            .compare_and_swap(at, word | ACTIVE_HOLD, word)
-            .map_err(transport_err(node))?;
-        if found != word | ACTIVE_HOLD {
-            return Err(FleetError::Conflict {
-                node: node.into(),
-                hook: hook.into(),
-                expected: word | ACTIVE_HOLD,
-                found,
-            });
-        }
+        slot::release(t, at, word).map_err(slot_err(node, hook))?;
         if node == dname {
             crash_if(opts, CrashPoint::FirstRelease);
         }

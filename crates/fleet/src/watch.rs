@@ -27,7 +27,8 @@ use crate::error::{node_err, transport_err, Result};
 use rdx_control::registry::Registry;
 use rdx_control::{create_codeflow, lease, CodeFlow, ControlError, ExtSpec};
 use rdx_deopt::profile::{reprofile_decision, Reprofile};
-use rdx_region::layout::{active_version, offsets, HookCounters, ACTIVE_HOLD};
+use rdx_region::layout::{active_version, offsets, HookCounters};
+use rdx_transport::slot;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -228,11 +229,11 @@ pub struct Sample {
 pub fn sample(cf: &CodeFlow, node: &str, hook_index: u32) -> Result<Sample> {
     let t = cf.transport();
     let info = &cf.view().info;
-    let slot = info.hook_offset(hook_index);
+    let slot_offset = info.hook_offset(hook_index);
     let te = transport_err(node);
-    let word = t.read_u64(slot + offsets::HOOK_ACTIVE).map_err(te)?;
+    let word = slot::read_active(t, slot_offset).map_err(te)?;
     let failures = t
-        .read_u64(slot + offsets::HOOK_FAILURES)
+        .read_u64(slot_offset + offsets::HOOK_FAILURES)
         .map_err(transport_err(node))?;
     let stride = std::mem::size_of::<HookCounters>();
     const _: () = assert!(offsets::COUNTER_DEOPTS == 24);
@@ -321,8 +322,8 @@ struct Watched {
 /// control plane published meanwhile. `LeaseHeld` while another control plane holds it.
 fn lease_judged(cf: &mut CodeFlow, hook: &str, judged: u64) -> rdx_control::Result<bool> {
     cf.mutual_excl()?;
-    let slot = cf.view().hook(hook)?.slot_offset;
-    if cf.transport().read_u64(slot + offsets::HOOK_ACTIVE)? == judged {
+    let slot_offset = cf.view().hook(hook)?.slot_offset;
+    if slot::read_active(cf.transport(), slot_offset)? == judged {
         return Ok(true);
     }
     cf.release()?;
@@ -459,7 +460,7 @@ pub fn watch_reprofiling(
                 continue;
             }
             let version = active_version(now.word);
-            if version == 0 || now.word & ACTIVE_HOLD != 0 {
+            if version == 0 || slot::is_held(now.word) {
                 continue;
             }
             if let Some(rp) = reprofiling

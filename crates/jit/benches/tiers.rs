@@ -20,7 +20,7 @@ use rdx_bpf::helpers::{native_helper, Helpers};
 use rdx_bpf::interp::{Config, Input, Vm, XdpMd};
 use rdx_bpf::isa::Insn;
 use rdx_bpf::maps::MapSet;
-use rdx_jit::{Arch, CompileOptions, Compiler, ExecutableCode, Pipeline, Symbol};
+use rdx_jit::{Arch, Build, CompileOptions, Compiler, ExecutableCode, Pipeline, Symbol};
 use rdx_kernel::{KernelObject, TestRunInput};
 use rdx_region::abi::RunState;
 use rdx_test_support::programs::synthetic;
@@ -239,9 +239,9 @@ fn main() {
         let prog = object.program(name).expect("program in bench object");
         // rdx JIT, array lookups inlined (the bench's default) and, as the baseline, calling
         // the lookup helper.
-        let mut opts = CompileOptions::new(host);
+        let mut opts = CompileOptions::new(host, Build::Generic);
         opts.inline_array_lookups(&object.maps);
-        let call_opts = CompileOptions::new(host);
+        let call_opts = CompileOptions::new(host, Build::Generic);
         let symbols_for = |maps: &MapSet| {
             let mut syms: HashMap<Symbol, u64> = HashMap::new();
             for (i, m) in maps.iter().enumerate() {
@@ -419,7 +419,7 @@ fn main() {
     let mut real: Vec<(Vec<Insn>, CompileOptions)> = Vec::new();
     let mut add_object = |obj: &rdx_bpf::program::Object| {
         for p in &obj.programs {
-            let mut o = CompileOptions::new(host);
+            let mut o = CompileOptions::new(host, Build::Generic);
             o.inline_array_lookups(&obj.maps);
             real.push((p.insns.clone(), o));
         }
@@ -483,7 +483,7 @@ fn main() {
         row(
             format!("synthetic {n}-insn function"),
             prog.len(),
-            &[(prog.clone(), CompileOptions::new(host))],
+            &[(prog.clone(), CompileOptions::new(host, Build::Generic))],
         );
     }
     let other = if host == Arch::X86_64 {
@@ -495,10 +495,10 @@ fn main() {
     let prog = synthetic(10_000);
     let t = CpuClock::now();
     cross
-        .compile(&prog, &CompileOptions::new(other))
+        .compile(&prog, &CompileOptions::new(other, Build::Generic))
         .expect("cross compile");
     let cross_opt = t.elapsed();
-    let mut base_opts = CompileOptions::new(other);
+    let mut base_opts = CompileOptions::new(other, Build::Generic);
     base_opts.pipeline = Pipeline::Baseline;
     let cross_base = best_of_5(&mut || {
         rdx_jit::compile(&prog, &base_opts).expect("cross compile");
@@ -531,7 +531,7 @@ fn blinding_table(compiler: &Compiler, object: &rdx_bpf::program::Object, packet
         let mut firsts = Vec::new();
         for pipeline in [Pipeline::Optimizing, Pipeline::Baseline] {
             for blind in [true, false] {
-                let mut opts = CompileOptions::new(host);
+                let mut opts = CompileOptions::new(host, Build::Generic);
                 opts.inline_array_lookups(&object.maps);
                 opts.pipeline = pipeline;
                 opts.blind_constants = blind;
@@ -619,7 +619,7 @@ fn one_shot_program() -> (String, Vec<Insn>, CompileOptions) {
         for p in &obj.programs {
             let n = p.insns.len();
             if (16..=45).contains(&n) && best.as_ref().is_none_or(|b| b.1.len() < n) {
-                let mut o = CompileOptions::new(host);
+                let mut o = CompileOptions::new(host, Build::Generic);
                 o.needs_budget = true;
                 o.inline_array_lookups(&obj.maps);
                 best = Some((format!("{name}/{}", p.name), p.insns.clone(), o));

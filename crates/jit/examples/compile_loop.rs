@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use rdx_bpf::isa::Insn;
-use rdx_jit::{Arch, CompileOptions, Compiler};
+use rdx_jit::{Arch, Build, CompileOptions, Compiler};
 use rdx_test_support::programs::synthetic;
 
 fn cpu_now() -> Duration {
@@ -28,11 +28,11 @@ fn main() {
     // `synthetic` as the second argument, one synthetic 1K-instruction function.
     let mut progs: Vec<(Vec<Insn>, CompileOptions)> = Vec::new();
     if std::env::args().nth(2).as_deref() == Some("synthetic") {
-        progs.push((synthetic(1000), CompileOptions::new(host)));
+        progs.push((synthetic(1000), CompileOptions::new(host, Build::Generic)));
     } else {
         let mut add = |obj: &rdx_bpf::program::Object| {
             for p in &obj.programs {
-                let mut o = CompileOptions::new(host);
+                let mut o = CompileOptions::new(host, Build::Generic);
                 o.inline_array_lookups(&obj.maps);
                 progs.push((p.insns.clone(), o));
             }

@@ -1,8 +1,10 @@
-//! The compiler driver: splits a program into eBPF functions, has [`crate::translate`] lower
-//! each to Cranelift IR, compiles them for the requested [`Arch`] and lays the machine code
-//! out as one relocatable [`Artifact`].
+//! The compiler driver, last of the compiler's stages: checks the [`CompileOptions`] against
+//! its target, has [`crate::plan`] find the program's functions, hands the
+//! [`Pipeline::Baseline`] to [`crate::baseline`] and every other pipeline to
+//! [`crate::translate`] (one eBPF function at a time into Cranelift IR), compiles that IR for
+//! the requested [`Arch`] and lays the machine code out as one relocatable [`Artifact`].
+//! Nothing else in the compiler depends on it.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -12,351 +14,17 @@ use cranelift_codegen::isa::{self, OwnedTargetIsa};
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::{binemit::Reloc, FinalizedRelocTarget};
 use cranelift_frontend::FunctionBuilderContext;
-use rdx_bpf::isa::{encode, raw_to_bytes, CallTarget, Insn, STACK_SIZE};
+use rdx_bpf::isa::Insn;
 use target_lexicon::Triple;
 
-use crate::artifact::{
-    sha256, Artifact, Metadata, RelocKind, Relocation, Symbol, FLAG_DEOPT, FLAG_ENTRY_LENGTH_ARG,
-    FLAG_HELPER_TABLE, FLAG_NEEDS_BUDGET,
-};
+use crate::artifact::{Artifact, RelocKind, Relocation, Symbol};
+use crate::baseline;
+use crate::blinding::BlindingKeys;
+use crate::error::CompileError;
+use crate::options::{self, CompileOptions, Pipeline};
+use crate::plan;
 use crate::target::Arch;
-use crate::translate::{self, FuncPlan, NS_FUNC, NS_SYMBOL};
-
-/// How generated code reaches helpers and host functions.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum HelperCalls {
-    /// Each helper id is its own relocated 64-bit address (`helper:<id>`). The fastest form:
-    /// one constant load and an indirect call.
-    #[default]
-    Direct,
-    /// Helpers are entries of a table of 64-bit addresses (`var:rdx_helper_table`, entry `id`
-    /// at byte `8 * id`) holding `table_len` entries. Code that lives at the same address in
-    /// several processes (cross-sandbox calls) uses this so that each process can have its
-    /// own helper implementations behind one table address. Also what `callx` needs.
-    Table { table_len: u32 },
-}
-
-/// The entry point's native signature.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum EntryAbi {
-    /// `r0 = entry(ctx, run_state)`: [`rdx_region::abi::EntryFn`]. `r2`..`r9` start at zero.
-    #[default]
-    Standard,
-    /// `r0 = entry(ctx, run_state, len)` with `r2 = len`: the conformance-suite convention
-    /// (r1 = memory, r2 = its length). Calling a standard entry with a third argument is
-    /// harmless on both supported calling conventions, so test harnesses always pass it.
-    WithLength,
-}
-
-/// The direction a profile says a conditional jump goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Expect {
-    /// The jump is taken: falling through leaves the fast path.
-    Taken,
-    /// The jump falls through: taking it leaves the fast path.
-    NotTaken,
-}
-
-/// Elite compilation: conditional jumps whose cold direction becomes a guard with a
-/// deoptimisation exit. Code reachable only through cold directions is not compiled.
-///
-/// An artifact compiled with a speculation (even an empty one) is an *elite* artifact
-/// (`FLAG_DEOPT`): it must be called with an [`rdx_region::abi::DeoptRunState`] as its run
-/// pointer, keeps its eBPF stack frames there, and on a failed guard stores the exact eBPF
-/// state there and returns with [`rdx_region::abi::RunStatus::Deopt`].
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Speculation {
-    /// Slot of a conditional jump → its expected direction.
-    pub guards: BTreeMap<usize, Expect>,
-}
-
-/// Scouting: count how often each conditional jump goes each way. Counters are `u64` pairs
-/// at the symbol's address, one 16-byte pair per [`branch_sites`] entry in that order:
-/// `[fell through, taken]`. The symbol is resolved at link time like any other, typically
-/// to a global-data map value in the node's XState (`Symbol::MapValue`), so the control
-/// plane reads the profile remotely.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct BranchCounters {
-    pub symbol: Symbol,
-}
-
-/// The conditional jumps of a program, in slot order: the index of a slot in this list is
-/// its counter pair in [`BranchCounters`] and its entry in a profile.
-pub fn branch_sites(insns: &[Insn]) -> Vec<usize> {
-    insns
-        .iter()
-        .enumerate()
-        .filter(|(_, i)| matches!(i, Insn::Jmp { .. }))
-        .map(|(pc, _)| pc)
-        .collect()
-}
-
-/// Geometry of an array map whose `bpf_map_lookup_elem` calls are inlined (see
-/// [`CompileOptions::inline_arrays`]): what the object's map definition declares, so the
-/// artifact stays target-independent. The values' base address is the relocation
-/// `mapvalue:<index>`; value `i` lives at `base + i * round_up(value_size, 8)`, the layout of
-/// rdx's arrays (XState and the in-process map set alike).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct InlineArray {
-    pub max_entries: u32,
-    pub value_size: u32,
-}
-
-impl InlineArray {
-    /// Bytes between consecutive values.
-    pub fn value_stride(&self) -> u64 {
-        (self.value_size as u64).div_ceil(8) * 8
-    }
-}
-
-/// How much work Cranelift spends on each function.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Pipeline {
-    /// `opt_level=speed` (e-graph rewriting, GVN, LICM) and the backtracking register
-    /// allocator: the fastest code.
-    #[default]
-    Optimizing,
-    /// `opt_level=none` and the single-pass register allocator: about half the compile time,
-    /// code 2 to 7x slower (`benches/tiers.rs` measures both). For large, cold programs.
-    Fast,
-    /// [`Pipeline::Fast`] for eBPF functions longer than this many slots, optimizing for the
-    /// others.
-    FastAbove(u32),
-    /// Not Cranelift: the baseline tier (`crate::baseline`), one linear pass emitting machine
-    /// code with eBPF registers in fixed native registers. Compiles an order of magnitude
-    /// faster than [`Pipeline::Fast`]; refuses what it does not support (elite artifacts,
-    /// branch counters) with [`CompileError::NotInBaseline`], and the caller falls back.
-    Baseline,
-}
-
-/// Everything besides the bytecode that decides the generated code. Part of the artifact's
-/// options hash.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct CompileOptions {
-    pub arch: Arch,
-    /// Meter executed instructions against [`rdx_region::abi::RunState::budget`]. Required
-    /// whenever the verifier could not bound the run.
-    pub needs_budget: bool,
-    pub helper_calls: HelperCalls,
-    pub entry_abi: EntryAbi,
-    /// Identity of the EIM extension class the program was verified against; it only enters
-    /// the options hash so that a cache keyed by that hash never mixes classes.
-    pub eim_class: String,
-    /// Run Cranelift's IR verifier on every function (slower; for tests and debugging).
-    pub verify_ir: bool,
-    /// Compile an elite artifact with these guards (see [`Speculation`]).
-    pub speculation: Option<Speculation>,
-    /// Instrument every conditional jump with a counter (see [`BranchCounters`]).
-    pub branch_counters: Option<BranchCounters>,
-    /// Array maps (by index in the object's map table) whose lookups are compiled inline: a
-    /// bounds check and an address computation instead of a helper call, returning exactly
-    /// what the helper returns. Only for plain arrays (one copy per element), linked against
-    /// maps created from the same definitions. Empty by default.
-    pub inline_arrays: BTreeMap<u32, InlineArray>,
-    /// Cranelift's pipeline (optimizing by default).
-    pub pipeline: Pipeline,
-    /// Constant blinding (on by default): on x86-64, whose instructions can be decoded from
-    /// any byte, a program-chosen constant beyond 16 bits never appears as it is in the code;
-    /// it is emitted xored with a key chosen at random for each compilation and unmasked at
-    /// run time (see `docs/jit.md`, "Constant blinding"). Off only to measure its cost.
-    pub blind_constants: bool,
-}
-
-impl CompileOptions {
-    pub fn new(arch: Arch) -> Self {
-        Self {
-            arch,
-            needs_budget: false,
-            helper_calls: HelperCalls::Direct,
-            entry_abi: EntryAbi::Standard,
-            eim_class: String::new(),
-            verify_ir: cfg!(debug_assertions),
-            speculation: None,
-            branch_counters: None,
-            inline_arrays: BTreeMap::new(),
-            pipeline: Pipeline::Optimizing,
-            blind_constants: true,
-        }
-    }
-
-    /// Inlines lookups in every plain array of `maps` (an object's map table): type
-    /// `BPF_MAP_TYPE_ARRAY`, 4-byte keys. Per-CPU arrays keep the helper (their element
-    /// depends on the running thread).
-    pub fn inline_array_lookups(&mut self, maps: &[rdx_bpf::program::MapDef]) {
-        for (i, m) in maps.iter().enumerate() {
-            if m.map_type == rdx_bpf::program::MapType::Array
-                && m.key_size == 4
-                && m.value_size > 0
-                && m.max_entries > 0
-            {
-                self.inline_arrays.insert(
-                    i as u32,
-                    InlineArray {
-                        max_entries: m.max_entries,
-                        value_size: m.value_size,
-                    },
-                );
-            }
-        }
-    }
-
-    /// The artifact's `options_hash` for these options: a loader that takes an artifact from
-    /// a cache checks it against the options it would compile with (hook, class, metering).
-    pub fn hash(&self) -> [u8; 32] {
-        // A stable textual rendering: the hash must not depend on Rust's Hash implementation.
-        let mut text = format!(
-            "arch={};budget={};helpers={:?};entry={:?};class={}",
-            self.arch, self.needs_budget, self.helper_calls, self.entry_abi, self.eim_class
-        );
-        if let Some(s) = &self.speculation {
-            text.push_str(";guards=");
-            for (pc, e) in &s.guards {
-                text.push_str(&format!("{pc}:{e:?},"));
-            }
-        }
-        if let Some(c) = &self.branch_counters {
-            text.push_str(&format!(";counters={}", c.symbol));
-        }
-        if !self.inline_arrays.is_empty() {
-            text.push_str(";arrays=");
-            for (i, a) in &self.inline_arrays {
-                text.push_str(&format!("{i}:{}x{},", a.max_entries, a.value_size));
-            }
-        }
-        if self.pipeline != Pipeline::Optimizing {
-            text.push_str(&format!(";pipeline={:?}", self.pipeline));
-        }
-        if !self.blind_constants {
-            text.push_str(";blind=false");
-        }
-        sha256(&[text.as_bytes()])
-    }
-}
-
-/// Helper id of `bpf_tail_call`.
-pub(crate) const BPF_FUNC_TAIL_CALL: i32 = 12;
-
-/// Whether `insn` may make a tail call: a call of `bpf_tail_call`, or a `callx`, whose
-/// helper id is only known at run time.
-pub(crate) fn may_tail_call(insn: &Insn) -> bool {
-    matches!(
-        insn,
-        Insn::Call(CallTarget::Helper(BPF_FUNC_TAIL_CALL) | CallTarget::Reg(_))
-    )
-}
-
-/// The options a program is really compiled with: metering is forced on when the program
-/// may make a tail call. A tail call runs its target on the run's one budget, so the
-/// caller's own instructions must be charged to it too, whatever the verifier found its own
-/// worst case to be (a caller that is not metered would let every link of a chain spend a
-/// whole budget).
-pub(crate) fn effective_options<'o>(
-    opts: &'o CompileOptions,
-    insns: &[Insn],
-) -> std::borrow::Cow<'o, CompileOptions> {
-    if !opts.needs_budget && insns.iter().any(may_tail_call) {
-        let mut forced = opts.clone();
-        forced.needs_budget = true;
-        std::borrow::Cow::Owned(forced)
-    } else {
-        std::borrow::Cow::Borrowed(opts)
-    }
-}
-
-/// Whether constants are blinded in code compiled with `opts`: asked for, and the target is
-/// x86-64. aarch64 instructions are fixed 4-byte words decoded only at 4-byte boundaries,
-/// and a constant enters them at most 16 bits at a time inside an opcode (`movz`/`movk`,
-/// 12-bit arithmetic immediates), so no program-chosen byte sequence there is an
-/// instruction of the program's choosing.
-pub(crate) fn blinds_constants(opts: &CompileOptions) -> bool {
-    opts.blind_constants && opts.arch == Arch::X86_64
-}
-
-/// Whether a program constant may appear in code as it is when blinding: one that fits in
-/// 16 bits (sign- or zero-extended) puts at most two chosen bytes next to each other, the
-/// rest being all zeros or all ones, as the offsets, masks, ports, ethertypes and loop
-/// bounds of real programs do.
-pub(crate) fn plain_constant(value: i64) -> bool {
-    (-(1 << 15)..(1 << 16)).contains(&value)
-}
-
-/// The random keys of one compilation's constant blinding: a stream (splitmix64) that
-/// starts from a process-wide secret drawn once from the kernel's random source, at a
-/// position no other compilation of this process uses, and gives a fresh key per constant,
-/// so that nothing about one key tells anything about another. (One `getrandom` per
-/// compilation cost the baseline tier a tenth of its compile time.)
-pub(crate) struct BlindingKeys(u64);
-
-impl BlindingKeys {
-    pub(crate) fn new() -> Self {
-        static SECRET: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-        static COMPILATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let secret = *SECRET.get_or_init(|| {
-            let mut seed = [0u8; 8];
-            // SAFETY: getrandom writes at most `seed.len()` bytes into the buffer.
-            let got = unsafe { libc::getrandom(seed.as_mut_ptr().cast(), seed.len(), 0) };
-            if got == seed.len() as isize {
-                u64::from_le_bytes(seed)
-            } else {
-                // No random source (seccomp, very early boot): the clock and an address,
-                // still unknown to the programs being compiled.
-                let clock = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64);
-                clock ^ (&seed as *const _ as u64).rotate_left(32)
-            }
-        });
-        let n = COMPILATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // A starting point on the stream that depends on the secret and this compilation's
-        // number through the mixing function: unrelated to any other compilation's.
-        Self(secret ^ mix64(n ^ 0x5851_f42d_4c95_7f2d))
-    }
-
-    /// The next key.
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        mix64(self.0)
-    }
-}
-
-/// splitmix64's output function.
-fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// Why a program could not be compiled. Instruction indices are slot indices of the program.
-#[derive(Debug, thiserror::Error)]
-pub enum CompileError {
-    #[error("program is empty")]
-    Empty,
-    #[error("instruction {pc}: {what} is not supported by the JIT")]
-    Unsupported { pc: usize, what: String },
-    #[error("instruction {pc}: jump to {target} leaves the function starting at {function}")]
-    JumpOutsideFunction {
-        pc: usize,
-        target: i64,
-        function: usize,
-    },
-    #[error("function starting at {function} can run past its last instruction {pc}")]
-    FallsOffEnd { function: usize, pc: usize },
-    #[error("instruction {pc}: the second slot of lddw is executed")]
-    LddwSecondSlot { pc: usize },
-    #[error("instruction {pc}: local calls recurse (function at {function} reaches itself)")]
-    Recursion { pc: usize, function: usize },
-    #[error("cannot build a code generator for {arch}: {reason}")]
-    Isa { arch: Arch, reason: String },
-    #[error("code generation failed for the function starting at {function}: {reason}")]
-    Codegen { function: usize, reason: String },
-    #[error("unexpected relocation {kind} in generated code")]
-    UnexpectedReloc { kind: String },
-    #[error("instruction {pc}: a guard must be a conditional jump, this is {what}")]
-    BadGuard { pc: usize, what: String },
-    /// The baseline tier does not build this; compile with a Cranelift pipeline instead.
-    #[error("the baseline tier does not support {what}")]
-    NotInBaseline { what: String },
-}
+use crate::translate::{self, NS_FUNC, NS_SYMBOL};
 
 /// Compile-time statistics, for benchmarks and `rdx compile`.
 #[derive(Clone, Debug, Default)]
@@ -442,33 +110,24 @@ impl Compiler {
             });
         }
         if opts.pipeline == Pipeline::Baseline {
-            return crate::baseline::compile(insns, opts);
+            let (artifact, live_slots) = baseline::compile(insns, opts)?;
+            let stats = CompileStats {
+                insns: insns.len(),
+                functions: artifact.meta.functions as usize,
+                code_bytes: artifact.code.len(),
+                elapsed: start.elapsed(),
+                guards: 0,
+                dropped_insns: insns.len() - live_slots,
+            };
+            return Ok((artifact, stats));
         }
-        let opts = &*effective_options(opts, insns);
+        let opts = &*plan::effective_options(opts, insns);
         if insns.is_empty() {
             return Err(CompileError::Empty);
         }
-        let plans = plan_functions(insns)?;
-        let depth = max_call_depth(&plans, insns)?;
-        if let Some(spec) = &opts.speculation {
-            for &pc in spec.guards.keys() {
-                match insns.get(pc) {
-                    Some(Insn::Jmp { .. }) => {}
-                    other => {
-                        return Err(CompileError::BadGuard {
-                            pc,
-                            what: other.map_or("outside the program".into(), |i| format!("{i:?}")),
-                        })
-                    }
-                }
-            }
-            if depth > rdx_region::abi::DEOPT_MAX_FRAMES {
-                return Err(CompileError::Unsupported {
-                    pc: 0,
-                    what: format!("{depth} nested frames in an elite artifact"),
-                });
-            }
-        }
+        let plans = plan::plan_functions(insns)?;
+        let depth = plan::max_call_depth(&plans, insns)?;
+        plan::check_speculation(insns, opts, depth)?;
         let mut live_slots = 0usize;
         let mut keys = BlindingKeys::new();
 
@@ -517,7 +176,7 @@ impl Compiler {
             let at = code.len().next_multiple_of(16);
             // An elite artifact's entry stays at offset 0, where the runtime's fallback
             // locator expects it (docs/deopt.md).
-            let start = if fi == 0 && opts.speculation.is_some() {
+            let start = if fi == 0 && opts.speculation().is_some() {
                 at
             } else {
                 at + loop_padding(
@@ -601,7 +260,7 @@ impl Compiler {
         }
 
         let artifact = Artifact {
-            meta: metadata(insns, opts, func_offsets[0], depth, plans.len()),
+            meta: options::metadata(insns, opts, func_offsets[0], depth, plans.len()),
             code,
             symbols,
             relocations,
@@ -611,7 +270,7 @@ impl Compiler {
             functions: plans.len(),
             code_bytes: artifact.code.len(),
             elapsed: start.elapsed(),
-            guards: opts.speculation.as_ref().map_or(0, |s| s.guards.len()),
+            guards: opts.speculation().map_or(0, |s| s.guards.len()),
             dropped_insns: insns.len() - live_slots,
         };
         Ok((artifact, stats))
@@ -743,141 +402,15 @@ fn branches_back(arch: Arch, code: &[u8], end: usize, to: usize) -> bool {
 /// [`Pipeline::Baseline`] builds no Cranelift code generator at all.
 pub fn compile(insns: &[Insn], opts: &CompileOptions) -> Result<Artifact, CompileError> {
     if opts.pipeline == Pipeline::Baseline {
-        return Ok(crate::baseline::compile(insns, opts)?.0);
+        return Ok(baseline::compile(insns, opts)?.0);
     }
     Ok(Compiler::new(opts.arch)?.compile(insns, opts)?.0)
-}
-
-/// Finds the eBPF functions: the entry at 0 and every local-call target, each running up to
-/// the next function's start.
-pub(crate) fn plan_functions(insns: &[Insn]) -> Result<Vec<FuncPlan>, CompileError> {
-    let mut starts = BTreeSet::new();
-    starts.insert(0usize);
-    for (pc, insn) in insns.iter().enumerate() {
-        if let Some(t) = insn.call_target(pc) {
-            if t < 0 || t as usize >= insns.len() {
-                return Err(CompileError::Unsupported {
-                    pc,
-                    what: format!("call to {t} outside the program"),
-                });
-            }
-            starts.insert(t as usize);
-        }
-    }
-    let starts: Vec<usize> = starts.into_iter().collect();
-    let plans: Vec<FuncPlan> = starts
-        .iter()
-        .enumerate()
-        .map(|(i, &start)| FuncPlan {
-            start,
-            end: starts.get(i + 1).copied().unwrap_or(insns.len()),
-        })
-        .collect();
-    for plan in &plans {
-        for (pc, insn) in insns.iter().enumerate().take(plan.end).skip(plan.start) {
-            if let Some(t) = insn.jump_target(pc) {
-                if t < plan.start as i64 || t >= plan.end as i64 {
-                    return Err(CompileError::JumpOutsideFunction {
-                        pc,
-                        target: t,
-                        function: plan.start,
-                    });
-                }
-            }
-        }
-    }
-    Ok(plans)
-}
-
-fn function_index(plans: &[FuncPlan], start: usize) -> usize {
-    plans
-        .binary_search_by_key(&start, |p| p.start)
-        .expect("call targets are function starts")
-}
-
-/// Longest chain of frames (entry = 1); refuses recursion, which eBPF forbids and which would
-/// make stack use unbounded.
-pub(crate) fn max_call_depth(plans: &[FuncPlan], insns: &[Insn]) -> Result<usize, CompileError> {
-    fn visit(
-        f: usize,
-        plans: &[FuncPlan],
-        insns: &[Insn],
-        on_path: &mut Vec<bool>,
-        memo: &mut Vec<Option<usize>>,
-    ) -> Result<usize, CompileError> {
-        if let Some(d) = memo[f] {
-            return Ok(d);
-        }
-        on_path[f] = true;
-        let mut deepest = 0;
-        for (pc, insn) in insns
-            .iter()
-            .enumerate()
-            .take(plans[f].end)
-            .skip(plans[f].start)
-        {
-            if let Some(t) = insn.call_target(pc) {
-                let g = function_index(plans, t as usize);
-                if on_path[g] {
-                    return Err(CompileError::Recursion {
-                        pc,
-                        function: plans[g].start,
-                    });
-                }
-                deepest = deepest.max(visit(g, plans, insns, on_path, memo)?);
-            }
-        }
-        on_path[f] = false;
-        memo[f] = Some(deepest + 1);
-        Ok(deepest + 1)
-    }
-    let mut on_path = vec![false; plans.len()];
-    let mut memo = vec![None; plans.len()];
-    visit(0, plans, insns, &mut on_path, &mut memo)
-}
-
-pub(crate) fn callee_index(plans: &[FuncPlan], start: usize) -> usize {
-    function_index(plans, start)
-}
-
-/// The artifact metadata both code generators write: flags from the options, the entry, the
-/// stack of `depth` frames, and the hashes of the source bytecode and the options.
-pub(crate) fn metadata(
-    insns: &[Insn],
-    opts: &CompileOptions,
-    entry_offset: u32,
-    depth: usize,
-    functions: usize,
-) -> Metadata {
-    let mut flags = 0;
-    if opts.needs_budget {
-        flags |= FLAG_NEEDS_BUDGET;
-    }
-    if opts.entry_abi == EntryAbi::WithLength {
-        flags |= FLAG_ENTRY_LENGTH_ARG;
-    }
-    if matches!(opts.helper_calls, HelperCalls::Table { .. }) {
-        flags |= FLAG_HELPER_TABLE;
-    }
-    if opts.speculation.is_some() {
-        flags |= FLAG_DEOPT;
-    }
-    let source = raw_to_bytes(&encode(insns));
-    Metadata {
-        arch: opts.arch,
-        flags,
-        entry_offset,
-        stack_bytes: (depth * STACK_SIZE) as u32,
-        functions: functions as u32,
-        insn_count: insns.len() as u32,
-        source_hash: sha256(&[&source]),
-        options_hash: opts.hash(),
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::Build;
 
     #[test]
     fn back_branches_are_read_from_the_code() {
@@ -915,7 +448,7 @@ mod tests {
     fn threads_compile_with_one_compiler() {
         let compiler = Compiler::new(Arch::X86_64).unwrap();
         let prog = rdx_bpf::asm::assemble("mov %r0, 7\nexit").unwrap();
-        let opts = CompileOptions::new(Arch::X86_64);
+        let opts = CompileOptions::new(Arch::X86_64, Build::Generic);
         let code = |c: &Compiler| c.compile(&prog, &opts).unwrap().0.code;
         let alone = code(&compiler);
         std::thread::scope(|s| {

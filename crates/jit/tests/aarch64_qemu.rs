@@ -16,7 +16,7 @@ use std::process::Command;
 use rdx_bpf::asm::{assemble, TestVector};
 use rdx_bpf::isa::{CallTarget, Insn};
 use rdx_jit::link::{link_bytes, LinkTarget};
-use rdx_jit::{Arch, CompileOptions, Compiler, EntryAbi, HelperCalls, Pipeline, Symbol};
+use rdx_jit::{Arch, Build, CompileOptions, Compiler, EntryAbi, HelperCalls, Pipeline, Symbol};
 
 #[path = "support/random_programs.rs"]
 #[allow(dead_code)]
@@ -160,7 +160,7 @@ fn run_on_aarch64(pipeline: Pipeline) {
     {
         let v = TestVector::parse(&f.text).unwrap_or_else(|e| panic!("{}: {e}", f.id));
         let insns = v.program().unwrap_or_else(|e| panic!("{}: {e}", f.id));
-        let mut opts = CompileOptions::new(Arch::Aarch64);
+        let mut opts = CompileOptions::new(Arch::Aarch64, Build::Generic);
         opts.entry_abi = EntryAbi::WithLength;
         let callx = insns
             .iter()
@@ -197,7 +197,7 @@ fn run_on_aarch64(pipeline: Pipeline) {
                 .map(|i| (seed.rotate_left(i as u32 * 7) ^ i) as u8)
                 .collect();
             let want = interpret(&insns, &mut init.clone());
-            let mut opts = CompileOptions::new(Arch::Aarch64);
+            let mut opts = CompileOptions::new(Arch::Aarch64, Build::Generic);
             opts.entry_abi = EntryAbi::WithLength;
             opts.needs_budget = n % 2 == 0;
             add(
@@ -221,7 +221,7 @@ fn run_on_aarch64(pipeline: Pipeline) {
                 .map(|i| (seed.rotate_left(i as u32 * 5) ^ i) as u8)
                 .collect();
             let want = interpret(&insns, &mut init.clone());
-            let mut opts = CompileOptions::new(Arch::Aarch64);
+            let mut opts = CompileOptions::new(Arch::Aarch64, Build::Generic);
             opts.entry_abi = EntryAbi::WithLength;
             add(format!("fused-{n}"), &insns, &opts, Some(init), 0, want, 0);
         }
@@ -230,7 +230,7 @@ fn run_on_aarch64(pipeline: Pipeline) {
     // Metering, helper arguments and local calls on aarch64.
     let lp = assemble("mov %r0, 0\nmov %r1, 1000\nadd %r0, 2\nsub %r1, 1\njne %r1, 0, -3\nexit")
         .unwrap();
-    let mut metered = CompileOptions::new(Arch::Aarch64);
+    let mut metered = CompileOptions::new(Arch::Aarch64, Build::Generic);
     metered.needs_budget = true;
     add("budget-exhausted".into(), &lp, &metered, None, 100, 0, 1);
     add(
@@ -254,7 +254,7 @@ fn run_on_aarch64(pipeline: Pipeline) {
     for len in [64usize, 40] {
         let mem: Vec<u8> = (0..len).map(|i| (i * 37 + 5) as u8).collect();
         let want = random_programs::interpret(&counted, &mut mem.clone());
-        let mut o = CompileOptions::new(Arch::Aarch64);
+        let mut o = CompileOptions::new(Arch::Aarch64, Build::Generic);
         o.entry_abi = EntryAbi::WithLength;
         add(
             format!("counted-loop-{len}"),
@@ -298,7 +298,7 @@ fn run_on_aarch64(pipeline: Pipeline) {
             (HelperCalls::Direct, "direct"),
             (HelperCalls::Table { table_len: 16 }, "table"),
         ] {
-            let mut o = CompileOptions::new(Arch::Aarch64);
+            let mut o = CompileOptions::new(Arch::Aarch64, Build::Generic);
             o.helper_calls = mode;
             add(format!("{name}-{how}"), prog, &o, None, 1 << 20, 0, 4);
         }
@@ -320,10 +320,12 @@ fn run_on_aarch64(pipeline: Pipeline) {
     .into_iter()
     .filter(|_| pipeline != Pipeline::Baseline)
     {
-        let mut o = CompileOptions::new(Arch::Aarch64);
-        o.speculation = Some(rdx_jit::Speculation {
-            guards: [(9, expect)].into_iter().collect(),
-        });
+        let o = CompileOptions::new(
+            Arch::Aarch64,
+            Build::Elite(rdx_jit::Speculation {
+                guards: [(9, expect)].into_iter().collect(),
+            }),
+        );
         let (artifact, _) = compiler.compile(&elite_prog, &o).unwrap();
         let linked = link_bytes(
             &artifact.to_bytes(),
@@ -346,7 +348,7 @@ fn run_on_aarch64(pipeline: Pipeline) {
 
     // Inlined array lookups (the harness's map 0: 8 values, value i = 3 * i + 1): a hit, a miss
     // (NULL, then 99), and a masked key whose range check and NULL test the compiler drops.
-    let mut inline_opts = CompileOptions::new(Arch::Aarch64);
+    let mut inline_opts = CompileOptions::new(Arch::Aarch64, Build::Generic);
     inline_opts.entry_abi = EntryAbi::WithLength;
     inline_opts.pipeline = pipeline;
     inline_opts.inline_arrays.insert(

@@ -11,13 +11,13 @@ mod behaviour {
 
     use rdx_bpf::asm::assemble;
     use rdx_jit::{
-        Arch, CompileError, CompileOptions, ExecutableCode, HelperCalls, Pipeline, Speculation,
-        Symbol,
+        Arch, Build, CompileError, CompileOptions, ExecutableCode, HelperCalls, Pipeline,
+        Speculation, Symbol,
     };
     use rdx_region::abi::{RunState, RunStatus};
 
     fn opts(pipeline: Pipeline) -> CompileOptions {
-        let mut o = CompileOptions::new(Arch::host().unwrap());
+        let mut o = CompileOptions::new(Arch::host().unwrap(), Build::Generic);
         o.pipeline = pipeline;
         o
     }
@@ -110,13 +110,13 @@ mod behaviour {
     fn elite_and_scouting_builds_are_refused_with_a_typed_error() {
         let prog = assemble("mov %r0, 1\njeq %r0, 1, +1\nmov %r0, 2\nexit").unwrap();
         let mut o = opts(Pipeline::Baseline);
-        o.speculation = Some(Speculation::default());
+        o.build = Build::Elite(Speculation::default());
         assert!(matches!(
             rdx_jit::compile(&prog, &o),
             Err(CompileError::NotInBaseline { .. })
         ));
         let mut o = opts(Pipeline::Baseline);
-        o.branch_counters = Some(rdx_jit::BranchCounters {
+        o.build = Build::Scouting(rdx_jit::BranchCounters {
             symbol: Symbol::MapValue(0),
         });
         assert!(matches!(
@@ -152,10 +152,10 @@ mod behaviour {
     fn artifacts_differ_from_cranelift_ones_only_in_code_and_options() {
         let prog = assemble(CALLS).unwrap();
         for arch in [Arch::X86_64, Arch::Aarch64] {
-            let mut b = CompileOptions::new(arch);
+            let mut b = CompileOptions::new(arch, Build::Generic);
             b.pipeline = Pipeline::Baseline;
             let base = rdx_jit::compile(&prog, &b).unwrap();
-            let opt = rdx_jit::compile(&prog, &CompileOptions::new(arch)).unwrap();
+            let opt = rdx_jit::compile(&prog, &CompileOptions::new(arch, Build::Generic)).unwrap();
             assert_eq!(base.meta.arch, arch);
             assert_eq!(base.meta.flags, opt.meta.flags);
             assert_eq!(base.meta.stack_bytes, opt.meta.stack_bytes);
@@ -174,7 +174,7 @@ mod hostile {
     use rdx_bpf::isa::{
         AluOp, AtomicOp, ByteOrder, CallTarget, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width,
     };
-    use rdx_jit::{Arch, Artifact, CompileOptions, EntryAbi, HelperCalls, Pipeline};
+    use rdx_jit::{Arch, Artifact, Build, CompileOptions, EntryAbi, HelperCalls, Pipeline};
 
     /// Any instruction with any register, immediate and offset (jumps and local calls kept
     /// inside the program by [`fix`], so that most programs reach code generation).
@@ -349,7 +349,7 @@ mod hostile {
         fn any_instructions_compile_or_are_refused(raw in proptest::collection::vec(insn(), 1..40), budget in any::<bool>(), table in any::<bool>()) {
             let insns = fix(raw);
             for arch in [Arch::X86_64, Arch::Aarch64] {
-                let mut o = CompileOptions::new(arch);
+                let mut o = CompileOptions::new(arch, Build::Generic);
                 o.pipeline = Pipeline::Baseline;
                 o.needs_budget = budget;
                 o.entry_abi = EntryAbi::WithLength;
@@ -380,14 +380,14 @@ mod fused {
 
     use proptest::prelude::*;
     use rdx_bpf::asm::assemble;
-    use rdx_jit::{Arch, CompileOptions, EntryAbi, ExecutableCode, Pipeline};
+    use rdx_jit::{Arch, Build, CompileOptions, EntryAbi, ExecutableCode, Pipeline};
     use rdx_region::abi::RunState;
 
     use super::fused_programs::{build, Pattern};
     use super::random_programs::{interpret, MEM};
 
     fn run(insns: &[rdx_bpf::isa::Insn], mem: &mut [u8], budget: bool) -> u64 {
-        let mut o = CompileOptions::new(Arch::host().unwrap());
+        let mut o = CompileOptions::new(Arch::host().unwrap(), Build::Generic);
         o.pipeline = Pipeline::Baseline;
         o.entry_abi = EntryAbi::WithLength;
         o.needs_budget = budget;
@@ -406,7 +406,7 @@ mod fused {
     #[test]
     fn the_patterns_fuse() {
         let o = {
-            let mut o = CompileOptions::new(Arch::host().unwrap());
+            let mut o = CompileOptions::new(Arch::host().unwrap(), Build::Generic);
             o.pipeline = Pipeline::Baseline;
             o
         };

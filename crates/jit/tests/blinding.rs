@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::maps::MapSet;
-use rdx_jit::{Arch, CompileOptions, Compiler, EntryAbi, ExecutableCode, Pipeline};
+use rdx_jit::{Arch, Build, CompileOptions, Compiler, EntryAbi, ExecutableCode, Pipeline};
 use rdx_region::abi::RunState;
 
 /// 64-bit constants: `mov rax, imm32; ret`-style gadget bytes and others with no 0x00,
@@ -109,7 +109,7 @@ fn chosen_windows() -> Vec<Vec<u8>> {
 
 fn compile(arch: Arch, pipeline: Pipeline, blind: bool) -> Vec<u8> {
     let insns = rdx_bpf::asm::assemble(&program()).unwrap();
-    let mut opts = CompileOptions::new(arch);
+    let mut opts = CompileOptions::new(arch, Build::Generic);
     opts.pipeline = pipeline;
     opts.blind_constants = blind;
     opts.entry_abi = EntryAbi::WithLength;
@@ -171,7 +171,7 @@ fn blinded_code_computes_what_the_interpreter_computes() {
     let want = vm.run_checked(Input::Bytes(&mut input.clone())).unwrap();
     for tier in TIERS {
         for blind in [true, false] {
-            let mut opts = CompileOptions::new(host);
+            let mut opts = CompileOptions::new(host, Build::Generic);
             opts.pipeline = tier;
             opts.blind_constants = blind;
             opts.entry_abi = EntryAbi::WithLength;
@@ -232,7 +232,7 @@ fn each_operation_with_a_blinded_immediate_matches_the_interpreter() {
         .unwrap();
         let want = vm.run_checked(Input::Bytes(&mut [0u8; 8])).unwrap();
         for tier in TIERS {
-            let mut opts = CompileOptions::new(host);
+            let mut opts = CompileOptions::new(host, Build::Generic);
             opts.pipeline = tier;
             opts.entry_abi = EntryAbi::WithLength;
             let (artifact, _) = Compiler::new(host).unwrap().compile(&insns, &opts).unwrap();

@@ -13,7 +13,7 @@ use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::maps::MapSet;
 use rdx_jit::{
-    Arch, CompileOptions, Compiler, EntryAbi, ExecutableCode, HelperCalls, Pipeline, Symbol,
+    Arch, Build, CompileOptions, Compiler, EntryAbi, ExecutableCode, HelperCalls, Pipeline, Symbol,
 };
 use rdx_region::abi::RunState;
 
@@ -62,7 +62,7 @@ fn jit(
     table: &[u64],
 ) -> Result<u64, String> {
     let insns = v.program()?;
-    let mut opts = CompileOptions::new(compiler.arch());
+    let mut opts = CompileOptions::new(compiler.arch(), Build::Generic);
     opts.entry_abi = EntryAbi::WithLength;
     opts.helper_calls = helper_calls;
     opts.pipeline = pipeline;

@@ -15,7 +15,7 @@ use rdx_bpf::helpers::{native_helper, Helpers};
 use rdx_bpf::interp::{Config, ContextModel, Input, SkBuff, Vm, XdpMd};
 use rdx_bpf::isa::Size;
 use rdx_bpf::maps::MapSet;
-use rdx_jit::{Arch, CompileOptions, Compiler, ExecutableCode, Pipeline, Symbol};
+use rdx_jit::{Arch, Build, CompileOptions, Compiler, ExecutableCode, Pipeline, Symbol};
 use rdx_region::abi::RunState;
 
 const SKB_SIZE: usize = 192;
@@ -252,7 +252,7 @@ fn every_corpus_program_matches(pipeline: Pipeline) {
                 Symbol::Helper(SKB_LOAD_BYTES),
                 skb_load_bytes as *const () as u64,
             );
-            let mut opts = CompileOptions::new(host);
+            let mut opts = CompileOptions::new(host, Build::Generic);
             opts.needs_budget = true;
             opts.pipeline = pipeline;
             // The baseline tier inlines array lookups in every other program, so both of its

@@ -8,7 +8,9 @@ use rdx_bpf::asm::assemble;
 use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{Config, Input, Resume, ResumeFrame, Vm};
 use rdx_bpf::maps::MapSet;
-use rdx_jit::{Arch, CompileError, CompileOptions, Compiler, ExecutableCode, Expect, Speculation};
+use rdx_jit::{
+    Arch, Build, CompileError, CompileOptions, Compiler, ExecutableCode, Expect, Speculation,
+};
 use rdx_region::abi::{DeoptRunState, RunStatus};
 
 /// The entry passes a pointer into its own frame to a subprogram, which branches on what
@@ -39,9 +41,9 @@ fn elite(
     budget: bool,
 ) -> (ExecutableCode, rdx_jit::CompileStats) {
     let host = Arch::host().expect("supported host");
-    let mut opts = CompileOptions::new(host);
+    let mut opts = CompileOptions::new(host, Build::Generic);
     opts.needs_budget = budget;
-    opts.speculation = Some(Speculation {
+    opts.build = Build::Elite(Speculation {
         guards: guards.iter().copied().collect::<BTreeMap<_, _>>(),
     });
     let (artifact, stats) = Compiler::new(host).unwrap().compile(insns, &opts).unwrap();
@@ -127,10 +129,12 @@ fn guards_must_be_conditional_jumps() {
     let insns = assemble(PROGRAM).unwrap();
     let host = Arch::host().unwrap();
     for pc in [0, 4, 99] {
-        let mut opts = CompileOptions::new(host);
-        opts.speculation = Some(Speculation {
-            guards: [(pc, Expect::Taken)].into_iter().collect(),
-        });
+        let opts = CompileOptions::new(
+            host,
+            Build::Elite(Speculation {
+                guards: [(pc, Expect::Taken)].into_iter().collect(),
+            }),
+        );
         let err = Compiler::new(host)
             .unwrap()
             .compile(&insns, &opts)

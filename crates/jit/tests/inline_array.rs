@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rdx_bpf::isa::{AluOp, CallTarget, ImmKind, Insn, Operand, Reg, Width};
-use rdx_jit::{Arch, CompileOptions, Compiler, EntryAbi, ExecutableCode, InlineArray, Symbol};
+use rdx_jit::{
+    Arch, Build, CompileOptions, Compiler, EntryAbi, ExecutableCode, InlineArray, Symbol,
+};
 use rdx_region::abi::RunState;
 
 const MAX_ENTRIES: u32 = 5;
@@ -68,7 +70,7 @@ fn lookup_program(map_then_clobber: bool) -> Vec<Insn> {
 }
 
 fn options(inline: bool) -> CompileOptions {
-    let mut opts = CompileOptions::new(Arch::host().expect("supported host"));
+    let mut opts = CompileOptions::new(Arch::host().expect("supported host"), Build::Generic);
     opts.entry_abi = EntryAbi::WithLength;
     if inline {
         opts.inline_arrays.insert(

@@ -7,7 +7,7 @@ use rdx_bpf::asm::assemble;
 use rdx_jit::artifact::{ArtifactError, FORMAT_VERSION, HEADER_LEN};
 use rdx_jit::link::{link, link_bytes, LinkTarget};
 use rdx_jit::{
-    Arch, Artifact, CompileOptions, Compiler, ExecError, ExecutableCode, LinkError, Symbol,
+    Arch, Artifact, Build, CompileOptions, Compiler, ExecError, ExecutableCode, LinkError, Symbol,
 };
 use rdx_region::abi::RunState;
 
@@ -20,7 +20,7 @@ fn artifact(arch: Arch) -> Artifact {
         .unwrap_or_else(|_| assemble("mov %r1, 21\ncall 3\nexit").unwrap());
     Compiler::new(arch)
         .unwrap()
-        .compile(&insns, &CompileOptions::new(arch))
+        .compile(&insns, &CompileOptions::new(arch, Build::Generic))
         .unwrap()
         .0
 }

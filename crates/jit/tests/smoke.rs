@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use rdx_bpf::isa::{
     AluOp, AtomicOp, CallTarget, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width,
 };
-use rdx_jit::{Arch, CompileOptions, Compiler, EntryAbi, ExecutableCode, Symbol};
+use rdx_jit::{Arch, Build, CompileOptions, Compiler, EntryAbi, ExecutableCode, Symbol};
 use rdx_region::abi::{RunState, RunStatus};
 
 fn alu(width: Width, op: AluOp, dst: u8, src: Operand) -> Insn {
@@ -43,7 +43,7 @@ fn run_with(
 }
 
 fn run(insns: &[Insn]) -> u64 {
-    let mut opts = CompileOptions::new(host());
+    let mut opts = CompileOptions::new(host(), Build::Generic);
     opts.entry_abi = EntryAbi::WithLength;
     run_with(insns, opts, HashMap::new(), &mut [0u8; 16], 0).0
 }
@@ -158,7 +158,7 @@ fn loops_and_stack() {
 
 #[test]
 fn budget_stops_a_long_loop() {
-    let mut opts = CompileOptions::new(host());
+    let mut opts = CompileOptions::new(host(), Build::Generic);
     opts.needs_budget = true;
     let prog = counting_loop(1000);
     let (_, run) = run_with(&prog, opts.clone(), HashMap::new(), &mut [0; 8], 100);
@@ -207,7 +207,7 @@ fn helpers_maps_and_local_calls() {
     syms.insert(Symbol::Helper(7), add_helper as *const () as u64);
     syms.insert(Symbol::MapValue(0), value.as_ptr() as u64);
     for budget in [false, true] {
-        let mut opts = CompileOptions::new(host());
+        let mut opts = CompileOptions::new(host(), Build::Generic);
         opts.needs_budget = budget;
         let (r0, run) = run_with(&prog, opts, syms.clone(), &mut [0; 8], 1000);
         assert_eq!(r0, 1042, "budget={budget}");
@@ -288,7 +288,7 @@ fn helpers_see_and_charge_the_live_budget() {
         ),
     ];
     for (helper_calls, call) in calls {
-        let mut opts = CompileOptions::new(host());
+        let mut opts = CompileOptions::new(host(), Build::Generic);
         opts.helper_calls = helper_calls;
         opts.needs_budget = true;
         // Metered: the helper sees the budget left after the entry's charge, and what it

@@ -8,13 +8,21 @@ pub enum KernelError {
     /// every other error is a failure.
     #[error("the bpf() system call is unavailable: {operation} failed with {errno}: {hint}")]
     Unavailable {
+        /// The first `bpf()` command that failed.
         operation: &'static str,
+        /// What the kernel returned for it.
         errno: Errno,
+        /// What usually causes that errno here (missing capability, locked-down kernel, ...).
         hint: &'static str,
     },
     /// libbpf could not open or parse the object file.
     #[error("cannot open eBPF object {path}: {message}")]
-    ObjectOpen { path: PathBuf, message: String },
+    ObjectOpen {
+        /// The object file.
+        path: PathBuf,
+        /// libbpf's error text.
+        message: String,
+    },
     /// libbpf opened the object but loading it into the kernel failed; `log` holds the verifier
     /// log of the first program the kernel rejected, if any.
     #[error(
@@ -22,22 +30,31 @@ pub enum KernelError {
         log_suffix(log)
     )]
     ObjectLoad {
+        /// The object file.
         path: PathBuf,
+        /// libbpf's error text.
         message: String,
+        /// The kernel verifier's log for the first rejected program; empty if there was none.
         log: String,
     },
     /// The object has no program of that name.
     #[error("eBPF object {path} has no program named {name:?} (it has {available:?})")]
     NoSuchProgram {
+        /// The object file.
         path: PathBuf,
+        /// The program name asked for.
         name: String,
+        /// The names of the programs the object has.
         available: Vec<String>,
     },
     /// The object has no map of that name.
     #[error("eBPF object {path} has no map named {name:?} (it has {available:?})")]
     NoSuchMap {
+        /// The object file.
         path: PathBuf,
+        /// The map name asked for.
         name: String,
+        /// The names of the maps the object has (libbpf's names, global-data maps included).
         available: Vec<String>,
     },
     /// `BPF_PROG_LOAD` of a raw instruction array failed (usually the verifier said no).
@@ -46,24 +63,41 @@ pub enum KernelError {
         log_suffix(log)
     )]
     ProgramRejected {
+        /// The name the program was loaded under.
         name: String,
+        /// Its length in instructions.
         insns: usize,
+        /// What `BPF_PROG_LOAD` returned.
         errno: Errno,
+        /// The kernel verifier's log (retried with logging on when the first attempt had none).
         log: String,
     },
     /// The caller's input cannot be passed to the kernel at all.
     #[error("invalid input for {what}: {reason}")]
-    InvalidInput { what: String, reason: String },
+    InvalidInput {
+        /// What the input was for.
+        what: String,
+        /// Why the kernel could not take it.
+        reason: String,
+    },
     /// A map operation failed.
     #[error("map {map:?}: {operation} failed with {errno}")]
     Map {
+        /// The map's name.
         map: String,
+        /// The `bpf()` command that failed (`BPF_MAP_LOOKUP_ELEM`, ...).
         operation: &'static str,
+        /// What the kernel returned for it.
         errno: Errno,
     },
     /// `BPF_PROG_TEST_RUN` failed.
     #[error("BPF_PROG_TEST_RUN of program {program:?} failed with {errno}")]
-    TestRun { program: String, errno: Errno },
+    TestRun {
+        /// The program's name.
+        program: String,
+        /// What the kernel returned.
+        errno: Errno,
+    },
 }
 
 fn log_suffix(log: &str) -> String {

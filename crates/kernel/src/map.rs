@@ -6,7 +6,9 @@ use crate::error::{Errno, KernelError};
 
 /// Kernel map type numbers (`enum bpf_map_type`) this crate names.
 pub mod map_type {
+    /// `BPF_MAP_TYPE_HASH`.
     pub const HASH: u32 = 1;
+    /// `BPF_MAP_TYPE_ARRAY`.
     pub const ARRAY: u32 = 2;
 }
 
@@ -17,13 +19,19 @@ pub struct MapSpec {
     pub name: String,
     /// Kernel map type number (see [`map_type`]).
     pub map_type: u32,
+    /// Key size in bytes (4 for arrays).
     pub key_size: u32,
+    /// Value size in bytes.
     pub value_size: u32,
+    /// Capacity in entries (an array's fixed length).
     pub max_entries: u32,
+    /// `BPF_F_*` map flags passed to `BPF_MAP_CREATE`.
     pub flags: u32,
 }
 
 impl MapSpec {
+    /// An array map called `name`: `max_entries` values of `value_size` bytes, indexed by
+    /// 4-byte keys (`key_size` should be 4).
     pub fn array(name: &str, key_size: u32, value_size: u32, max_entries: u32) -> Self {
         MapSpec {
             name: name.into(),
@@ -35,6 +43,7 @@ impl MapSpec {
         }
     }
 
+    /// A hash map called `name` of at most `max_entries` entries.
     pub fn hash(name: &str, key_size: u32, value_size: u32, max_entries: u32) -> Self {
         MapSpec {
             map_type: map_type::HASH,
@@ -54,7 +63,9 @@ pub struct KernelMap {
 /// Every entry of a map at one moment, keys in byte order: the form comparisons use.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct MapSnapshot {
+    /// The map's name (libbpf's name for maps of an object).
     pub name: String,
+    /// Key bytes to value bytes, for every entry present.
     pub entries: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
@@ -109,10 +120,12 @@ impl KernelMap {
         Ok(KernelMap { fd, spec })
     }
 
+    /// What the map was created with (or, for maps of an object, what libbpf reported).
     pub fn spec(&self) -> &MapSpec {
         &self.spec
     }
 
+    /// The map's name as given (the kernel keeps only its first 15 bytes).
     pub fn name(&self) -> &str {
         &self.spec.name
     }

@@ -42,6 +42,7 @@ pub struct ObjectMap {
     /// The section a global-data map comes from (`.data`, `.rodata`, `.bss`, ...), `None`
     /// for a declared map.
     pub global_data_section: Option<String>,
+    /// The loaded map, for lookups and updates.
     pub map: KernelMap,
 }
 
@@ -144,14 +145,17 @@ impl KernelObject {
         })
     }
 
+    /// The object file this was opened from.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// Every program of the object, in the object's order, each loaded into the kernel.
     pub fn programs(&self) -> &[ObjectProgram] {
         &self.programs
     }
 
+    /// Every map of the object, libbpf's global-data maps included.
     pub fn maps(&self) -> &[ObjectMap] {
         &self.maps
     }
@@ -192,18 +196,22 @@ fn is_internal(map: &libbpf_rs::Map<'_>) -> bool {
 }
 
 impl ObjectProgram {
+    /// The program's function name in the object.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The ELF section the program came from (it gives libbpf the program type).
     pub fn section(&self) -> &str {
         &self.section
     }
 
+    /// The program type libbpf loaded it as.
     pub fn prog_type(&self) -> ProgType {
         self.prog_type
     }
 
+    /// Runs the program once (or `input.repeat` times) on `input` with `BPF_PROG_TEST_RUN`.
     pub fn test_run(&self, input: &TestRunInput<'_>) -> Result<TestRunOutput, KernelError> {
         test_run(self.fd.as_fd(), &self.name, input)
     }

@@ -28,9 +28,11 @@ use crate::run::TestRunInput;
 pub struct TestInput {
     /// The Ethernet frame (`data_in`), at least 14 bytes.
     pub frame: Vec<u8>,
-    /// `__sk_buff` fields given through `ctx_in` (socket filters only; XDP ignores them).
+    /// `__sk_buff.mark`, given through `ctx_in` (socket filters only; XDP ignores these fields).
     pub mark: u32,
+    /// `__sk_buff.priority`, given through `ctx_in` (socket filters only).
     pub priority: u32,
+    /// `__sk_buff.cb`, the five control-block words, given through `ctx_in` (socket filters only).
     pub cb: [u32; 5],
 }
 
@@ -330,10 +332,12 @@ impl KernelOracle {
         })
     }
 
+    /// The type of the selected program (it decides how inputs are passed in).
     pub fn prog_type(&self) -> ProgType {
         self.prog_type
     }
 
+    /// The loaded object, for its maps.
     pub fn object(&self) -> &KernelObject {
         &self.object
     }

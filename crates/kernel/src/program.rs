@@ -22,6 +22,7 @@ pub enum ProgType {
 }
 
 impl ProgType {
+    /// The kernel's `enum bpf_prog_type` number for this type.
     pub fn to_kernel(self) -> u32 {
         match self {
             ProgType::SocketFilter => libbpf_sys::BPF_PROG_TYPE_SOCKET_FILTER,
@@ -31,6 +32,7 @@ impl ProgType {
         }
     }
 
+    /// The type of kernel number `n`; numbers this crate does not name become [`ProgType::Other`].
     pub fn from_kernel(n: u32) -> Self {
         match n {
             libbpf_sys::BPF_PROG_TYPE_SOCKET_FILTER => ProgType::SocketFilter,
@@ -76,6 +78,7 @@ impl Default for LoadOptions<'_> {
 /// A program loaded from raw instructions, with what the kernel said about it.
 #[derive(Debug)]
 pub struct LoadedProgram {
+    /// The program, loaded: run it with [`KernelProgram::test_run`].
     pub program: KernelProgram,
     /// Verifier log (empty when `log_level` was 0 and the load succeeded).
     pub log: String,
@@ -222,10 +225,12 @@ impl KernelProgram {
         }
     }
 
+    /// The name the program was loaded under.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The program type it was loaded as.
     pub fn prog_type(&self) -> ProgType {
         self.prog_type
     }

@@ -12,7 +12,9 @@ use crate::error::{Errno, KernelError};
 /// `struct xdp_md` whose settable fields the kernel copies in (others must be zero).
 #[derive(Clone, Copy, Debug)]
 pub struct TestRunInput<'a> {
+    /// The packet bytes (`data_in`); socket filters and XDP need at least 14 (an Ethernet header).
     pub data_in: &'a [u8],
+    /// An optional `struct __sk_buff` or `struct xdp_md` (`ctx_in`); `None` passes no context.
     pub ctx_in: Option<&'a [u8]>,
     /// Number of runs the kernel times (0 counts as 1); the reported duration is the mean.
     pub repeat: u32,

@@ -18,12 +18,14 @@ pub struct RunState {
     pub budget: u64,
     /// A [`RunStatus`] value, written by generated code only when it stops abnormally.
     pub status: u32,
+    /// Zero; keeps `env` 8-byte aligned at offset 16.
     pub reserved: u32,
     /// Opaque host pointer, for helpers that need the runtime's per-run environment.
     pub env: *mut c_void,
 }
 
 impl RunState {
+    /// The state for one run with `budget` instructions: status `Ok`, no environment pointer.
     pub fn new(budget: u64) -> Self {
         Self {
             budget,
@@ -38,6 +40,7 @@ impl RunState {
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RunStatus {
+    /// The run ended normally; the return value is the program's `r0`.
     Ok = 0,
     /// The instruction budget ran out; the return value is meaningless.
     BudgetExhausted = 1,
@@ -89,21 +92,32 @@ pub struct DeoptFrame {
 #[repr(C, align(16))]
 #[derive(Debug)]
 pub struct DeoptRunState {
+    /// The part every artifact reads: budget, status, environment.
     pub run: RunState,
+    /// Slot of the failed guard, where the run continues in the generic tier.
     pub pc: u32,
+    /// Index of the innermost frame (0 = the entry function).
     pub depth: u32,
+    /// `r0`..`r10` of the innermost frame at the failed guard.
     pub regs: [u64; 11],
+    /// Zero; keeps `frames` at its asserted offset.
     pub reserved: u64,
+    /// The callers of the innermost frame, outermost first (`frames[0..depth]`).
     pub frames: [DeoptFrame; DEOPT_MAX_FRAMES],
+    /// The eBPF stack frames, where the interpreter keeps them (frame `k` below `top - k * 512`).
     pub stack: [u8; DEOPT_MAX_FRAMES * DEOPT_FRAME_BYTES],
 }
 
 impl DeoptRunState {
     /// Byte offsets generated code uses.
     pub const OFF_PC: usize = 24;
+    /// Offset of [`DeoptRunState::depth`].
     pub const OFF_DEPTH: usize = 28;
+    /// Offset of [`DeoptRunState::regs`].
     pub const OFF_REGS: usize = 32;
+    /// Offset of [`DeoptRunState::frames`].
     pub const OFF_FRAMES: usize = 128;
+    /// Offset of [`DeoptRunState::stack`].
     pub const OFF_STACK: usize = 448;
 
     /// A fresh state on the heap (it is 4.5 KiB: one per thread, reused across runs).
@@ -165,6 +179,7 @@ impl FallbackLocator {
     /// Bytes of the locator, and its distance before the entry point.
     pub const BYTES: u64 = 16;
 
+    /// The 16 bytes a control plane writes before the entry point (little-endian fields).
     pub fn to_bytes(&self) -> [u8; 16] {
         let mut b = [0u8; 16];
         b[..8].copy_from_slice(&self.magic.to_le_bytes());
@@ -173,6 +188,7 @@ impl FallbackLocator {
         b
     }
 
+    /// Decodes 16 bytes read before an entry point; the caller checks `magic`.
     pub fn from_bytes(b: &[u8; 16]) -> FallbackLocator {
         FallbackLocator {
             magic: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
@@ -213,6 +229,8 @@ impl TailEntryTag {
     /// on the remaining budget of the run that made it.
     pub const METERED: u32 = 1;
 
+    /// A tag with [`TAIL_ENTRY_MAGIC`] for element `version`, with `flags`
+    /// ([`TailEntryTag::METERED`]).
     pub fn new(version: u32, flags: u32) -> Self {
         Self {
             magic: TAIL_ENTRY_MAGIC,
@@ -221,6 +239,7 @@ impl TailEntryTag {
         }
     }
 
+    /// The 16 bytes a control plane writes before the entry point (little-endian fields).
     pub fn to_bytes(&self) -> [u8; 16] {
         let mut b = [0u8; 16];
         b[..8].copy_from_slice(&self.magic.to_le_bytes());
@@ -229,6 +248,7 @@ impl TailEntryTag {
         b
     }
 
+    /// Decodes 16 bytes read before an entry point; the caller checks `magic` and `version`.
     pub fn from_bytes(b: &[u8; 16]) -> TailEntryTag {
         TailEntryTag {
             magic: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),

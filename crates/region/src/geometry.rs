@@ -7,14 +7,23 @@ use std::mem::size_of;
 /// Capacities a host chooses at `ctx_init`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RegionParams {
+    /// Hook slots, the most hooks the host can declare (nonzero).
     pub max_hooks: u32,
+    /// Thread slots, the most host threads that run hooks at once (nonzero).
     pub thread_slots: u32,
+    /// Entries of the context table (helpers, host functions, variables and hooks exported).
     pub context_capacity: u32,
+    /// Entries of the helper table: helper and host-function ids must be below it.
     pub helper_capacity: u32,
+    /// Entries of the XState meta table: map ids are below it.
     pub xstate_capacity: u32,
+    /// Bytes of the EIM section, for the host's Extension Interface Model spec.
     pub eim_capacity: u64,
+    /// Bytes of the control plane's allocator state section.
     pub alloc_size: u64,
+    /// Bytes of the XState scratchpad, where maps live (nonzero).
     pub scratch_size: u64,
+    /// Bytes of the code arena (nonzero); rounded up to [`CODE_ALIGN`].
     pub code_size: u64,
 }
 
@@ -88,39 +97,77 @@ pub fn plan(params: &RegionParams) -> Result<([Section; SECTION_COUNT], u64), La
 /// Why a region (or part of it) cannot be trusted.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum LayoutError {
+    /// The region is shorter than a structure it must hold.
     #[error("region is {len} bytes, too short for its {need}-byte {what}")]
     Truncated {
+        /// The structure that does not fit (header, a section, ...).
         what: &'static str,
+        /// The region's length in bytes.
         len: u64,
+        /// The bytes the structure needs.
         need: u64,
     },
+    /// The first eight bytes are not [`MAGIC`].
     #[error("bad magic {found:#018x} at offset 0 (expected {MAGIC:#018x}): not an rdx region or overwritten header")]
-    BadMagic { found: u64 },
+    BadMagic {
+        /// The first eight bytes as read.
+        found: u64,
+    },
+    /// The region was written by a build with a different [`LAYOUT_VERSION`].
     #[error("region layout version {found}, this build understands version {LAYOUT_VERSION}")]
-    Version { found: u32 },
+    Version {
+        /// The region's layout version.
+        found: u32,
+    },
+    /// The region's code is for another architecture than this side's.
     #[error("region architecture tag {found} ({name}), this side runs {host}")]
     Arch {
+        /// The region's architecture tag.
         found: u32,
+        /// Its name, or `unknown`.
         name: &'static str,
+        /// The architecture this side runs.
         host: &'static str,
     },
+    /// The immutable header does not match its checksum.
     #[error("header checksum mismatch (stored {stored:#018x}, computed {computed:#018x}): header overwritten")]
-    Checksum { stored: u64, computed: u64 },
+    Checksum {
+        /// The checksum the header holds.
+        stored: u64,
+        /// The checksum of the header's bytes as read.
+        computed: u64,
+    },
+    /// The header's size field differs from this build's [`RegionHeader`].
     #[error("header size {found} differs from {expected}")]
-    HeaderSize { found: u32, expected: u32 },
+    HeaderSize {
+        /// The size the region's writer recorded.
+        found: u32,
+        /// `size_of::<RegionHeader>()` in this build.
+        expected: u32,
+    },
+    /// A section lies outside the region or overlaps the one before it.
     #[error("section {section} at [{offset:#x}, +{size:#x}) is out of bounds or misordered (region size {region_size:#x})")]
     SectionBounds {
+        /// The section's name ([`SectionId::name`]).
         section: &'static str,
+        /// Its region offset.
         offset: u64,
+        /// Its size in bytes.
         size: u64,
+        /// The region's size in bytes.
         region_size: u64,
     },
+    /// A section is too small for the entries the header says it holds.
     #[error("section {section} is {size} bytes, too small for {need}")]
     SectionTooSmall {
+        /// The section's name ([`SectionId::name`]).
         section: &'static str,
+        /// Its size in bytes.
         size: u64,
+        /// The bytes its entries need.
         need: u64,
     },
+    /// Capacities that cannot make a region; the text says which.
     #[error("bad region parameters: {0}")]
     BadParams(&'static str),
 }
@@ -128,24 +175,40 @@ pub enum LayoutError {
 /// The header fields a reader needs, copied out after [`check_header`] accepted them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeaderInfo {
+    /// Architecture of the host and of the code it runs.
     pub arch: Arch,
+    /// Bytes in the region.
     pub region_size: u64,
+    /// Where the host mapped the region: host addresses are `base_address + offset`.
     pub base_address: u64,
+    /// Process id of the host, for diagnostics.
     pub host_pid: u32,
+    /// Number of hook slots.
     pub max_hooks: u32,
+    /// Number of thread slots.
     pub thread_slots: u32,
+    /// Capacity of the context table, in entries.
     pub context_capacity: u32,
+    /// Capacity of the XState meta table (the largest map id + 1).
     pub xstate_capacity: u32,
+    /// Entries in the helper table.
     pub helper_capacity: u32,
+    /// Longest time a hook caller waits on a held slot, in nanoseconds.
     pub hold_timeout_ns: u64,
+    /// Bytes of EIM spec at the start of the EIM section.
     pub eim_len: u64,
+    /// Bytes at the start of the scratchpad the host uses itself (the trace ring).
     pub scratch_reserved: u64,
+    /// XState map id of the trace ring buffer.
     pub trace_map_id: u32,
+    /// `HOST_FLAG_*` bits.
     pub host_flags: u32,
+    /// The section table, indexed by [`SectionId`], checked to lie in order inside the region.
     pub sections: [Section; SECTION_COUNT],
 }
 
 impl HeaderInfo {
+    /// Where section `id` lives.
     pub fn section(&self, id: SectionId) -> Section {
         self.sections[id as usize]
     }

@@ -43,7 +43,9 @@ pub const MAP_ALIGN: u64 = 64;
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Arch {
+    /// 64-bit x86.
     X86_64 = 1,
+    /// 64-bit Arm (AArch64).
     Aarch64 = 2,
 }
 
@@ -57,6 +59,7 @@ impl Arch {
         None
     };
 
+    /// The architecture of a header's `arch` tag; `None` for a tag this build does not know.
     pub fn from_u32(raw: u32) -> Option<Arch> {
         match raw {
             1 => Some(Arch::X86_64),
@@ -65,6 +68,7 @@ impl Arch {
         }
     }
 
+    /// The name used in messages and artifact headers (`x86_64`, `aarch64`).
     pub fn name(self) -> &'static str {
         match self {
             Arch::X86_64 => "x86_64",
@@ -77,15 +81,19 @@ impl Arch {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Section {
+    /// Bytes from the region's first byte to the section's.
     pub offset: u64,
+    /// Bytes in the section (a multiple of its alignment).
     pub size: u64,
 }
 
 impl Section {
+    /// One past the section's last byte (saturating, so a corrupt table cannot wrap).
     pub fn end(&self) -> u64 {
         self.offset.saturating_add(self.size)
     }
 
+    /// Whether the region offset `offset` lies inside the section.
     pub fn contains(&self, offset: u64) -> bool {
         offset >= self.offset && offset < self.end()
     }
@@ -119,9 +127,11 @@ pub enum SectionId {
     Code = 9,
 }
 
+/// Number of sections: the length of [`RegionHeader::sections`].
 pub const SECTION_COUNT: usize = 10;
 
 impl SectionId {
+    /// Every section, in address order.
     pub const ALL: [SectionId; SECTION_COUNT] = [
         SectionId::Eim,
         SectionId::Context,
@@ -135,6 +145,7 @@ impl SectionId {
         SectionId::Code,
     ];
 
+    /// The section's name in messages.
     pub fn name(self) -> &'static str {
         match self {
             SectionId::Eim => "eim",
@@ -166,6 +177,7 @@ pub enum RegionState {
 }
 
 impl RegionState {
+    /// The state of a header's `state` word; `None` for a value this build does not know.
     pub fn from_u32(raw: u32) -> Option<RegionState> {
         match raw {
             0 => Some(RegionState::Initializing),
@@ -231,6 +243,7 @@ pub struct RegionHeader {
     pub checksum: u64,
     /// [`RegionState`]; written by the host.
     pub state: AtomicU32,
+    /// Zero; keeps `lease` 8-byte aligned.
     pub reserved2: u32,
     /// Control-plane lease word: 0 when free, otherwise the holder's nonzero token. Taken and
     /// released with compare-and-swap.
@@ -245,6 +258,7 @@ pub struct RegionHeader {
     /// Advanced (fetch-and-add) by whoever creates an XState map, before the map becomes
     /// visible in the meta table. The host keeps decoded map headers while it is unchanged.
     pub xstate_generation: AtomicU64,
+    /// Zero; pads the header to whole cache lines.
     pub reserved3: u64,
 }
 
@@ -254,7 +268,9 @@ pub struct ContextTableHeader {
     /// Entries published so far. The host writes an entry, then increments `count` with
     /// release ordering; readers load `count` with acquire and read that many entries.
     pub count: AtomicU64,
+    /// Entries the table can hold ([`RegionHeader::context_capacity`]).
     pub capacity: u64,
+    /// Zero; pads the header to a cache line.
     pub reserved: [u64; 6],
 }
 
@@ -274,6 +290,7 @@ pub enum ContextKind {
 }
 
 impl ContextKind {
+    /// The kind of an entry's `kind` word; `None` for a value this build does not know.
     pub fn from_u32(raw: u32) -> Option<ContextKind> {
         match raw {
             1 => Some(ContextKind::Helper),
@@ -300,6 +317,7 @@ pub struct ContextEntry {
     pub addr: u64,
     /// Variable or hook-context size in bytes; 0 for functions.
     pub size: u64,
+    /// The symbol's name, NUL-padded ([`ContextEntry::name_bytes`] reads it).
     pub name: [u8; CONTEXT_NAME_LEN],
 }
 
@@ -380,6 +398,7 @@ pub struct ThreadSlot {
     /// means "inside". A control plane that wants to free code or XState retired at time T
     /// waits, after a remote barrier, until every slot whose epoch was odd has changed.
     pub epoch: AtomicU64,
+    /// Zero; pads the slot to a cache line.
     pub reserved: [u64; 6],
 }
 
@@ -403,12 +422,14 @@ pub struct HookCounters {
 /// `timed_ns / timed_runs`.
 pub const TIME_SAMPLE_PERIOD: u64 = 64;
 
-/// [`XStateMeta::state`] values.
+/// [`XStateMeta::state`]: the row is free (no map has this id).
 pub const XMETA_FREE: u32 = 0;
 /// Being written by a control plane; readers skip it.
 pub const XMETA_PENDING: u32 = 1;
+/// Created and readable: set last, with release, once the map object is written.
 pub const XMETA_LIVE: u32 = 2;
 
+/// Longest map name a meta row holds (NUL-padded).
 pub const XSTATE_NAME_LEN: usize = 24;
 
 /// One XState map: the meta table row with the map's id as its index.
@@ -422,10 +443,15 @@ pub struct XStateMeta {
     pub offset: u64,
     /// Bytes allocated for header plus data.
     pub size: u64,
+    /// Key size in bytes, as declared by the program.
     pub key_size: u32,
+    /// Value size in bytes, as declared by the program.
     pub value_size: u32,
+    /// Capacity in entries, as declared by the program.
     pub max_entries: u32,
+    /// The map's `BPF_F_*` flags, as declared by the program.
     pub flags: u32,
+    /// The map's name, NUL-padded, for listings and linking by name.
     pub name: [u8; XSTATE_NAME_LEN],
 }
 
@@ -433,16 +459,24 @@ pub struct XStateMeta {
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MapType {
+    /// `BPF_MAP_TYPE_HASH`: open addressing with per-element seqlocks.
     Hash = 1,
+    /// `BPF_MAP_TYPE_ARRAY`: fixed elements indexed by a `u32` key.
     Array = 2,
+    /// `BPF_MAP_TYPE_PROG_ARRAY`: tail-call targets, written only by control planes.
     ProgArray = 3,
+    /// `BPF_MAP_TYPE_PERCPU_HASH`, with one value copy per thread slot instead of per CPU.
     PerThreadHash = 5,
+    /// `BPF_MAP_TYPE_PERCPU_ARRAY`, with one value copy per thread slot instead of per CPU.
     PerThreadArray = 6,
+    /// `BPF_MAP_TYPE_LPM_TRIE`: longest-prefix match.
     LpmTrie = 11,
+    /// `BPF_MAP_TYPE_RINGBUF`: records reserved by extension code, read by a control plane.
     RingBuf = 27,
 }
 
 impl MapType {
+    /// The type of a kernel map type number; `None` for types rdx does not implement.
     pub fn from_u32(raw: u32) -> Option<MapType> {
         Some(match raw {
             1 => MapType::Hash,
@@ -465,12 +499,17 @@ pub const MAP_MAGIC: u32 = u32::from_le_bytes(*b"MAP1");
 /// offsets are relative to the header itself, so the header is all a helper needs.
 #[repr(C, align(64))]
 pub struct MapHeader {
+    /// [`MAP_MAGIC`]; checked before a header is used.
     pub magic: u32,
     /// [`MapType`].
     pub map_type: u32,
+    /// Key size in bytes.
     pub key_size: u32,
+    /// Value size in bytes.
     pub value_size: u32,
+    /// Capacity in entries (ring buffers: the ring's data bytes, as in the kernel).
     pub max_entries: u32,
+    /// The map's `BPF_F_*` flags.
     pub flags: u32,
     /// `key_size` rounded up to 8.
     pub key_stride: u32,
@@ -503,6 +542,7 @@ pub struct MapHeader {
     /// LPM tries: the writers' sequence word, odd while a writer (holding `lock`) changes
     /// the trie. Readers traverse between two equal, even loads of it.
     pub write_seq: AtomicU64,
+    /// Zero; pads the header to 128 bytes.
     pub reserved: [u64; 2],
 }
 
@@ -511,32 +551,59 @@ pub mod offsets {
     use super::*;
     use std::mem::offset_of;
 
+    /// [`RegionHeader::state`].
     pub const HEADER_STATE: u64 = offset_of!(RegionHeader, state) as u64;
+    /// [`RegionHeader::lease`].
     pub const HEADER_LEASE: u64 = offset_of!(RegionHeader, lease) as u64;
+    /// [`RegionHeader::lease_expires_ns`].
     pub const HEADER_LEASE_EXPIRES: u64 = offset_of!(RegionHeader, lease_expires_ns) as u64;
+    /// [`RegionHeader::generation`].
     pub const HEADER_GENERATION: u64 = offset_of!(RegionHeader, generation) as u64;
+    /// [`RegionHeader::host_incarnation`].
     pub const HEADER_INCARNATION: u64 = offset_of!(RegionHeader, host_incarnation) as u64;
+    /// [`RegionHeader::xstate_generation`].
     pub const HEADER_XSTATE_GENERATION: u64 = offset_of!(RegionHeader, xstate_generation) as u64;
+    /// [`HookSlot::active`].
     pub const HOOK_ACTIVE: u64 = offset_of!(HookSlot, active) as u64;
+    /// [`HookSlot::budget`].
     pub const HOOK_BUDGET: u64 = offset_of!(HookSlot, budget) as u64;
+    /// [`HookSlot::default_ret`].
     pub const HOOK_DEFAULT_RET: u64 = offset_of!(HookSlot, default_ret) as u64;
+    /// [`HookSlot::failures`].
     pub const HOOK_FAILURES: u64 = offset_of!(HookSlot, failures) as u64;
+    /// [`HookSlot::errors`].
     pub const HOOK_ERRORS: u64 = offset_of!(HookSlot, errors) as u64;
+    /// [`HookSlot::hold_timeouts`].
     pub const HOOK_HOLD_TIMEOUTS: u64 = offset_of!(HookSlot, hold_timeouts) as u64;
+    /// [`HookSlot::rejected_word`].
     pub const HOOK_REJECTED: u64 = offset_of!(HookSlot, rejected_word) as u64;
+    /// [`HookSlot::declared`].
     pub const HOOK_DECLARED: u64 = offset_of!(HookSlot, declared) as u64;
+    /// [`HookCounters::runs`].
     pub const COUNTER_RUNS: u64 = offset_of!(HookCounters, runs) as u64;
+    /// [`HookCounters::timed_runs`].
     pub const COUNTER_TIMED_RUNS: u64 = offset_of!(HookCounters, timed_runs) as u64;
+    /// [`HookCounters::timed_ns`].
     pub const COUNTER_TIMED_NS: u64 = offset_of!(HookCounters, timed_ns) as u64;
+    /// [`HookCounters::deopts`].
     pub const COUNTER_DEOPTS: u64 = offset_of!(HookCounters, deopts) as u64;
+    /// [`ThreadSlot::owner`].
     pub const THREAD_OWNER: u64 = offset_of!(ThreadSlot, owner) as u64;
+    /// [`ThreadSlot::epoch`].
     pub const THREAD_EPOCH: u64 = offset_of!(ThreadSlot, epoch) as u64;
+    /// [`MapHeader::lock`].
     pub const MAP_LOCK: u64 = offset_of!(MapHeader, lock) as u64;
+    /// [`MapHeader::count`].
     pub const MAP_COUNT: u64 = offset_of!(MapHeader, count) as u64;
+    /// [`MapHeader::producer_pos`].
     pub const MAP_PRODUCER: u64 = offset_of!(MapHeader, producer_pos) as u64;
+    /// [`MapHeader::consumer_pos`].
     pub const MAP_CONSUMER: u64 = offset_of!(MapHeader, consumer_pos) as u64;
+    /// [`MapHeader::dropped`].
     pub const MAP_DROPPED: u64 = offset_of!(MapHeader, dropped) as u64;
+    /// [`MapHeader::write_seq`].
     pub const MAP_WRITE_SEQ: u64 = offset_of!(MapHeader, write_seq) as u64;
+    /// [`XStateMeta::state`].
     pub const XMETA_STATE: u64 = offset_of!(XStateMeta, state) as u64;
 }
 
@@ -545,9 +612,13 @@ pub mod offsets {
 /// bits 2..64 a sequence number incremented on every change. A reader copies the element
 /// between two equal, non-busy loads of it.
 pub const ELEM_STATE_MASK: u64 = 3;
+/// Never written: a probe chain ends here.
 pub const ELEM_EMPTY: u64 = 0;
+/// A writer holding the map's lock is changing the element; readers retry.
 pub const ELEM_BUSY: u64 = 1;
+/// The element holds a key and its value.
 pub const ELEM_LIVE: u64 = 2;
+/// A tombstone: probe chains continue past it and inserts reuse it.
 pub const ELEM_DELETED: u64 = 3;
 /// Increment of the sequence part of an element control word.
 pub const ELEM_SEQ_ONE: u64 = 4;
@@ -555,7 +626,10 @@ pub const ELEM_SEQ_ONE: u64 = 4;
 /// Ring buffer record header (8 bytes before each record's data): length in the low 32
 /// bits plus these flags; records are padded to 8 bytes.
 pub const RINGBUF_BUSY: u32 = 1 << 31;
+/// Flag: the producer discarded the record (or it pads to the ring's end); the consumer
+/// skips it.
 pub const RINGBUF_DISCARD: u32 = 1 << 30;
+/// Bytes of a record header.
 pub const RINGBUF_HDR_LEN: u64 = 8;
 
 /// Rounds `v` up to a multiple of `align` (a power of two).

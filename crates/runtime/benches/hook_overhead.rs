@@ -242,7 +242,7 @@ fn main() {
 
     // Deploy `r0 = 42; exit` into the trivial hook, as a control plane would.
     let insns = rdx_bpf::asm::assemble("mov %r0, 42\nexit").unwrap();
-    let opts = rdx_jit::CompileOptions::new(rdx_jit::Arch::X86_64);
+    let opts = rdx_jit::CompileOptions::new(rdx_jit::Arch::X86_64, rdx_jit::Build::Generic);
     let (artifact, _) = rdx_jit::Compiler::new(rdx_jit::Arch::X86_64)
         .unwrap()
         .compile(&insns, &opts)

@@ -3,13 +3,10 @@
 pub mod queued;
 mod stopped;
 
-use crate::runtime::Inner;
+use crate::inner::Inner;
 use crate::thread::{self, ThreadState};
 use rdx_region::abi::{DeoptRunState, EntryFn, RunState, RunStatus};
-use rdx_region::layout::{
-    active_entry_offset, active_version, HookCounters, HookSlot, SectionId, ACTIVE_HOLD,
-    CODE_ENTRY_ALIGN, TIME_SAMPLE_PERIOD,
-};
+use rdx_region::layout::{active_version, HookCounters, HookSlot, ACTIVE_HOLD, TIME_SAMPLE_PERIOD};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -361,7 +358,7 @@ impl<'rt> Hook<'rt> {
         let entry = if seen.0 == word {
             seen.1
         } else {
-            let Some(entry) = self.entry_of(word) else {
+            let Some(entry) = self.inner.entry_of(word) else {
                 ts.leave(inside);
                 return Err(self.refuse(word));
             };
@@ -434,13 +431,6 @@ impl<'rt> Hook<'rt> {
         self.slot.errors.fetch_add(1, Ordering::Relaxed);
         self.slot.rejected_word.store(word, Ordering::Relaxed);
         self.slot.default_ret.load(Ordering::Relaxed)
-    }
-
-    /// The entry point of an active word, if it designates a well-formed code entry in this
-    /// region's code arena; `None` (an invalid slot) otherwise.
-    #[inline]
-    fn entry_of(&self, word: u64) -> Option<EntryFn> {
-        entry_of(self.inner, word)
     }
 
     /// Waits, bounded by the region's hold timeout, for the control plane to release the
@@ -519,22 +509,4 @@ fn timed_call(counters: &HookCounters, entry: EntryFn, ctx: *mut u8, run: *mut R
         Ordering::Relaxed,
     );
     r0
-}
-
-/// Decodes an active word (hook slot or program array element) into an entry point inside
-/// the code arena, or `None`.
-#[inline]
-pub(crate) fn entry_of(inner: &Inner, word: u64) -> Option<EntryFn> {
-    let offset = active_entry_offset(word) as u64;
-    let code = inner.info.section(SectionId::Code);
-    if active_version(word) == 0
-        || offset < code.offset
-        || offset >= code.end()
-        || !offset.is_multiple_of(CODE_ENTRY_ALIGN)
-    {
-        return None;
-    }
-    // SAFETY: a pointer into the read+execute code arena of this process's mapping; that it
-    // holds valid code is the control plane's contract (see `run_with`).
-    Some(unsafe { std::mem::transmute::<usize, EntryFn>((inner.base + offset) as usize) })
 }

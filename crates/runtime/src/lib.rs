@@ -28,9 +28,10 @@
 //!
 //! The C ABI (`include/rdx.h`) wraps the same API in its own crate, `rdx-runtime-c`.
 
-mod deopt;
+pub mod deopt;
 mod helpers;
 mod hook;
+mod inner;
 mod mapping;
 mod runtime;
 mod thread;

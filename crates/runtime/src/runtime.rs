@@ -1,16 +1,17 @@
 //! `ctx_init`, `ctx_register`, `ctx_teardown` and the exports of the context table.
 
 use crate::helpers::HELPERS;
+use crate::hook::queued::{Completed, FallbackWorker, QueuedFallback};
 use crate::hook::{Hook, HookSpec, HookStats};
+use crate::inner::{Exports, Inner};
 use crate::mapping::{Mapping, RegionPath};
 use crate::RuntimeError;
 use rdx_region::abi::HelperFn;
 use rdx_region::geometry::{encode_header, plan, HeaderInfo, RegionParams};
 use rdx_region::layout::*;
 use rdx_transport::local::LocalRegion;
-use rdx_transport::xstate::{self, MapRef, MapSpec};
+use rdx_transport::xstate::{self, MapSpec};
 use rdx_transport::Transport;
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -216,129 +217,6 @@ impl RuntimeBuilder {
     }
 }
 
-#[derive(Default)]
-pub(crate) struct Exports {
-    pub names: HashSet<(u32, String)>,
-    pub ids: HashSet<u32>,
-    pub hooks: Vec<(String, HookSpec)>,
-    pub count: u32,
-}
-
-/// Everything a runtime owns; shared by its handles and by the threads that ran its hooks
-/// (so that the mapping outlives every thread slot that points into it).
-///
-/// `repr(C)` with the two fields every attached hook run reads first, on one cache line.
-#[repr(C)]
-pub(crate) struct Inner {
-    pub id: u64,
-    pub torn_down: AtomicBool,
-    pub base: u64,
-    pub map: Mapping,
-    pub info: HeaderInfo,
-    /// The data part of the region (everything before the code arena).
-    pub data: LocalRegion,
-    pub trace: MapRef,
-    pub exports: Mutex<Exports>,
-}
-
-impl Inner {
-    pub fn slot(&self, index: u32) -> &HookSlot {
-        debug_assert!(index < self.info.max_hooks);
-        // SAFETY: in bounds of the hooks section (index < max_hooks), 64-byte aligned, in
-        // the mapping this Inner owns; HookSlot is all atomics.
-        unsafe { &*((self.base + self.info.hook_offset(index)) as *const HookSlot) }
-    }
-
-    pub fn thread_slot(&self, index: u32) -> &ThreadSlot {
-        debug_assert!(index < self.info.thread_slots);
-        // SAFETY: as for `slot`, in the threads section.
-        unsafe { &*((self.base + self.info.thread_offset(index)) as *const ThreadSlot) }
-    }
-
-    /// The header word that `xstate::create` advances before a new map becomes visible.
-    pub fn xstate_generation(&self) -> &AtomicU64 {
-        // SAFETY: inside the header page of the mapping this Inner owns, 8-byte aligned.
-        unsafe { &*((self.base + offsets::HEADER_XSTATE_GENERATION) as *const AtomicU64) }
-    }
-
-    pub fn counters(&self, thread: u32, hook: u32) -> &HookCounters {
-        // SAFETY: as for `slot`, in the counters section (thread < thread_slots,
-        // hook < max_hooks).
-        unsafe { &*((self.base + self.info.counters_offset(thread, hook)) as *const HookCounters) }
-    }
-
-    fn set_helper(&self, id: u32, f: HelperFn) -> Result<(), RuntimeError> {
-        self.data
-            .write_u64(self.info.helper_entry_offset(id), f as usize as u64)?;
-        Ok(())
-    }
-
-    /// Appends a context table entry and publishes it (count incremented last, release).
-    pub fn export(
-        &self,
-        kind: ContextKind,
-        id: u32,
-        addr: u64,
-        size: u64,
-        name: &str,
-    ) -> Result<(), RuntimeError> {
-        let mut ex = self.exports.lock().unwrap_or_else(|e| e.into_inner());
-        self.export_locked(&mut ex, kind, id, addr, size, name)
-    }
-
-    pub fn export_locked(
-        &self,
-        ex: &mut Exports,
-        kind: ContextKind,
-        id: u32,
-        addr: u64,
-        size: u64,
-        name: &str,
-    ) -> Result<(), RuntimeError> {
-        let encoded =
-            ContextEntry::encode_name(name).ok_or_else(|| RuntimeError::BadName(name.into()))?;
-        // Hooks, variables and functions share the symbol namespace of their kind.
-        let ns = match kind {
-            ContextKind::Helper | ContextKind::HostFunction => 1,
-            ContextKind::HostVariable => 2,
-            ContextKind::Hook => 3,
-        };
-        if ex.names.contains(&(ns, name.to_string())) {
-            return Err(RuntimeError::Duplicate {
-                kind: "name",
-                name: name.into(),
-            });
-        }
-        if ns == 1 && ex.ids.contains(&id) {
-            return Err(RuntimeError::BadId {
-                id,
-                capacity: self.info.helper_capacity,
-            });
-        }
-        if ex.count >= self.info.context_capacity {
-            return Err(RuntimeError::ContextFull(self.info.context_capacity));
-        }
-        let mut e = [0u8; std::mem::size_of::<ContextEntry>()];
-        e[0..4].copy_from_slice(&(kind as u32).to_le_bytes());
-        e[4..8].copy_from_slice(&id.to_le_bytes());
-        e[8..16].copy_from_slice(&addr.to_le_bytes());
-        e[16..24].copy_from_slice(&size.to_le_bytes());
-        e[24..].copy_from_slice(&encoded);
-        self.data
-            .write(self.info.context_entry_offset(ex.count), &e)?;
-        ex.count += 1;
-        self.data.write_u64(
-            self.info.section(SectionId::Context).offset,
-            ex.count as u64,
-        )?;
-        ex.names.insert((ns, name.to_string()));
-        if ns == 1 {
-            ex.ids.insert(id);
-        }
-        Ok(())
-    }
-}
-
 /// A host's runtime: its region and everything exported in it. Cheap to clone; thread-safe.
 #[derive(Clone)]
 pub struct Runtime {
@@ -434,20 +312,20 @@ impl Runtime {
             spec.context_size,
             name,
         )?;
-        ex.hooks.push((name.to_string(), spec));
+        ex.hooks.push((name.to_string(), spec.default_return));
         Ok(Hook::new(&self.inner, index, spec.default_return))
     }
 
     /// A declared hook by name. Keep the handle: running it does no lookup.
     pub fn hook(&self, name: &str) -> Result<Hook<'_>, RuntimeError> {
         let ex = self.inner.exports.lock().unwrap_or_else(|e| e.into_inner());
-        let (index, (_, spec)) = ex
+        let (index, (_, empty_return)) = ex
             .hooks
             .iter()
             .enumerate()
             .find(|(_, (n, _))| n == name)
             .ok_or_else(|| RuntimeError::NoSuchHook(name.into()))?;
-        Ok(Hook::new(&self.inner, index as u32, spec.default_return))
+        Ok(Hook::new(&self.inner, index as u32, *empty_return))
     }
 
     /// The hook in slot `index` ([`Hook::index`]) without the name lookup of
@@ -541,6 +419,21 @@ impl Runtime {
             }
             std::thread::sleep(Duration::from_micros(50));
         }
+    }
+
+    /// Puts `hook` in queued mode: a run of it through the returned worker's
+    /// [`FallbackWorker::run`] that stops at a failed guard of an elite version is copied
+    /// (state, context, packet; pointers rebased) to a fallback queue and the hook answers
+    /// `cfg.deferred_return` at once; a worker thread (claiming a thread slot of this
+    /// runtime) finishes each queued run in its version's fallback image and hands it to
+    /// `done`. Runs through [`Hook::run`] keep deoptimising synchronously.
+    pub fn queued_fallback(
+        &self,
+        hook: &str,
+        cfg: QueuedFallback,
+        done: impl FnMut(Completed) + Send + 'static,
+    ) -> Result<FallbackWorker<'_>, RuntimeError> {
+        FallbackWorker::start(self.hook(hook)?, hook, cfg, done)
     }
 
     /// Removes the region file (control planes that still map it keep their mapping).

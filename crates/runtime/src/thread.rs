@@ -2,7 +2,7 @@
 //! word and counters), the active words it last synchronised with, and what helpers need
 //! during a run.
 
-use crate::runtime::Inner;
+use crate::inner::Inner;
 use rdx_region::abi::{DeoptRunState, EntryFn, RunState};
 use rdx_region::layout::{HookCounters, ThreadSlot};
 use rdx_transport::xstate::MapRef;

@@ -6,7 +6,9 @@
 
 #![cfg(target_arch = "x86_64")]
 
-use rdx_jit::{branch_sites, Arch, CompileOptions, Compiler, Expect, LinkTarget, Speculation};
+use rdx_jit::{
+    branch_sites, Arch, Build, CompileOptions, Compiler, Expect, LinkTarget, Speculation,
+};
 use rdx_region::layout::{active_word, offsets, SectionId};
 use rdx_runtime::{HookSpec, Runtime};
 use rdx_transport::shm::ShmTransport;
@@ -56,15 +58,17 @@ fn generic_result(v: u64) -> u64 {
 /// with `helper` as helper 1000, writes it there.
 fn place(t: &ShmTransport, src: &str, elite: bool, at: u64, helper: Option<u64>) {
     let insns = rdx_bpf::asm::assemble(src).unwrap();
-    let mut opts = CompileOptions::new(Arch::X86_64);
-    if elite {
-        opts.speculation = Some(Speculation {
+    let build = if elite {
+        Build::Elite(Speculation {
             guards: branch_sites(&insns)
                 .into_iter()
                 .map(|pc| (pc, Expect::NotTaken))
                 .collect(),
-        });
-    }
+        })
+    } else {
+        Build::Generic
+    };
+    let opts = CompileOptions::new(Arch::X86_64, build);
     let (artifact, _) = Compiler::new(Arch::X86_64)
         .unwrap()
         .compile(&insns, &opts)

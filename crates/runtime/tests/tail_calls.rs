@@ -15,7 +15,7 @@ use rdx_bpf::maps::MapSet;
 use rdx_bpf::program::{MapDef, MapOrigin, MapType as BpfMapType};
 use rdx_jit::link::{link, LinkTarget};
 use rdx_jit::{
-    branch_sites, Arch, CompileOptions, Compiler, Expect, Pipeline, Speculation, Symbol,
+    branch_sites, Arch, Build, CompileOptions, Compiler, Expect, Pipeline, Speculation, Symbol,
 };
 use rdx_region::abi::{FallbackLocator, FALLBACK_MAGIC};
 use rdx_region::layout::{active_word, offsets, MapType, SectionId, MAP_ALIGN};
@@ -303,11 +303,11 @@ impl Node {
     /// Compiles, links and writes `insns` 16 bytes into a fresh 4 KiB of the arena (room for
     /// a tag before its entry); returns the entry's region offset and whether it is metered.
     fn place(&mut self, insns: &[Insn], tier: Tier, needs_budget: bool) -> (u64, bool) {
-        let mut opts = CompileOptions::new(Arch::X86_64);
+        let mut opts = CompileOptions::new(Arch::X86_64, Build::Generic);
         match tier {
             Tier::Optimizing => {}
             Tier::Baseline => opts.pipeline = Pipeline::Baseline,
-            Tier::Elite => opts.speculation = Some(Speculation::default()),
+            Tier::Elite => opts.build = Build::Elite(Speculation::default()),
         }
         opts.needs_budget = needs_budget;
         let (artifact, _) = Compiler::new(Arch::X86_64)
@@ -347,13 +347,15 @@ impl Node {
     /// taken, and writes it as a control plane writes an elite record: fallback locator,
     /// code (entry first), fallback image. Returns the entry's region offset.
     fn place_elite_with_image(&mut self, insns: &[Insn]) -> u64 {
-        let mut opts = CompileOptions::new(Arch::X86_64);
-        opts.speculation = Some(Speculation {
-            guards: branch_sites(insns)
-                .into_iter()
-                .map(|pc| (pc, Expect::NotTaken))
-                .collect(),
-        });
+        let opts = CompileOptions::new(
+            Arch::X86_64,
+            Build::Elite(Speculation {
+                guards: branch_sites(insns)
+                    .into_iter()
+                    .map(|pc| (pc, Expect::NotTaken))
+                    .collect(),
+            }),
+        );
         let (artifact, _) = Compiler::new(Arch::X86_64)
             .unwrap()
             .compile(insns, &opts)

@@ -44,8 +44,10 @@ pub fn compile(source: &Path, exe: &Path) {
 /// A running C host serving `region`: on drop it gets SIGTERM (which a host built on the C
 /// ABI answers with `rdx_teardown`), is waited for, and its region file is removed.
 pub struct RunningCHost {
+    /// The host process (killed and waited for on drop).
     pub child: Child,
     // After `child`: the file is removed once the host is gone.
+    /// The region file it serves.
     pub region: ShmPath,
 }
 

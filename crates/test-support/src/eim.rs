@@ -38,6 +38,8 @@ pub struct EimSpec {
 }
 
 impl EimSpec {
+    /// A spec declaring `hooks`, each with the [`ValueOut`](crate::ValueOut) context and
+    /// default return 0, and no classes yet.
     pub fn value_out(hooks: &[&str]) -> EimSpec {
         EimSpec {
             hooks: hooks.iter().map(|h| h.to_string()).collect(),
@@ -63,6 +65,7 @@ impl EimSpec {
         self
     }
 
+    /// The spec as the runtime reads it (EIM YAML).
     pub fn yaml(&self) -> String {
         let mut s = String::from("version: 1\nhooks:\n");
         for h in &self.hooks {

@@ -11,7 +11,9 @@ use std::time::Duration;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ValueOut {
+    /// The hook's input, set by the caller of a run.
     pub value: u64,
+    /// Where a program writes its result for the caller to read.
     pub out: u64,
 }
 
@@ -67,10 +69,12 @@ impl LocalHost {
         }
     }
 
+    /// The runtime, registered: run hooks through it.
     pub fn runtime(&self) -> &Arc<Runtime> {
         &self.rt
     }
 
+    /// The region file (`/dev/shm/rdx-{tag}-...`).
     pub fn path(&self) -> &Path {
         self.region.path()
     }

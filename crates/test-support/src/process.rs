@@ -78,10 +78,12 @@ impl LineProcess {
         }
     }
 
+    /// The name given at spawn, used in every panic message about the process.
     pub fn what(&self) -> &str {
         &self.what
     }
 
+    /// The process id.
     pub fn id(&self) -> u32 {
         self.child.id()
     }
@@ -183,6 +185,7 @@ impl HostProcess {
         self.ready.split_whitespace().skip(1).collect()
     }
 
+    /// The region file the host created.
     pub fn path(&self) -> &Path {
         self.region.path()
     }
@@ -206,10 +209,12 @@ impl HostProcess {
         }
     }
 
+    /// Kills the host at once (SIGKILL) and waits for it, as a crash would end it.
     pub fn kill(&mut self) {
         self.process.kill();
     }
 
+    /// The host's line protocol, for commands [`HostProcess::cmd`] does not cover.
     pub fn process(&mut self) -> &mut LineProcess {
         &mut self.process
     }

@@ -28,6 +28,7 @@ pub struct ShmPath {
 }
 
 impl ShmPath {
+    /// A fresh name for the test `tag`; a leftover file at that path is removed first.
     pub fn new(tag: &str) -> ShmPath {
         let path = PathBuf::from(format!("/dev/shm/rdx-{}", unique(tag)));
         // A name is never handed out twice by a process; a file there is a leftover of an
@@ -36,10 +37,12 @@ impl ShmPath {
         ShmPath { path }
     }
 
+    /// The region file's path.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The path as text, for command lines.
     pub fn as_str(&self) -> &str {
         self.path.to_str().expect("an ASCII path")
     }
@@ -75,6 +78,7 @@ pub struct ScratchDir {
 }
 
 impl ScratchDir {
+    /// Creates a fresh, empty directory for the test `tag`.
     pub fn new(tag: &str) -> ScratchDir {
         let path = std::env::temp_dir().join(format!("rdx-{}", unique(tag)));
         let _ = std::fs::remove_dir_all(&path);
@@ -83,10 +87,12 @@ impl ScratchDir {
         ScratchDir { path }
     }
 
+    /// The directory's path.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// `name` inside the directory.
     pub fn join(&self, name: impl AsRef<Path>) -> PathBuf {
         self.path.join(name)
     }

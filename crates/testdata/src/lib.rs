@@ -4,6 +4,11 @@
 //! It owns nothing but the build of those objects and the location of the ISA test vectors
 //! ([`vectors`]): no loading, no running. A missing clang is a build error that says how to
 //! install it.
+//!
+//! Its one test, `tests/doc_paths.rs`, checks the repository's documents instead: every path
+//! they name exists, link anchors name headings, and the README's layout table lists every
+//! crate. It lives here because this crate has no dependencies, so the check costs nothing
+//! to build.
 
 use std::path::{Path, PathBuf};
 
@@ -11,7 +16,7 @@ pub mod vectors;
 
 include!(concat!(env!("OUT_DIR"), "/objects.rs"));
 
-/// Absolute path of the object compiled from `bpf/<name>.c` (`name` like `"tests/loop"`).
+/// Absolute path of the object compiled from `bpf/<name>.c` (`name` like `"tests/collatz"`).
 ///
 /// Panics with the list of known objects if there is none of that name: a test that names a
 /// missing program is a broken test.

@@ -34,6 +34,7 @@ pub struct VectorFile {
     pub id: String,
     /// The file name, e.g. `alu64-add-reg.data`.
     pub file_name: String,
+    /// The file's absolute path in the source tree.
     pub path: PathBuf,
     /// The file's text; a stray non-UTF-8 byte is replaced rather than aborting the suite.
     pub text: String,

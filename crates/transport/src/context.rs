@@ -9,10 +9,15 @@ use std::mem::size_of;
 /// One published export.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContextSymbol {
+    /// Helper, host function, host variable or hook.
     pub kind: ContextKind,
+    /// Helper or host-function id, or hook slot index.
     pub id: u32,
+    /// Host virtual address (helpers, functions, variables) or region offset (hooks).
     pub addr: u64,
+    /// Variable or hook-context size in bytes; 0 for functions.
     pub size: u64,
+    /// The exported name.
     pub name: String,
 }
 
@@ -72,8 +77,10 @@ pub fn read_context<T: Transport + ?Sized>(
 /// Why a context table could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ContextError {
+    /// An entry or the table's count is impossible; the text says which.
     #[error("context table is corrupt: {0}")]
     Corrupt(String),
+    /// Reading the table failed.
     #[error(transparent)]
     Transport(#[from] TransportError),
 }

@@ -13,6 +13,9 @@
 //!   the data-plane runtime uses it so that its helpers run the same map code a control
 //!   plane runs remotely, except for the host-side fast paths (`xstate::hash::local`,
 //!   `xstate::array::local`), which keep the same per-element protocol.
+//! - [`slot`]: the writer side of the hook-slot and epoch protocol (publish, hold, release,
+//!   wait for quiescence, recovery of an interrupted hold), with its ordering argument
+//!   against the host's hook path. Every control plane changes a hook slot through it.
 //! - [`xstate`]: map objects in the scratchpad (array, hash, per-thread array and hash,
 //!   program array, ring buffer), one module per type behind one trait.
 //!
@@ -31,6 +34,7 @@ pub mod context;
 pub mod local;
 pub mod region_file;
 pub mod shm;
+pub mod slot;
 pub mod xstate;
 
 mod transport;

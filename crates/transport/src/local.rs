@@ -27,6 +27,7 @@ impl LocalRegion {
         Self { base, len }
     }
 
+    /// The mapping's first byte in this process.
     pub fn base(&self) -> *mut u8 {
         self.base
     }

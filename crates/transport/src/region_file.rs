@@ -14,16 +14,32 @@ use std::path::Path;
 /// Why a region file is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UntrustedRegion {
+    /// The path's last component is a symbolic link.
     #[error("it is a symbolic link (region files are never followed through links)")]
     Symlink,
+    /// The path names a directory, device, FIFO or socket.
     #[error("it is not a regular file")]
     NotRegular,
+    /// The file belongs to a user this process does not trust.
     #[error("it is owned by uid {owner}; this process (uid {euid}) trusts only region files of its own user, root, and users it was told to trust")]
-    Owner { owner: u32, euid: u32 },
+    Owner {
+        /// The file's owner.
+        owner: u32,
+        /// This process's effective user.
+        euid: u32,
+    },
+    /// Group or others may write the file.
     #[error("its mode {mode:04o} lets group or others write it (regions must be 0600)")]
-    Writable { mode: u32 },
+    Writable {
+        /// The file's permission bits.
+        mode: u32,
+    },
+    /// The file has more than one name.
     #[error("it has {links} hard links: it may be another host's live region under a second name")]
-    HardLinked { links: u64 },
+    HardLinked {
+        /// Its hard-link count.
+        links: u64,
+    },
 }
 
 /// Refuses a file with more than one name. A host reusing a leftover at its chosen path
@@ -72,6 +88,7 @@ impl TrustedOwners {
         self
     }
 
+    /// Whether files owned by `uid` are trusted.
     pub fn accepts(&self, uid: u32) -> bool {
         uid == effective_uid() || (self.root && uid == 0) || self.extra.contains(&uid)
     }
@@ -100,7 +117,9 @@ pub fn open_existing(path: &Path, writable: bool) -> Result<File, OpenRefusal> {
 /// An open that failed: either the path is a link (refused by policy) or an I/O error.
 #[derive(Debug)]
 pub enum OpenRefusal {
+    /// The path is a symbolic link (refused by policy).
     Untrusted(UntrustedRegion),
+    /// The open failed for another reason.
     Io(std::io::Error),
 }
 

@@ -26,8 +26,11 @@ pub struct ShmTransport {
 /// How [`ShmTransport::open_with`] opens a region.
 #[derive(Debug, Clone)]
 pub struct ShmOptions {
+    /// The architecture the region's code must be for (default: this machine's).
     pub arch: Arch,
+    /// Map the region read-only (writes then fail with [`TransportError::ReadOnly`]).
     pub read_only: bool,
+    /// The users whose region files are accepted.
     pub trusted: TrustedOwners,
 }
 
@@ -55,6 +58,7 @@ impl ShmOptions {
         self
     }
 
+    /// Expects a region whose host runs `arch` (the header check refuses any other).
     pub fn arch(mut self, arch: Arch) -> Self {
         self.arch = arch;
         self
@@ -174,6 +178,7 @@ impl ShmTransport {
         })
     }
 
+    /// Whether the region is mapped read-only (every write fails).
     pub fn is_read_only(&self) -> bool {
         self.read_only
     }
@@ -192,6 +197,7 @@ impl ShmTransport {
         &self.info
     }
 
+    /// The region file this transport mapped.
     pub fn path(&self) -> &Path {
         &self.path
     }

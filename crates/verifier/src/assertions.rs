@@ -10,7 +10,9 @@ use rdx_bpf::isa::{AluOp, AtomicOp, Insn, JmpCond, Operand, Reg, Size, Width};
 /// Kind of memory access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
+    /// A load.
     Read,
+    /// A store.
     Write,
     /// Atomic read-modify-write.
     Atomic,
@@ -25,29 +27,51 @@ pub enum Assertion {
     IsScalar(Reg),
     /// `dst op= src` is a legal operation on the types involved (pointer-arithmetic rules).
     Arith {
+        /// The ALU operation.
         op: AluOp,
+        /// 64-bit, or 32-bit on the low halves.
         width: Width,
+        /// The destination register (also the left operand).
         dst: Reg,
+        /// The right operand.
         src: Operand,
     },
     /// `size` bytes at `base + off` are valid for the access.
     Mem {
+        /// The register holding the base pointer.
         base: Reg,
+        /// The instruction's constant offset.
         off: i16,
+        /// Bytes accessed.
         size: Size,
+        /// Load, store or atomic.
         access: Access,
     },
     /// Storing `src` through `base` does not turn a pointer into readable data.
-    StoreNoLeak { base: Reg, src: Reg, size: Size },
+    StoreNoLeak {
+        /// The register holding the destination pointer.
+        base: Reg,
+        /// The register whose value is stored.
+        src: Reg,
+        /// Bytes stored.
+        size: Size,
+    },
     /// `dst <cond> src` compares types that may be compared.
     Compare {
+        /// The left operand.
         dst: Reg,
+        /// The right operand.
         src: Operand,
+        /// 64-bit, or 32-bit on the low halves.
         width: Width,
+        /// The comparison.
         cond: JmpCond,
     },
     /// The helper exists, is granted, and its arguments match its prototype.
-    HelperArgs { id: i32 },
+    HelperArgs {
+        /// The helper id the call names.
+        id: i32,
+    },
     /// The program may leave here: `r0` is an initialised scalar within the hook's range and
     /// no reference is held (entry frame), or `r0` is initialised (subprogram).
     ExitValue,

@@ -5,6 +5,8 @@
 use crate::error::{Rule, VerifyError};
 use rdx_bpf::isa::{CallTarget, ImmKind, Insn};
 
+/// The static facts of a program: its subprograms and the instructions where the explorer
+/// stores, joins and widens states.
 pub struct Cfg {
     /// First instruction of each subprogram, sorted; `subprogs[0] == 0`.
     pub subprogs: Vec<usize>,
@@ -28,6 +30,7 @@ fn err(pc: usize, rule: Rule, msg: String) -> VerifyError {
 }
 
 impl Cfg {
+    /// The index into [`Cfg::subprogs`] of the subprogram holding instruction `pc`.
     pub fn subprog_of(&self, pc: usize) -> usize {
         match self.subprogs.binary_search(&pc) {
             Ok(i) => self.subprogs[i],
@@ -42,6 +45,9 @@ impl Cfg {
         }
     }
 
+    /// Splits `insns` into subprograms and checks their control flow: jumps stay inside their
+    /// function, no function falls off its end, every instruction is reachable and supported;
+    /// the first failure is a `bad-cfg`, `unreachable` or `unsupported` error.
     pub fn build(insns: &[Insn]) -> Result<Cfg, VerifyError> {
         let len = insns.len();
         let mut subprogs = vec![0];

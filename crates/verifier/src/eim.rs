@@ -16,31 +16,45 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Host function and variable ids start here so that they never collide with standard helpers.
 pub const FIRST_HOST_ID: i32 = 1000;
 
+/// Why an EIM spec cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EimError {
+    /// The text is not YAML of the spec's shape; the parser's message.
     #[error("EIM spec is not valid YAML for the format: {0}")]
     Parse(String),
+    /// The spec parses but breaks a rule (overlapping fields, unbounded sizes, ...); which.
     #[error("EIM spec: {0}")]
     Invalid(String),
+    /// No hook has the name asked for.
     #[error("EIM spec has no hook named `{0}`")]
     UnknownHook(String),
+    /// No class has the name asked for.
     #[error("EIM spec has no class named `{0}`")]
     UnknownClass(String),
+    /// The class asked for is bound to another hook.
     #[error("class `{class}` binds hook `{bound}`, not `{asked}`")]
     ClassHookMismatch {
+        /// The class.
         class: String,
+        /// The hook it binds.
         bound: String,
+        /// The hook asked for.
         asked: String,
     },
 }
 
+/// Who may access a field or variable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum AccessSpec {
+    /// Nobody (the default).
     #[default]
     None,
+    /// Read only.
     Read,
+    /// Write only.
     Write,
+    /// Read and write.
     ReadWrite,
 }
 
@@ -53,38 +67,54 @@ impl AccessSpec {
     }
 }
 
+/// What reading a context field yields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum FieldKindSpec {
+    /// A number (the default).
     #[default]
     Scalar,
+    /// The pointer to the packet's first byte (8-byte, read-only).
     PacketStart,
+    /// The pointer one past the packet's last byte (8-byte, read-only).
     PacketEnd,
+    /// The pointer to the packet metadata's first byte (8-byte, read-only).
     PacketMeta,
 }
 
+/// One field of a hook's context.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FieldSpec {
+    /// The name classes grant it by.
     pub name: String,
+    /// Byte offset in the context.
     pub offset: u32,
+    /// Bytes (over 8: a byte array).
     pub size: u32,
+    /// The most any class may do with it.
     #[serde(default)]
     pub access: AccessSpec,
+    /// What reading it yields.
     #[serde(default)]
     pub kind: FieldKindSpec,
 }
 
+/// A hook's context structure, passed in `r1`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ContextSpec {
+    /// Bytes of the structure.
     pub size: u32,
+    /// Its fields, non-overlapping and inside `size`.
     pub fields: Vec<FieldSpec>,
 }
 
+/// What the hook's return value means, and which values it may take.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReturnSpec {
+    /// What the host does with the value, for people.
     #[serde(default)]
     pub meaning: String,
     /// Inclusive allowed range of the returned value.
@@ -92,13 +122,18 @@ pub struct ReturnSpec {
     pub range: Option<[i64; 2]>,
 }
 
+/// One hook a host declares.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HookSpec {
+    /// The name classes bind to and sections (`rdx/<name>`) name.
     pub name: String,
+    /// What the hook is for, for people.
     #[serde(default)]
     pub description: String,
+    /// The context structure the hook passes.
     pub context: ContextSpec,
+    /// The return value's meaning and range; without it any value is allowed.
     #[serde(default, rename = "return")]
     pub ret: Option<ReturnSpec>,
     /// Packet bytes (between `packet_start` and `packet_end` fields) may be written.
@@ -106,17 +141,24 @@ pub struct HookSpec {
     pub packet_writable: bool,
 }
 
+/// A host variable extensions may reach (a state capability).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VariableSpec {
+    /// The name classes grant it by.
     pub name: String,
+    /// The helper id that returns a pointer to it (1000 and up).
     pub id: i32,
+    /// Its size in bytes.
     pub size: u32,
+    /// The most any class may do with it.
     pub access: AccessSpec,
+    /// What it holds, for people.
     #[serde(default)]
     pub description: String,
 }
 
+/// What a host-function argument must be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ArgKind {
@@ -133,13 +175,18 @@ pub enum ArgKind {
     Ctx,
 }
 
+/// One argument of a host function.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ArgSpec {
+    /// The name constraints and `size_arg` refer to it by.
     pub name: String,
+    /// What the argument must be.
     pub kind: ArgKind,
+    /// `mem_read`: a fixed size of the memory.
     #[serde(default)]
     pub size: Option<u32>,
+    /// `mem_read` and `mem_write`: the `size` argument giving the memory's size.
     #[serde(default)]
     pub size_arg: Option<String>,
     /// Conditions such as `len <= 4096` the verifier proves at every call.
@@ -147,6 +194,7 @@ pub struct ArgSpec {
     pub constraints: Vec<String>,
 }
 
+/// What a host function's result is known to satisfy.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ReturnsSpec {
@@ -155,24 +203,33 @@ pub struct ReturnsSpec {
     pub facts: Vec<String>,
 }
 
+/// A host function extensions may call (a function capability).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FunctionSpec {
+    /// The name classes grant it by.
     pub name: String,
+    /// The helper id programs call it by (1000 and up).
     pub id: i32,
+    /// What it does, for people.
     #[serde(default)]
     pub description: String,
+    /// Its arguments, `r1` first (at most five).
     #[serde(default)]
     pub args: Vec<ArgSpec>,
+    /// What its result is known to satisfy.
     #[serde(default)]
     pub returns: ReturnsSpec,
 }
 
+/// The context fields a class grants, by name.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ClassContext {
+    /// Fields the class may read.
     #[serde(default)]
     pub read: Vec<String>,
+    /// Fields the class may write.
     #[serde(default)]
     pub write: Vec<String>,
 }
@@ -181,17 +238,24 @@ pub struct ClassContext {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum InstructionLimit {
+    /// At most this many instructions.
     Count(u64),
+    /// `unlimited` or `< N`.
     Expr(String),
 }
 
+/// An extension class: a hook and the subset of its capabilities an operator grants.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClassSpec {
+    /// The name extensions are verified under.
     pub name: String,
+    /// The hook it binds.
     pub hook: String,
+    /// What it is for, for people.
     #[serde(default)]
     pub description: String,
+    /// The context fields it grants.
     #[serde(default)]
     pub context: ClassContext,
     /// Host functions granted, by name.
@@ -203,6 +267,7 @@ pub struct ClassSpec {
     /// Standard helpers granted, by name (`map_lookup_elem`, `ringbuf_reserve`, ...).
     #[serde(default)]
     pub helpers: Vec<String>,
+    /// The instruction budget of a run.
     pub instructions: InstructionLimit,
     /// XState bytes the program's maps may use in total.
     pub xstate_bytes: u64,
@@ -212,12 +277,17 @@ pub struct ClassSpec {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EimSpec {
+    /// Format version: 1.
     pub version: u32,
+    /// The hooks the host declares.
     pub hooks: Vec<HookSpec>,
+    /// Host variables (state capabilities).
     #[serde(default)]
     pub variables: Vec<VariableSpec>,
+    /// Host functions (function capabilities).
     #[serde(default)]
     pub functions: Vec<FunctionSpec>,
+    /// Extension classes.
     #[serde(default)]
     pub classes: Vec<ClassSpec>,
 }
@@ -277,6 +347,7 @@ fn range_of(constraints: &[String], name: &str) -> Result<(i64, i64), EimError> 
 }
 
 impl EimSpec {
+    /// Parses and validates a spec ([`EimError::Parse`] or [`EimError::Invalid`]).
     pub fn from_yaml(text: &str) -> Result<EimSpec, EimError> {
         let spec: EimSpec =
             serde_yaml_ng::from_str(text).map_err(|e| EimError::Parse(e.to_string()))?;
@@ -284,6 +355,7 @@ impl EimSpec {
         Ok(spec)
     }
 
+    /// The spec as YAML (field order as declared here).
     pub fn to_yaml(&self) -> String {
         serde_yaml_ng::to_string(self).unwrap_or_default()
     }

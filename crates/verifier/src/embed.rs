@@ -147,8 +147,11 @@ impl World<'_> {
 /// Packet addresses of one run.
 #[derive(Clone, Copy, Debug)]
 pub struct PacketAddrs {
+    /// Address of the first packet byte (`data`).
     pub data: u64,
+    /// Address one past the last packet byte (`data_end`).
     pub data_end: u64,
+    /// Address of the first metadata byte (`data_meta`; equals `data` without metadata).
     pub data_meta: u64,
 }
 

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 /// How a context field may be accessed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Perm {
+    /// The access is allowed.
     Allowed,
     /// The hook does not offer this access at all.
     NotInHook,
@@ -19,19 +20,30 @@ pub enum Perm {
 /// What reading a context field yields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FieldKind {
+    /// A number.
     Scalar,
+    /// The pointer to the packet's first byte (`data`).
     PacketStart,
+    /// The pointer one past the packet's last byte (`data_end`).
     PacketEnd,
+    /// The pointer to the packet metadata's first byte (`data_meta`).
     PacketMeta,
 }
 
+/// One field of the hook's context structure.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CtxField {
+    /// The field's name, for messages and EIM grants.
     pub name: String,
+    /// Byte offset in the context.
     pub offset: u32,
+    /// Bytes (over 8: a byte array).
     pub size: u32,
+    /// Whether the class may read it.
     pub read: Perm,
+    /// Whether the class may write it.
     pub write: Perm,
+    /// What a read yields.
     pub kind: FieldKind,
 }
 
@@ -42,9 +54,12 @@ impl CtxField {
     }
 }
 
+/// The hook's context structure: what a program may do at each offset of `r1`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CtxLayout {
+    /// Bytes of the structure.
     pub size: u32,
+    /// Its fields, by offset; offsets no field covers cannot be accessed.
     pub fields: Vec<CtxField>,
     /// Narrow and array accesses must be naturally aligned within the structure (the kernel's
     /// rule for its own contexts).
@@ -75,6 +90,7 @@ impl CtxLayout {
         (at == end && span.len() >= 2).then_some(span)
     }
 
+    /// The field that a `size`-byte access at `off` lies within, if one does.
     pub fn field_at(&self, off: i64, size: u32) -> Option<&CtxField> {
         self.fields
             .iter()
@@ -86,16 +102,22 @@ impl CtxLayout {
 /// returns a pointer to the variable.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostVar {
+    /// The variable's name, for messages and EIM grants.
     pub name: String,
+    /// The helper id that returns a pointer to it.
     pub id: i32,
+    /// Its size in bytes: accesses must stay inside.
     pub size: u32,
+    /// Whether the class may read it.
     pub read: Perm,
+    /// Whether the class may write it.
     pub write: Perm,
 }
 
 /// A helper id known to the environment but not granted to the class.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Denied {
+    /// The helper's (or host function's or variable's) name, for messages.
     pub name: String,
     /// The rule a call breaks: `eim-function` or `eim-variable`.
     pub rule: crate::error::Rule,
@@ -109,12 +131,18 @@ pub struct Env {
     /// `kernel` for the kernel-compatible modes, `eim` for rdx hooks (selects the rule ids of
     /// capability violations).
     pub eim: bool,
+    /// The context structure at `r1`.
     pub ctx: CtxLayout,
+    /// Callable helpers and host functions (and variables), by id.
     pub helpers: BTreeMap<i32, HelperProto>,
+    /// Ids that exist but are not granted, so a call gets the EIM rule instead of
+    /// `unknown-helper`.
     pub denied_helpers: BTreeMap<i32, Denied>,
+    /// Host variables granted, indexed by `HostVar` pointers.
     pub vars: Vec<HostVar>,
     /// Allowed range of `r0` at the entry program's exit.
     pub ret_range: Option<(i64, i64)>,
+    /// Whether the program may store to packet bytes.
     pub packet_writable: bool,
     /// `instructions < N` of the class: the run-time budget, if any.
     pub budget: Option<u64>,
@@ -127,7 +155,9 @@ pub struct Env {
 /// The kernel program types rdx can compare itself with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KernelProgType {
+    /// `BPF_PROG_TYPE_SOCKET_FILTER` (`__sk_buff` context, no packet pointers).
     SocketFilter,
+    /// `BPF_PROG_TYPE_XDP` (`xdp_md` context, packet pointers).
     Xdp,
 }
 

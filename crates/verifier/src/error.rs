@@ -67,6 +67,7 @@ pub enum Rule {
 }
 
 impl Rule {
+    /// Every rule, in the order of the table in `docs/verifier.md`.
     pub const ALL: [Rule; 28] = [
         Rule::BadCfg,
         Rule::Unreachable,
@@ -98,6 +99,7 @@ impl Rule {
         Rule::Unsupported,
     ];
 
+    /// The rule's stable id, as printed in brackets after a rejection (`out-of-bounds`, ...).
     pub fn id(self) -> &'static str {
         match self {
             Rule::BadCfg => "bad-cfg",
@@ -131,6 +133,7 @@ impl Rule {
         }
     }
 
+    /// The rule with stable id `id`, if there is one.
     pub fn from_id(id: &str) -> Option<Rule> {
         Rule::ALL.into_iter().find(|r| r.id() == id)
     }
@@ -145,11 +148,14 @@ impl fmt::Display for Rule {
 /// A broken rule, before the driver adds where it happened.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
+    /// The rule broken.
     pub rule: Rule,
+    /// What broke it, in terms of the program's values.
     pub message: String,
 }
 
 impl Violation {
+    /// A violation of `rule` explained by `message`.
     pub fn new(rule: Rule, message: impl Into<String>) -> Self {
         Violation {
             rule,
@@ -161,7 +167,9 @@ impl Violation {
 /// Why a program was rejected.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub struct VerifyError {
+    /// The rule broken.
     pub rule: Rule,
+    /// What broke it, in terms of the program's values.
     pub message: String,
     /// Instruction index (slot) where the rule broke, when it is about one instruction.
     pub pc: Option<usize>,
@@ -174,6 +182,7 @@ pub struct VerifyError {
 }
 
 impl VerifyError {
+    /// A violation of `rule` about the program as a whole (no instruction, state or log).
     pub fn global(rule: Rule, message: impl Into<String>) -> Self {
         VerifyError {
             rule,

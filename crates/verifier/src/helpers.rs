@@ -10,11 +10,19 @@ pub enum Arg {
     /// Any initialised scalar.
     Scalar,
     /// A scalar within `[min, max]` (an EIM argument constraint).
-    ScalarIn { min: i64, max: i64 },
+    ScalarIn {
+        /// Smallest value allowed (inclusive).
+        min: i64,
+        /// Largest value allowed (inclusive).
+        max: i64,
+    },
     /// The context pointer, unmodified.
     Ctx,
     /// A map handle; `ty` restricts the map type when set (kernel map type number).
-    Map { ty: Option<u32> },
+    Map {
+        /// Kernel map type number the map must have; `None` accepts any.
+        ty: Option<u32>,
+    },
     /// A map that holds keys and values the program may read and write: hash, array (and
     /// their per-CPU forms) and LPM trie. Never a program array, whose elements are jump
     /// words only the control plane writes, nor a ring buffer, whose memory is records.
@@ -24,14 +32,28 @@ pub enum Arg {
     /// Readable, initialised memory of the map's value size.
     MapValue,
     /// Readable, initialised memory whose size is argument `size_arg` (0-based).
-    ReadMem { size_arg: usize },
+    ReadMem {
+        /// Index (0-based) of the argument holding the size.
+        size_arg: usize,
+    },
     /// Writable memory whose size is argument `size_arg`; initialised by the call.
-    WriteMem { size_arg: usize },
+    WriteMem {
+        /// Index (0-based) of the argument holding the size.
+        size_arg: usize,
+    },
     /// Readable memory of a fixed size.
-    ReadMemFixed { size: u32 },
+    ReadMemFixed {
+        /// Bytes readable at the pointer.
+        size: u32,
+    },
     /// Size of a memory argument: a scalar with a known upper bound, `1..=max`. `declared`
     /// marks a bound an EIM spec states as a constraint (its violation is `eim-argument`).
-    Size { max: u64, declared: bool },
+    Size {
+        /// Largest size allowed.
+        max: u64,
+        /// Whether the EIM spec states the bound (breaking it is `eim-argument`).
+        declared: bool,
+    },
     /// A constant size (ring-buffer reservations).
     ConstSize,
     /// A ring-buffer record to submit or discard (releases its reference).
@@ -41,6 +63,7 @@ pub enum Arg {
 /// What `r0` holds after the call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ret {
+    /// A number in the given set.
     Scalar(Scalar),
     /// A value of the map in the first argument, or null.
     MapValueOrNull,
@@ -48,20 +71,27 @@ pub enum Ret {
     RecordOrNull,
     /// A pointer to host variable `var` (index into the environment's variables).
     HostVar {
+        /// Index into the environment's host variables.
         var: u32,
     },
 }
 
+/// The prototype of one helper, host function or host variable: what a call requires and
+/// what it yields.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HelperProto {
+    /// The helper's name, for messages and EIM grants.
     pub name: String,
+    /// What `r1`, `r2`, ... must hold, in order; registers past the list are not read.
     pub args: Vec<Arg>,
+    /// What `r0` holds after the call.
     pub ret: Ret,
     /// The call ends the program when it succeeds (tail calls).
     pub tail_call: bool,
 }
 
 impl HelperProto {
+    /// A prototype that does not end the program.
     pub fn new(name: &str, args: Vec<Arg>, ret: Ret) -> Self {
         HelperProto {
             name: name.into(),

@@ -9,7 +9,7 @@
 //! against real runs (tests and fuzzing).
 //!
 //! The layers follow PREVAIL's separation:
-//! - the instruction model is `rdx_bpf::isa` (decoded, slot-indexed) plus [`cfg`];
+//! - the instruction model is `rdx_bpf::isa` (decoded, slot-indexed) plus [`cfg`](mod@cfg);
 //! - [`assertions`] lists what each instruction requires, independent of any state;
 //! - the abstract domains are [`tnum`], [`scalar`] and [`state`];
 //! - the explorer (`explore`) drives them over every path and evaluates the assertions.
@@ -89,8 +89,11 @@ impl Default for Limits {
 /// What a program is verified against, and how.
 #[derive(Clone, Debug)]
 pub struct VerifyOptions {
+    /// The context layout, helpers and limits programs are checked against.
     pub env: Env,
+    /// How much of the exploration to log.
     pub log: LogLevel,
+    /// Bounds on the exploration's work.
     pub limits: Limits,
     /// Compare only live registers and stack slots when pruning (the default). Off, every
     /// value is compared: the same verdicts, more paths; there to cross-check the analysis.
@@ -126,6 +129,7 @@ impl VerifyOptions {
         })
     }
 
+    /// The same options, logging at `log`.
     pub fn with_log(mut self, log: LogLevel) -> Self {
         self.log = log;
         self
@@ -137,17 +141,23 @@ impl VerifyOptions {
 pub enum MemFact {
     /// The context field starting at this byte offset.
     Ctx {
+        /// Byte offset of the field in the context.
         offset: u32,
     },
+    /// The stack of the current frame.
     Stack,
+    /// A value of a map.
     MapValue {
+        /// Index into the program's map table.
         map: u32,
     },
+    /// The packet, between `data` and `data_end` (or its metadata).
     Packet,
     /// A ring-buffer record.
     Record,
     /// A host variable (index into the environment's granted variables).
     HostVar {
+        /// Index into the environment's granted variables.
         var: u32,
     },
     /// Different non-context regions on different paths.
@@ -180,6 +190,7 @@ pub struct Verified {
     pub states_stored: usize,
     /// XState bytes the program's maps use.
     pub xstate_bytes: u64,
+    /// The verification log, when [`VerifyOptions::log`] asked for one.
     pub log: Option<String>,
     /// With [`VerifyOptions::record_states`]: per instruction, every abstract state a path
     /// reached there before the instruction ran (empty otherwise).

@@ -9,7 +9,7 @@
 //! helper is unknown, which verification refuses anyway). `exit` reads `r0`, in the entry
 //! program and in subprograms alike (a subprogram's `r0` becomes its caller's). `r10` is
 //! always live. Every use the checks or transfer functions make of a register is listed in
-//! [`uses_defs`]; listing too many uses is only imprecise, too few would be unsound.
+//! `uses_defs`; listing too many uses is only imprecise, too few would be unsound.
 
 use crate::env::Env;
 use rdx_bpf::isa::{AluOp, AtomicOp, CallTarget, Insn, Operand};

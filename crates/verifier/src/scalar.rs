@@ -16,10 +16,15 @@ use std::fmt::Display;
 /// An abstract set of words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ScalarOf<W: Word> {
+    /// The known bits.
     pub bits: TnumOf<W>,
+    /// Smallest value as unsigned.
     pub umin: W,
+    /// Largest value as unsigned.
     pub umax: W,
+    /// Smallest value as signed.
     pub smin: W::Signed,
+    /// Largest value as signed.
     pub smax: W::Signed,
 }
 
@@ -33,6 +38,7 @@ fn scaled_width<W: Word>(bits: u32) -> u32 {
 }
 
 impl<W: Word> ScalarOf<W> {
+    /// Every word.
     pub const UNKNOWN: Self = ScalarOf {
         bits: TnumOf::UNKNOWN,
         umin: W::ZERO,
@@ -41,6 +47,7 @@ impl<W: Word> ScalarOf<W> {
         smax: <W::Signed as SignedWord>::MAX,
     };
 
+    /// The single value `v`.
     pub fn constant(v: W) -> Self {
         ScalarOf {
             bits: TnumOf::constant(v),
@@ -83,6 +90,7 @@ impl<W: Word> ScalarOf<W> {
         .unwrap_or(Self::UNKNOWN)
     }
 
+    /// The value, when the set holds exactly one.
     pub fn const_value(&self) -> Option<W> {
         if self.bits.is_const() {
             Some(self.bits.value)
@@ -93,6 +101,7 @@ impl<W: Word> ScalarOf<W> {
         }
     }
 
+    /// Whether the set is exactly `{v}`.
     pub fn is_const(&self, v: W) -> bool {
         self.const_value() == Some(v)
     }
@@ -140,6 +149,7 @@ impl<W: Word> ScalarOf<W> {
             && self.smax >= other.smax
     }
 
+    /// Whether `v` is in the set.
     pub fn contains_value(&self, v: W) -> bool {
         self.bits.contains_value(v)
             && self.umin <= v
@@ -269,6 +279,7 @@ impl<W: Word> ScalarOf<W> {
         }
     }
 
+    /// Wrapping addition (eBPF `add`).
     pub fn add(&self, b: &Self) -> Self {
         let bits = self.bits.wrapping_add(b.bits);
         let (umin, umax) = match (self.umin.checked_add(b.umin), self.umax.checked_add(b.umax)) {
@@ -293,6 +304,7 @@ impl<W: Word> ScalarOf<W> {
         .unwrap_or(Self::from_bits(bits))
     }
 
+    /// Wrapping subtraction (eBPF `sub`).
     pub fn sub(&self, b: &Self) -> Self {
         let bits = self.bits.wrapping_sub(b.bits);
         let (umin, umax) = match (self.umin.checked_sub(b.umax), self.umax.checked_sub(b.umin)) {

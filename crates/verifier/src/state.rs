@@ -11,13 +11,25 @@ pub enum PtrKind {
     /// The hook's context structure.
     Ctx,
     /// The stack of call frame `frame` (0 = the entry program).
-    Stack { frame: u8 },
+    Stack {
+        /// Call depth of the frame (0 = the entry program).
+        frame: u8,
+    },
     /// A value of map `map` (index into the program's map table).
-    MapValue { map: u32 },
+    MapValue {
+        /// Index into the program's map table.
+        map: u32,
+    },
     /// The result of a map lookup before its null check.
-    MapValueOrNull { map: u32 },
+    MapValueOrNull {
+        /// Index into the program's map table.
+        map: u32,
+    },
     /// A map handle, only good as a helper argument.
-    MapObj { map: u32 },
+    MapObj {
+        /// Index into the program's map table.
+        map: u32,
+    },
     /// Packet data start plus an offset.
     Packet,
     /// One past the last packet byte; only good for comparisons.
@@ -25,14 +37,28 @@ pub enum PtrKind {
     /// Packet metadata start.
     PacketMeta,
     /// A ring-buffer record of `size` bytes, holding reference `ref_id` until submitted.
-    Record { ref_id: u32, size: u32 },
+    Record {
+        /// The reference the record holds until submitted or discarded.
+        ref_id: u32,
+        /// Bytes of the record.
+        size: u32,
+    },
     /// The result of `ringbuf_reserve` before its null check.
-    RecordOrNull { ref_id: u32, size: u32 },
+    RecordOrNull {
+        /// The reference the record will hold once checked non-null.
+        ref_id: u32,
+        /// Bytes requested.
+        size: u32,
+    },
     /// A host variable (EIM state capability) by spec index.
-    HostVar { var: u32 },
+    HostVar {
+        /// Index into the environment's host variables.
+        var: u32,
+    },
 }
 
 impl PtrKind {
+    /// Whether the pointer may be null until a comparison rules it out.
     pub fn is_nullable(self) -> bool {
         matches!(
             self,
@@ -40,6 +66,7 @@ impl PtrKind {
         )
     }
 
+    /// The kind's name in logs and messages (the kernel verifier's where it has one).
     pub fn name(self) -> &'static str {
         match self {
             PtrKind::Ctx => "ctx",
@@ -60,8 +87,11 @@ impl PtrKind {
 /// A typed pointer: base of `kind`, plus a fixed offset `off` and a variable offset `var`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Ptr {
+    /// What the pointer points into.
     pub kind: PtrKind,
+    /// Constant offset from the base, in bytes.
     pub off: i64,
+    /// Variable offset from the base, in bytes.
     pub var: Scalar,
     /// Nullable kinds: the identity shared by copies, so that one null check refines all.
     /// Packet pointers: the identity of the variable offset (0 when `var` is constant zero).
@@ -71,6 +101,7 @@ pub struct Ptr {
 }
 
 impl Ptr {
+    /// A pointer to the start of `kind`, with no offset.
     pub fn new(kind: PtrKind) -> Ptr {
         Ptr {
             kind,
@@ -81,6 +112,7 @@ impl Ptr {
         }
     }
 
+    /// Whether the offset has a variable part (not just `off`).
     pub fn has_var_off(&self) -> bool {
         !self.var.is_const(0)
     }
@@ -89,29 +121,37 @@ impl Ptr {
 /// The abstract value of one register or spilled slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Value {
+    /// Never written: reading it is an error.
     #[default]
     Uninit,
     /// A number; copies share a nonzero `id` so that a comparison refines every copy.
     Scalar {
+        /// The set of values it may hold.
         val: Scalar,
+        /// Identity shared by copies (0: none).
         id: u32,
     },
+    /// A pointer.
     Ptr(Ptr),
 }
 
 impl Value {
+    /// A scalar in `val`, with no copies to refine.
     pub fn scalar(val: Scalar) -> Value {
         Value::Scalar { val, id: 0 }
     }
 
+    /// Any number.
     pub fn unknown() -> Value {
         Value::scalar(Scalar::UNKNOWN)
     }
 
+    /// A pointer to the start of `kind`.
     pub fn ptr(kind: PtrKind) -> Value {
         Value::Ptr(Ptr::new(kind))
     }
 
+    /// The value's set, when it is a number.
     pub fn as_scalar(&self) -> Option<Scalar> {
         match self {
             Value::Scalar { val, .. } => Some(*val),
@@ -123,6 +163,7 @@ impl Value {
 /// Initialisation state of one stack byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ByteState {
+    /// Never written (or overwritten by part of a pointer): reading it is an error.
     Invalid,
     /// Some written scalar data.
     Misc,
@@ -135,12 +176,15 @@ pub enum ByteState {
 pub enum Slot {
     /// A whole register stored with an aligned 8-byte write: pointers keep their type.
     Spill(Value),
+    /// Byte-by-byte initialisation state, byte 0 at the lowest address.
     Bytes([ByteState; 8]),
 }
 
 impl Slot {
+    /// A slot never written.
     pub const INVALID: Slot = Slot::Bytes([ByteState::Invalid; 8]);
 
+    /// The initialisation state of byte `i` (0 = lowest address).
     pub fn byte(&self, i: usize) -> ByteState {
         match self {
             Slot::Spill(Value::Scalar { val, .. }) => {
@@ -156,6 +200,7 @@ impl Slot {
         }
     }
 
+    /// Whether the slot holds a spilled pointer.
     pub fn holds_pointer(&self) -> bool {
         matches!(self, Slot::Spill(Value::Ptr(_)))
     }
@@ -164,6 +209,7 @@ impl Slot {
 /// One call frame: registers and the stack below its frame pointer.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Frame {
+    /// `r0`..`r10`.
     pub regs: [Value; 11],
     /// Slot `k` holds bytes `[-8(k+1), -8k)` relative to `r10`; missing slots are invalid.
     pub stack: Vec<Slot>,
@@ -174,6 +220,8 @@ pub struct Frame {
 }
 
 impl Frame {
+    /// A fresh frame for the subprogram starting at `subprog`, called from `callsite`: every
+    /// register uninitialised, the stack invalid.
     pub fn new(subprog: usize, callsite: usize) -> Frame {
         Frame {
             regs: [Value::Uninit; 11],
@@ -183,10 +231,12 @@ impl Frame {
         }
     }
 
+    /// Stack slot `k` (bytes `[-8(k+1), -8k)` from `r10`); slots never touched are invalid.
     pub fn slot(&self, k: usize) -> Slot {
         self.stack.get(k).copied().unwrap_or(Slot::INVALID)
     }
 
+    /// Stack slot `k` for writing, grown if needed.
     pub fn slot_mut(&mut self, k: usize) -> &mut Slot {
         if self.stack.len() <= k {
             self.stack.resize(k + 1, Slot::INVALID);
@@ -207,24 +257,29 @@ impl Frame {
 /// The state of one path.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
+    /// The call frames, the entry program's first; never empty.
     pub frames: Vec<Frame>,
     /// Ring-buffer records reserved and not yet submitted or discarded.
     pub refs: Vec<u32>,
 }
 
 impl State {
+    /// The innermost frame.
     pub fn cur(&self) -> &Frame {
         self.frames.last().expect("a state always has a frame")
     }
 
+    /// The innermost frame, for writing.
     pub fn cur_mut(&mut self) -> &mut Frame {
         self.frames.last_mut().expect("a state always has a frame")
     }
 
+    /// Register `r` of the innermost frame.
     pub fn reg(&self, r: usize) -> Value {
         self.cur().regs[r]
     }
 
+    /// Sets register `r` of the innermost frame.
     pub fn set(&mut self, r: usize, v: Value) {
         self.cur_mut().regs[r] = v;
     }

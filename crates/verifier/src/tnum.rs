@@ -11,11 +11,17 @@ use std::ops::{BitAnd, BitOr, BitXor, Not};
 
 /// A two's-complement signed word, the signed view of a [`Word`].
 pub trait SignedWord: Copy + Eq + Ord + Hash + Debug + Display + Send + Sync + 'static {
+    /// The most negative value.
     const MIN: Self;
+    /// The most positive value.
     const MAX: Self;
+    /// Zero.
     const ZERO: Self;
+    /// One.
     const ONE: Self;
+    /// Addition, `None` on overflow.
     fn checked_add(self, o: Self) -> Option<Self>;
+    /// Subtraction, `None` on overflow.
     fn checked_sub(self, o: Self) -> Option<Self>;
     /// Arithmetic shift right by `k % BITS`.
     fn wrapping_shr(self, k: u32) -> Self;
@@ -46,28 +52,42 @@ pub trait Word:
     + BitXor<Output = Self>
     + Not<Output = Self>
 {
+    /// The same bits read as signed.
     type Signed: SignedWord;
+    /// Width in bits.
     const BITS: u32;
     /// Width of eBPF's 32-bit subregister at this word size.
     const HALF: u32 = Self::BITS / 2;
+    /// Zero.
     const ZERO: Self;
+    /// One.
     const ONE: Self;
+    /// All bits set.
     const MAX: Self;
     /// The top (sign) bit.
     const SIGN_BIT: Self;
 
+    /// Addition modulo `2^BITS`.
     fn wrapping_add(self, o: Self) -> Self;
+    /// Subtraction modulo `2^BITS`.
     fn wrapping_sub(self, o: Self) -> Self;
+    /// Multiplication modulo `2^BITS`.
     fn wrapping_mul(self, o: Self) -> Self;
+    /// Addition, `None` on overflow.
     fn checked_add(self, o: Self) -> Option<Self>;
+    /// Subtraction, `None` on overflow.
     fn checked_sub(self, o: Self) -> Option<Self>;
+    /// Multiplication, `None` on overflow.
     fn checked_mul(self, o: Self) -> Option<Self>;
+    /// Division, `None` for a zero divisor.
     fn checked_div(self, o: Self) -> Option<Self>;
     /// Shift left by `k % BITS`.
     fn wrapping_shl(self, k: u32) -> Self;
     /// Logical shift right by `k % BITS`.
     fn wrapping_shr(self, k: u32) -> Self;
+    /// Number of zero bits above the highest set bit.
     fn leading_zeros(self) -> u32;
+    /// Number of set bits.
     fn count_ones(self) -> u32;
     /// The same bits read as a signed number.
     fn as_signed(self) -> Self::Signed;
@@ -75,6 +95,7 @@ pub trait Word:
     fn from_signed(s: Self::Signed) -> Self;
     /// Truncation of a `u64` (tests build words from `u64`s).
     fn from_u64(v: u64) -> Self;
+    /// Zero-extension to a `u64`.
     fn to_u64(self) -> u64;
     /// Reverses the order of the low `units` eBPF bytes (each `BITS / 8` bits wide) and clears
     /// the rest: `bswap16/32/64` for `units` = 2, 4, 8.
@@ -272,7 +293,9 @@ impl Word for u64 {
 /// A set of words described by known and unknown bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TnumOf<W: Word> {
+    /// The known bits' values (bits set in `mask` are 0 here).
     pub value: W,
+    /// The unknown bits.
     pub mask: W,
 }
 
@@ -280,11 +303,13 @@ pub struct TnumOf<W: Word> {
 pub type Tnum = TnumOf<u64>;
 
 impl<W: Word> TnumOf<W> {
+    /// Every word.
     pub const UNKNOWN: Self = TnumOf {
         value: W::ZERO,
         mask: W::MAX,
     };
 
+    /// The single value `v`.
     pub const fn constant(v: W) -> Self {
         TnumOf {
             value: v,
@@ -292,6 +317,7 @@ impl<W: Word> TnumOf<W> {
         }
     }
 
+    /// Whether every bit is known.
     pub fn is_const(self) -> bool {
         self.mask == W::ZERO
     }
@@ -310,14 +336,17 @@ impl<W: Word> TnumOf<W> {
         }
     }
 
+    /// The smallest member (unknown bits 0).
     pub fn min(self) -> W {
         self.value
     }
 
+    /// The largest member (unknown bits 1).
     pub fn max(self) -> W {
         self.value | self.mask
     }
 
+    /// The members' pairwise sums, modulo `2^BITS`.
     pub fn wrapping_add(self, b: Self) -> Self {
         let sm = self.mask.wrapping_add(b.mask);
         let sv = self.value.wrapping_add(b.value);
@@ -330,6 +359,7 @@ impl<W: Word> TnumOf<W> {
         }
     }
 
+    /// The members' pairwise differences, modulo `2^BITS`.
     pub fn wrapping_sub(self, b: Self) -> Self {
         let dv = self.value.wrapping_sub(b.value);
         let alpha = dv.wrapping_add(self.mask);
@@ -342,6 +372,7 @@ impl<W: Word> TnumOf<W> {
         }
     }
 
+    /// The members' pairwise bitwise ands.
     pub fn and(self, b: Self) -> Self {
         let alpha = self.value | self.mask;
         let beta = b.value | b.mask;
@@ -352,6 +383,7 @@ impl<W: Word> TnumOf<W> {
         }
     }
 
+    /// The members' pairwise bitwise ors.
     pub fn or(self, b: Self) -> Self {
         let v = self.value | b.value;
         let mu = self.mask | b.mask;
@@ -361,6 +393,7 @@ impl<W: Word> TnumOf<W> {
         }
     }
 
+    /// The members' pairwise bitwise xors.
     pub fn xor(self, b: Self) -> Self {
         let v = self.value ^ b.value;
         let mu = self.mask | b.mask;
@@ -394,6 +427,7 @@ impl<W: Word> TnumOf<W> {
         Self::constant(acc_v).wrapping_add(acc_m)
     }
 
+    /// The members shifted left by `k % BITS`.
     pub fn lshift(self, k: u32) -> Self {
         TnumOf {
             value: self.value.wrapping_shl(k),
@@ -401,6 +435,7 @@ impl<W: Word> TnumOf<W> {
         }
     }
 
+    /// The members shifted right (logically) by `k % BITS`.
     pub fn rshift(self, k: u32) -> Self {
         TnumOf {
             value: self.value.wrapping_shr(k),
@@ -469,6 +504,7 @@ impl<W: Word> TnumOf<W> {
         }
     }
 
+    /// Whether `v` is a member.
     pub fn contains_value(self, v: W) -> bool {
         (v & !self.mask) == self.value
     }

@@ -102,8 +102,9 @@ fn send_from_namespace(ns: &str, dev: &str, frames: &[Vec<u8>]) {
             let nsf = std::fs::File::open(&ns_path).unwrap();
             // SAFETY: `nsf` is an open namespace file; setns changes only this thread's
             // network namespace (the thread ends with the scope).
+            let entered = unsafe { libc::setns(nsf.as_raw_fd(), libc::CLONE_NEWNET) };
             assert_eq!(
-                unsafe { libc::setns(nsf.as_raw_fd(), libc::CLONE_NEWNET) },
+                entered,
                 0,
                 "setns {ns_path}: {}",
                 std::io::Error::last_os_error()
@@ -264,10 +265,8 @@ fn frames_on_a_veth_are_decided_by_the_deployed_program_as_by_the_native_engine(
 
     // SIGTERM: the capture stops, the final counters are printed, the region is removed.
     // SAFETY: kill with a valid pid and signal; `ip netns exec` exec'd the gateway in place.
-    assert_eq!(
-        unsafe { libc::kill(gw.child.id() as i32, libc::SIGTERM) },
-        0
-    );
+    let signalled = unsafe { libc::kill(gw.child.id() as i32, libc::SIGTERM) };
+    assert_eq!(signalled, 0);
     let stopped = gw.line();
     assert!(stopped.starts_with("stopped SIGTERM packets "), "{stopped}");
     assert!(counter(&stopped, "denied") >= want.denied, "{stopped}");

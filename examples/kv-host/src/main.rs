@@ -29,11 +29,13 @@ use std::sync::{Arc, Mutex};
 pub struct KvContext {
     /// 1 = get, 2 = set.
     pub op: u32,
+    /// Bytes used in `key`.
     pub key_len: u32,
     /// Bytes used in `value`; writable by extensions.
     pub value_len: u32,
     /// Get: 1 if the key exists. Set: unused.
     pub found: u32,
+    /// The request's key, zero-padded after `key_len` bytes.
     pub key: [u8; 64],
     /// Writable by extensions.
     pub value: [u8; 256],

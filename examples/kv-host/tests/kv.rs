@@ -5,7 +5,7 @@
 #![cfg(target_arch = "x86_64")]
 
 use rdx_jit::link::{link, LinkTarget};
-use rdx_jit::{CompileOptions, Compiler, Symbol};
+use rdx_jit::{Build, CompileOptions, Compiler, Symbol};
 use rdx_region::layout::{active_word, offsets, ContextKind, MapType, SectionId};
 use rdx_transport::context::read_context;
 use rdx_transport::shm::ShmTransport;
@@ -117,7 +117,10 @@ fn deployed_get_and_set_extensions_change_the_servers_answers() {
             .unwrap()
             .addr;
         let (artifact, _) = compiler
-            .compile(&prog.insns, &CompileOptions::new(rdx_jit::Arch::X86_64))
+            .compile(
+                &prog.insns,
+                &CompileOptions::new(rdx_jit::Arch::X86_64, Build::Generic),
+            )
             .unwrap();
         let resolve = |s: &Symbol| match s {
             Symbol::Map(0) => Some(info.base_address + gets.offset),

@@ -19,14 +19,14 @@
 //!   (zero) or holding anything else denies.
 //!
 //! Indices inside an array are tier-local (as in the tree); the per-tier bases, the trees'
-//! roots and the bank live in the program's small per-version section ([`Control`]), so
-//! publishing a version switches the bank and the layout together. The image only ever grows
-//! in place: [`TreeImage::apply`] re-serialises what an in-place tree update wrote (the
-//! entries, leaves and reference slots the tree reports in [`super::Touched`], and the
-//! rules) and says which records changed ([`Dirty`]), so a control plane copies only those
-//! into a bank. A removal leaves a tombstone in its leaf and an insertion takes one (see
-//! `classify::tree`), so an update of a long leaf writes the entries it changed, not the
-//! rest of the leaf.
+//! roots and the bank live in the program's small per-version section
+//! ([`TreeImage::control`]), so publishing a version switches the bank and the layout
+//! together. The image only ever grows in place: [`TreeImage::apply`] re-serialises what an
+//! in-place tree update wrote (the entries, leaves and reference slots the tree reports in
+//! [`super::Touched`], and the rules) and says which records changed ([`Dirty`]), so a
+//! control plane copies only those into a bank. A removal leaves a tombstone in its leaf and
+//! an insertion takes one (see `classify::tree`), so an update of a long leaf writes the
+//! entries it changed, not the rest of the leaf.
 
 use std::ops::Range;
 
@@ -47,7 +47,7 @@ pub const NODE_WORDS: usize = 8;
 pub const MAX_GROUPS: usize = 8;
 /// Most tiers.
 pub const MAX_TIERS: usize = 2;
-/// Size of [`Control`] serialised (`struct acl_ctl` in `enforce.c`).
+/// Size of the control block [`TreeImage::control`] writes (`struct acl_ctl` in `enforce.c`).
 pub const CONTROL_SIZE: usize = 48 + MAX_TIERS * 64;
 /// Magic of the control block.
 pub const CONTROL_MAGIC: [u8; 8] = *b"RDXACLT\0";
@@ -56,7 +56,7 @@ pub const CONTROL_VERSION: u32 = 3;
 /// A child reference (bit 31 set) that names a leaf by its entries rather than its index:
 /// bit 30 set, the length in bits 20..30, the tier's first entry in bits 0..20, so the
 /// program reads no leaf words for it. Leaves too long or too far for that, or named by many
-/// slots ([`INLINE_REFERRERS_MAX`]), keep the index form (bit 30 clear).
+/// slots (more than 4), keep the index form (bit 30 clear).
 pub const INLINE_LEAF: u32 = 1 << 30;
 const INLINE_LEN_MAX: u32 = (1 << 10) - 1;
 const INLINE_START_MAX: u32 = (1 << 20) - 1;
@@ -110,8 +110,9 @@ pub enum ImageError {
 /// Where one tier lives in the arrays (tier-local indices start there).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TierLayout {
-    /// Priorities `lo..hi`.
+    /// The tier's first priority: it holds priorities `lo..hi`.
     pub lo: u32,
+    /// One past the tier's last priority.
     pub hi: u32,
     /// Word index where the tier's node blocks start (node references and each node's
     /// first-child word are relative to it).
@@ -131,13 +132,15 @@ pub struct TierLayout {
     /// it never changes), to rewrite their inline form when the leaf changes.
     pub referrers: Vec<Vec<u32>>,
     /// Per leaf, whether references to it take the inline form (decided when the leaf is
-    /// first written: at most [`INLINE_REFERRERS_MAX`] referring slots).
+    /// first written: at most 4 referring slots).
     pub inline: Vec<bool>,
     /// Word index of leaf 0 and how many leaves fit.
     pub leaves: u32,
+    /// How many leaves the tier's leaf area holds (room kept for updates included).
     pub leaf_cap: u32,
     /// Entry index of entry 0 and how many entries fit.
     pub entries: u32,
+    /// How many compact entries the tier's entry area holds (room kept for updates included).
     pub entry_cap: u32,
     /// Tree roots, ascending by their smallest priority.
     pub roots: Vec<u32>,

@@ -1932,7 +1932,7 @@ impl Classifier for CutTree {
         None
     }
 
-    /// [`LANES`] packets at a time, their tree walks interleaved.
+    /// Eight packets (`LANES`) at a time, their tree walks interleaved.
     fn classify_batch(&self, keys: &[PacketKey], out: &mut [Option<u32>]) {
         for (keys, out) in keys.chunks(LANES).zip(out.chunks_mut(LANES)) {
             self.classify_lanes(keys, out);
@@ -1979,23 +1979,38 @@ pub struct NodeView {
 /// One compact leaf entry, decoded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EntryView {
+    /// Lowest RDMA virtual address matched (inclusive).
     pub va_lo: u64,
+    /// Highest RDMA virtual address matched (inclusive).
     pub va_hi: u64,
     /// Opcodes 0..=63.
     pub opcodes: u64,
+    /// Lowest source IPv4 address matched, inclusive (its low 32 bits when `flags` has
+    /// `ENTRY_SIP_V4`).
     pub sip_lo: u32,
+    /// Highest source IPv4 address matched, inclusive.
     pub sip_hi: u32,
+    /// Lowest destination IPv4 address matched, inclusive (when `flags` has `ENTRY_DIP_V4`).
     pub dip_lo: u32,
+    /// Highest destination IPv4 address matched, inclusive.
     pub dip_hi: u32,
+    /// Lowest destination QP number matched (inclusive).
     pub dqpn_lo: u32,
+    /// Highest destination QP number matched (inclusive).
     pub dqpn_hi: u32,
+    /// Lowest UDP source port matched (inclusive).
     pub sport_lo: u16,
+    /// Highest UDP source port matched (inclusive).
     pub sport_hi: u16,
+    /// Lowest UDP destination port matched (inclusive).
     pub dport_lo: u16,
+    /// Highest UDP destination port matched (inclusive).
     pub dport_hi: u16,
+    /// Bit per [`Field`] index: set when a packet without that field still matches.
     pub absent_ok: u16,
     /// `ENTRY_*` flags.
     pub flags: u16,
+    /// The rule's priority (its position in the table; lower wins).
     pub priority: u32,
 }
 

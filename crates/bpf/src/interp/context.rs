@@ -14,17 +14,32 @@ use crate::isa::Size;
 /// Why the model refused a context access.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ContextError {
+    /// A load that does not lie within one readable field.
     #[error("{size}-byte read at context offset {offset} is not a readable field")]
-    BadRead { offset: usize, size: usize },
+    BadRead {
+        /// Byte offset in the context structure.
+        offset: usize,
+        /// Bytes loaded.
+        size: usize,
+    },
+    /// A store that does not lie within one writable field.
     #[error("{size}-byte write at context offset {offset} is not a writable field")]
-    BadWrite { offset: usize, size: usize },
+    BadWrite {
+        /// Byte offset in the context structure.
+        offset: usize,
+        /// Bytes stored.
+        size: usize,
+    },
 }
 
 /// A memory area a context hands out pointers to (the packet, its metadata).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PacketRegion {
+    /// Address of the first byte.
     pub addr: u64,
+    /// Length in bytes.
     pub len: u64,
+    /// Whether the program may store to it.
     pub writable: bool,
 }
 
@@ -77,20 +92,33 @@ fn field_at(fields: &[Field], offset: usize, size: usize) -> Option<Field> {
 /// `bpf_skb_load_bytes`; tc programs may read them. rdx's model serves both.)
 #[derive(Debug, Clone)]
 pub struct SkBuff {
+    /// `pkt_type`: who the packet is for (`PACKET_HOST`, `PACKET_BROADCAST`, ...).
     pub pkt_type: u32,
+    /// `mark`: the packet's mark (writable).
     pub mark: u32,
+    /// `queue_mapping`: the device queue the packet is mapped to.
     pub queue_mapping: u32,
     /// `skb->protocol`: the EtherType in network byte order, as the kernel stores it.
     pub protocol: u32,
+    /// `vlan_present`: 1 when the packet carried a VLAN tag (now in `vlan_tci`).
     pub vlan_present: u32,
+    /// `vlan_tci`: the VLAN tag's control information.
     pub vlan_tci: u32,
+    /// `vlan_proto`: the VLAN tag's EtherType, in network byte order.
     pub vlan_proto: u32,
+    /// `priority`: the queueing priority (writable).
     pub priority: u32,
+    /// `ingress_ifindex`: the interface the packet arrived on.
     pub ingress_ifindex: u32,
+    /// `ifindex`: the interface the packet is on.
     pub ifindex: u32,
+    /// `tc_index`: the traffic-control index (writable).
     pub tc_index: u32,
+    /// `cb`: five words programs pass state in (writable).
     pub cb: [u32; 5],
+    /// `hash`: the packet's flow hash.
     pub hash: u32,
+    /// `napi_id`: the id of the receive queue's NAPI context.
     pub napi_id: u32,
     packet: Vec<u8>,
     anchor: Box<[u64; SkBuff::SIZE / 8]>,
@@ -99,23 +127,41 @@ pub struct SkBuff {
 impl SkBuff {
     /// `sizeof(struct __sk_buff)`.
     pub const SIZE: usize = 192;
+    /// Offset of `len`, the packet's length in bytes (computed from the packet).
     pub const OFF_LEN: usize = 0;
+    /// Offset of [`SkBuff::pkt_type`].
     pub const OFF_PKT_TYPE: usize = 4;
+    /// Offset of [`SkBuff::mark`].
     pub const OFF_MARK: usize = 8;
+    /// Offset of [`SkBuff::queue_mapping`].
     pub const OFF_QUEUE_MAPPING: usize = 12;
+    /// Offset of [`SkBuff::protocol`].
     pub const OFF_PROTOCOL: usize = 16;
+    /// Offset of [`SkBuff::vlan_present`].
     pub const OFF_VLAN_PRESENT: usize = 20;
+    /// Offset of [`SkBuff::vlan_tci`].
     pub const OFF_VLAN_TCI: usize = 24;
+    /// Offset of [`SkBuff::vlan_proto`].
     pub const OFF_VLAN_PROTO: usize = 28;
+    /// Offset of [`SkBuff::priority`].
     pub const OFF_PRIORITY: usize = 32;
+    /// Offset of [`SkBuff::ingress_ifindex`].
     pub const OFF_INGRESS_IFINDEX: usize = 36;
+    /// Offset of [`SkBuff::ifindex`].
     pub const OFF_IFINDEX: usize = 40;
+    /// Offset of [`SkBuff::tc_index`].
     pub const OFF_TC_INDEX: usize = 44;
+    /// Offset of [`SkBuff::cb`] (five 4-byte words).
     pub const OFF_CB: usize = 48;
+    /// Offset of [`SkBuff::hash`].
     pub const OFF_HASH: usize = 68;
+    /// Offset of `data`: a 32-bit load of it yields the packet's first byte's address.
     pub const OFF_DATA: usize = 76;
+    /// Offset of `data_end`: a 32-bit load of it yields the address one past the packet.
     pub const OFF_DATA_END: usize = 80;
+    /// Offset of [`SkBuff::napi_id`].
     pub const OFF_NAPI_ID: usize = 84;
+    /// Offset of `data_meta`: a 32-bit load of it yields the metadata's first byte's address.
     pub const OFF_DATA_META: usize = 140;
 
     const FIELDS: &'static [Field] = &[
@@ -231,12 +277,9 @@ impl SkBuff {
         Some(skb)
     }
 
+    /// The packet bytes.
     pub fn packet_data(&self) -> &[u8] {
         &self.packet
-    }
-
-    pub fn packet_data_mut(&mut self) -> &mut Vec<u8> {
-        &mut self.packet
     }
 
     fn image(&self) -> [u8; Self::SIZE] {
@@ -344,8 +387,11 @@ impl ContextModel for SkBuff {
 /// `ingress_ifindex`, `rx_queue_index`, `egress_ifindex`; nothing is writable.
 #[derive(Debug, Clone)]
 pub struct XdpMd {
+    /// `ingress_ifindex`: the interface the packet arrived on.
     pub ingress_ifindex: u32,
+    /// `rx_queue_index`: the receive queue the packet arrived on.
     pub rx_queue_index: u32,
+    /// `egress_ifindex`: the interface of a redirect (0 on receive).
     pub egress_ifindex: u32,
     packet: Vec<u8>,
     anchor: Box<[u64; XdpMd::SIZE / 8]>,
@@ -354,11 +400,17 @@ pub struct XdpMd {
 impl XdpMd {
     /// `sizeof(struct xdp_md)`.
     pub const SIZE: usize = 24;
+    /// Offset of `data`: a 32-bit load of it yields the packet's first byte's address.
     pub const OFF_DATA: usize = 0;
+    /// Offset of `data_end`: a 32-bit load of it yields the address one past the packet.
     pub const OFF_DATA_END: usize = 4;
+    /// Offset of `data_meta`: a 32-bit load of it yields the metadata's first byte's address.
     pub const OFF_DATA_META: usize = 8;
+    /// Offset of [`XdpMd::ingress_ifindex`].
     pub const OFF_INGRESS_IFINDEX: usize = 12;
+    /// Offset of [`XdpMd::rx_queue_index`].
     pub const OFF_RX_QUEUE_INDEX: usize = 16;
+    /// Offset of [`XdpMd::egress_ifindex`].
     pub const OFF_EGRESS_IFINDEX: usize = 20;
 
     /// The `xdp_md` the kernel's `BPF_PROG_TEST_RUN` builds for `packet`: received on queue 0
@@ -373,6 +425,7 @@ impl XdpMd {
         }
     }
 
+    /// The packet bytes.
     pub fn packet_data(&self) -> &[u8] {
         &self.packet
     }

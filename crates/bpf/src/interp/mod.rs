@@ -127,30 +127,47 @@ impl Observation<'_> {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("instruction {pc}: {kind}")]
 pub struct PrepareError {
+    /// Slot index of the instruction.
     pub pc: usize,
+    /// What cannot be prepared.
     pub kind: PrepareErrorKind,
 }
 
+/// Why an instruction cannot be prepared for the interpreter.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PrepareErrorKind {
+    /// The program has no instructions.
     #[error("program is empty")]
     Empty,
+    /// More slots than the interpreter takes: the number given.
     #[error("program of {0} instructions is too long")]
     TooLong(usize),
+    /// A jump or call lands outside the program or on an `lddw`'s second slot: the target.
     #[error("jump or call target {0} is not an instruction of the program")]
     BadTarget(i64),
+    /// A call to a helper id the VM's helper table lacks.
     #[error("call to unknown helper {0}")]
     UnknownHelper(i64),
+    /// A kernel-function call (kfunc), by BTF id.
     #[error("kernel function calls (kfunc {0}) are not supported")]
     Kfunc(i32),
+    /// An `lddw` kind only a kernel can resolve.
     #[error("lddw of kind {0:?} cannot be resolved outside the kernel")]
     UnsupportedLddw(ImmKind),
+    /// An `lddw` map reference that does not resolve against the VM's maps.
     #[error("map reference: {0}")]
     Map(ResolveError),
+    /// An encoding the strict decoder should have refused; what.
     #[error("malformed instruction: {0}")]
     Malformed(&'static str),
+    /// An `lddw` whose target the caller's linker could not resolve.
     #[error("lddw of kind {kind:?} (index {index}) has no linked address")]
-    Unlinked { kind: ImmKind, index: i32 },
+    Unlinked {
+        /// The reference's kind.
+        kind: ImmKind,
+        /// Its map index.
+        index: i32,
+    },
 }
 
 /// Why a run stopped with an error.
@@ -159,33 +176,72 @@ pub enum PrepareErrorKind {
 pub struct RunError {
     /// Slot index of the instruction that failed.
     pub pc: usize,
+    /// What went wrong.
     pub kind: RunErrorKind,
 }
 
+/// Why a run stopped at an instruction.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RunErrorKind {
+    /// A load, store or helper access outside the memory the program may use.
     #[error("{size}-byte {} at {addr:#x} is outside the program's memory", if *.write { "write" } else { "read" })]
-    OutOfBounds { addr: u64, size: usize, write: bool },
+    OutOfBounds {
+        /// The address.
+        addr: u64,
+        /// Bytes accessed.
+        size: usize,
+        /// Whether it was a write.
+        write: bool,
+    },
+    /// A store to read-only memory (context fields, `.rodata`).
     #[error("{size}-byte write at {addr:#x} targets read-only memory")]
-    ReadOnly { addr: u64, size: usize },
+    ReadOnly {
+        /// The address.
+        addr: u64,
+        /// Bytes written.
+        size: usize,
+    },
+    /// An atomic operation's address is not a multiple of its size.
     #[error("atomic {size}-byte access at {addr:#x} is not naturally aligned")]
-    MisalignedAtomic { addr: u64, size: usize },
+    MisalignedAtomic {
+        /// The address.
+        addr: u64,
+        /// The access size in bytes.
+        size: usize,
+    },
+    /// The context model refused an access.
     #[error("context access: {0}")]
     Context(#[from] ContextError),
+    /// An atomic operation on the context structure.
     #[error("atomic operation on the context structure at {addr:#x}")]
-    AtomicOnContext { addr: u64 },
+    AtomicOnContext {
+        /// The address.
+        addr: u64,
+    },
+    /// A register was read before anything was written to it.
     #[error("{0} is read before it holds a value")]
     UninitRegister(Reg),
+    /// The run executed its step limit: the limit.
     #[error("step limit of {0} instructions reached")]
     StepLimit(u64),
+    /// A local call would nest deeper than eight frames.
     #[error("call depth exceeds {MAX_FRAMES} frames")]
     CallDepth,
+    /// `callx` to a value that is no registered helper: the value.
     #[error("callx to {0:#x}, which is not a known helper")]
     BadCallx(u64),
+    /// A helper failed.
     #[error("helper {id}: {error}")]
-    Helper { id: i64, error: HelperError },
+    Helper {
+        /// The helper's id.
+        id: i64,
+        /// Why.
+        error: HelperError,
+    },
+    /// Control reached the second slot of an `lddw`.
     #[error("execution reached the second slot of an lddw")]
     IntoLddw,
+    /// Control ran past the last slot without an `exit`.
     #[error("execution fell off the end of the program")]
     FellOff,
 }
@@ -204,6 +260,7 @@ pub struct Resume<'s> {
     pub regs: [u64; 11],
     /// Caller frames, outermost (the entry function) first.
     pub frames: &'s [ResumeFrame],
+    /// The stack, `MAX_FRAMES * 512` bytes, 16-byte aligned, laid out as above.
     pub stack: &'s mut [u8],
     /// The packet a real-memory context points into, accessible like the packet of a
     /// modelled context.
@@ -215,8 +272,11 @@ pub struct Resume<'s> {
 /// Why a resumed run failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ResumeError {
+    /// The state is not one the program could be in (a frame, register or stack pointer out of
+    /// range); the text says what.
     #[error("cannot resume: {0}")]
     BadState(String),
+    /// The resumed run failed.
     #[error(transparent)]
     Run(#[from] RunError),
 }
@@ -359,6 +419,7 @@ impl Vm {
         &self.maps
     }
 
+    /// The limits and options the VM runs with.
     pub fn config(&self) -> &Config {
         &self.config
     }

@@ -276,10 +276,8 @@ fn context_models_serve_loads() {
     );
     assert_eq!(skb.cb[0], 9);
     // SAFETY: the same program just ran in checked mode on the same context.
-    assert_eq!(
-        unsafe { vm(src).run_unchecked(Input::Context(&mut skb)) }.unwrap(),
-        4 + 4 + 8 + 100 + 9
-    );
+    let unchecked = unsafe { vm(src).run_unchecked(Input::Context(&mut skb)) };
+    assert_eq!(unchecked.unwrap(), 4 + 4 + 8 + 100 + 9);
     // Reading past data_end is out of bounds; writing `len` is refused by the model.
     let v = vm("ldxw %r2, [%r1+76]\nldxb %r0, [%r2+4]\nexit");
     assert!(matches!(

@@ -14,22 +14,36 @@ const MAX_DEPTH: usize = 32;
 /// Why `.BTF` could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BtfError {
+    /// The section ends before the part named.
     #[error("truncated: {0}")]
     Truncated(&'static str),
+    /// The first two bytes are not BTF's magic: the value found.
     #[error("bad magic {0:#06x}")]
     BadMagic(u16),
+    /// A BTF version other than 1: the version found.
     #[error("unsupported version {0}")]
     BadVersion(u8),
+    /// A type of a kind this reader does not know.
     #[error("type {id}: unknown kind {kind}")]
-    UnknownKind { id: u32, kind: u32 },
+    UnknownKind {
+        /// The type's id.
+        id: u32,
+        /// Its kind number.
+        kind: u32,
+    },
+    /// A reference to a type id past the last type.
     #[error("type id {0} does not exist")]
     NoSuchType(u32),
+    /// A name offset past the end of the string section.
     #[error("string offset {0} is outside the string section")]
     BadString(u32),
+    /// A chain of references longer than any real object has, from the type given.
     #[error("type {0}: reference chain too deep (a loop?)")]
     TooDeep(u32),
+    /// A type whose size is asked for has none (a function, `void`, ...).
     #[error("type {0} has no size")]
     Unsized(u32),
+    /// A type's size does not fit in 32 bits.
     #[error("type {0}: size overflows")]
     SizeOverflow(u32),
 }

@@ -47,7 +47,9 @@ use elf::{ElfView, SectionKind};
 /// (`rdx inspect`). `layouts[i]` describes `object.programs[i]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoadedObject {
+    /// The object, its programs linked and relocated.
     pub object: Object,
+    /// How each program was put together, by program index.
     pub layouts: Vec<ProgramLayout>,
 }
 
@@ -63,6 +65,7 @@ pub struct ProgramLayout {
 /// Where one function sits inside a linked program.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FunctionSpan {
+    /// The function's name.
     pub name: String,
     /// ELF section the function came from.
     pub section: String,
@@ -79,19 +82,35 @@ pub struct Relocation {
     pub insn: usize,
     /// The ELF symbol the relocation named (a map, a variable, a function or a section).
     pub symbol: String,
+    /// What the relocation resolved to.
     pub kind: RelocationKind,
 }
 
+/// What a relocation resolved to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RelocationKind {
     /// `lddw rX, map` → [`crate::isa::ImmKind::MapIdx`].
-    Map { map: usize },
+    Map {
+        /// Index into the object's map table.
+        map: usize,
+    },
     /// `lddw rX, &global` → [`crate::isa::ImmKind::MapIdxValue`].
-    GlobalData { map: usize, offset: u32 },
+    GlobalData {
+        /// Index into the object's map table of the global-data map.
+        map: usize,
+        /// Byte offset of the variable in the map's value.
+        offset: u32,
+    },
     /// A BPF-to-BPF call, now relative to the callee's position in this program.
-    Call { function: String },
+    Call {
+        /// The callee's name.
+        function: String,
+    },
     /// `lddw rX, function` (callbacks) → [`crate::isa::ImmKind::Func`].
-    FuncAddr { function: String },
+    FuncAddr {
+        /// The function's name.
+        function: String,
+    },
 }
 
 /// Loads an object file: programs, maps, relocations applied, every program strictly decoded.

@@ -9,6 +9,7 @@ pub struct ArrayMap {
 }
 
 impl ArrayMap {
+    /// An array of `max_entries` zeroed values; `None` if it would exceed [`super::MAX_MAP_BYTES`].
     pub fn new(value_size: usize, max_entries: usize) -> Option<Self> {
         Some(Self {
             slab: ValueSlab::new(value_size, max_entries)?,

@@ -23,6 +23,8 @@ struct Index {
 }
 
 impl HashMap {
+    /// An empty table of at most `max_entries` entries; `None` if it would exceed
+    /// [`super::MAX_MAP_BYTES`].
     pub fn new(_key_size: usize, value_size: usize, max_entries: usize) -> Option<Self> {
         Some(Self {
             slab: ValueSlab::with_liveness(value_size, max_entries)?,

@@ -40,6 +40,8 @@ fn mask(data: &[u8], prefix_len: u32) -> Vec<u8> {
 }
 
 impl LpmTrie {
+    /// An empty trie for keys of a 4-byte prefix length plus `key_size - 4` data bytes; `None`
+    /// if it would exceed [`super::MAX_MAP_BYTES`].
     pub fn new(key_size: usize, value_size: usize, max_entries: usize) -> Option<Self> {
         Some(Self {
             data_len: key_size - 4,
@@ -146,8 +148,11 @@ mod tests {
         t.update(&key(24, [10, 1, 2, 99]), &2u32.to_le_bytes(), 0)
             .unwrap();
         let get = |ip| {
-            t.lookup(&key(32, ip))
-                .map(|p| unsafe { std::ptr::read_unaligned(p as *const u32) })
+            t.lookup(&key(32, ip)).map(|p| {
+                // SAFETY: a lookup's pointer addresses the entry's 4-byte value, which
+                // lives as long as the trie.
+                unsafe { std::ptr::read_unaligned(p as *const u32) }
+            })
         };
         assert_eq!(get([10, 1, 2, 3]), Some(2));
         assert_eq!(get([10, 9, 9, 9]), Some(1));

@@ -47,28 +47,60 @@ pub const MAX_MAP_BYTES: usize = 256 << 20;
 /// Why a map could not be created or an operation on it failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum MapError {
+    /// The map's type has no in-memory implementation.
     #[error("map `{name}`: type {map_type:?} is not supported by the in-memory maps")]
-    UnsupportedType { name: String, map_type: MapType },
+    UnsupportedType {
+        /// The map's name.
+        name: String,
+        /// Its type.
+        map_type: MapType,
+    },
+    /// The definition cannot make a map (sizes, flags, global-data shape).
     #[error("map `{name}`: invalid definition: {reason}")]
-    InvalidDefinition { name: String, reason: String },
+    InvalidDefinition {
+        /// The map's name.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A key of the wrong size.
     #[error("key is {got} bytes, the map's keys are {expected}")]
-    KeySize { expected: usize, got: usize },
+    KeySize {
+        /// The map's key size.
+        expected: usize,
+        /// The key's size.
+        got: usize,
+    },
+    /// A value of the wrong size.
     #[error("value is {got} bytes, the map's values are {expected}")]
-    ValueSize { expected: usize, got: usize },
+    ValueSize {
+        /// The map's value size.
+        expected: usize,
+        /// The value's size.
+        got: usize,
+    },
+    /// The key is not in the map (`ENOENT`).
     #[error("no such key")]
     NotFound,
+    /// `BPF_NOEXIST` for a key already present (`EEXIST`).
     #[error("key already exists")]
     Exists,
+    /// No room for a new key (`E2BIG`).
     #[error("map is full")]
     Full,
+    /// The trie has no free node for the new prefix (`ENOSPC`).
     #[error("trie is full")]
     NoSpace,
+    /// A key the map type cannot hold (e.g. an LPM prefix length past the data).
     #[error("invalid key: {0}")]
     InvalidKey(&'static str),
+    /// An array index at or past `max_entries` (`E2BIG`).
     #[error("key is out of range for this map")]
     OutOfRange,
+    /// Update flags other than `BPF_ANY`, `BPF_NOEXIST` and `BPF_EXIST`.
     #[error("invalid update flags {0:#x}")]
     InvalidFlags(u64),
+    /// The map type has no such operation (`EOPNOTSUPP`).
     #[error("operation not supported by this map type")]
     NotSupported,
 }
@@ -93,7 +125,9 @@ impl MapError {
 pub trait MapOps: Send + Sync {
     /// Address of the value stored under `key`, valid for the map's lifetime.
     fn lookup(&self, key: &[u8]) -> Option<*mut u8>;
+    /// Stores `value` under `key` as `flags` ([`BPF_ANY`], [`BPF_NOEXIST`], [`BPF_EXIST`]) allow.
     fn update(&self, key: &[u8], value: &[u8], flags: u64) -> Result<(), MapError>;
+    /// Removes `key`.
     fn delete(&self, key: &[u8]) -> Result<(), MapError>;
     /// Every key currently present, in the map's iteration order.
     fn keys(&self) -> Vec<Vec<u8>>;
@@ -216,10 +250,12 @@ impl Map {
         Ok(Arc::new(map))
     }
 
+    /// The definition the map was created from.
     pub fn def(&self) -> &MapDef {
         &self.def
     }
 
+    /// The map's name.
     pub fn name(&self) -> &str {
         &self.def.name
     }
@@ -265,6 +301,7 @@ impl Map {
         Some(out)
     }
 
+    /// Stores `value` under `key` as `flags` allow, after checking both sizes and the flags.
     pub fn update(&self, key: &[u8], value: &[u8], flags: u64) -> Result<(), MapError> {
         self.check_key(key)?;
         if value.len() != self.def.value_size as usize {
@@ -279,6 +316,7 @@ impl Map {
         self.ops.update(key, value, flags)
     }
 
+    /// Removes `key`, after checking its size.
     pub fn delete(&self, key: &[u8]) -> Result<(), MapError> {
         self.check_key(key)?;
         self.ops.delete(key)
@@ -330,12 +368,23 @@ pub struct MapSet {
 /// A map reference that cannot be resolved.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ResolveError {
+    /// An `lddw` names a map index past the object's map table.
     #[error("map index {0} is not in the object's map table")]
     NoSuchMap(i32),
+    /// An `lddw` points outside a map's value.
     #[error("offset {offset} is outside the {size}-byte value of map `{map}`")]
-    BadValueOffset { map: String, offset: i32, size: u32 },
+    BadValueOffset {
+        /// The map's name.
+        map: String,
+        /// The offset asked for.
+        offset: i32,
+        /// The value's size in bytes.
+        size: u32,
+    },
+    /// An `lddw` points into a map that has no value at key 0.
     #[error("map `{0}` has no value at key 0 to point into")]
     NoValue(String),
+    /// An `lddw` kind that only a kernel can resolve (fd, BTF id).
     #[error("lddw kind {0:?} needs a kernel and cannot be resolved in rdx")]
     Unsupported(ImmKind),
 }
@@ -348,26 +397,32 @@ impl MapSet {
         })
     }
 
+    /// A set of maps already created, in table order.
     pub fn from_maps(maps: Vec<Arc<Map>>) -> MapSet {
         MapSet { maps }
     }
 
+    /// Number of maps.
     pub fn len(&self) -> usize {
         self.maps.len()
     }
 
+    /// Whether the object has no maps.
     pub fn is_empty(&self) -> bool {
         self.maps.is_empty()
     }
 
+    /// Map `index` of the table.
     pub fn get(&self, index: usize) -> Option<&Arc<Map>> {
         self.maps.get(index)
     }
 
+    /// The map called `name`.
     pub fn by_name(&self, name: &str) -> Option<&Arc<Map>> {
         self.maps.iter().find(|m| m.name() == name)
     }
 
+    /// Every map, in table order.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Map>> {
         self.maps.iter()
     }

@@ -53,10 +53,12 @@ impl ValueSlab {
         }
     }
 
+    /// Number of value slots.
     pub fn count(&self) -> usize {
         self.count
     }
 
+    /// Bytes of each value (slots are this rounded up to 8).
     pub fn value_size(&self) -> usize {
         self.value_size
     }

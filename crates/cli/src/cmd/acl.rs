@@ -52,7 +52,7 @@ enum AclCommand {
     Apply {
         /// Policy file.
         file: PathBuf,
-        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`).
+        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
         #[arg(long)]
         node: String,
         /// The hook (declared with the context of bpf/acl/acl.yaml).
@@ -67,6 +67,7 @@ enum AclCommand {
         /// Generation word reported with every decision (default: a hash of the rules).
         #[arg(long)]
         generation: Option<u64>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -75,9 +76,10 @@ enum AclCommand {
     /// The enforcement program's counters on a node, summed over the host's threads (they
     /// live at the start of each thread's `acl_scratch` value and survive policy updates).
     Stats {
-        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`).
+        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
         #[arg(long)]
         node: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
         #[command(flatten)]

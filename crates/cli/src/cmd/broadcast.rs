@@ -10,7 +10,8 @@ use super::node::StateArgs;
 /// Update many nodes and hooks in one transaction, from a YAML plan.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The plan: nodes, hooks and their dependencies, updates.
+    /// The plan (YAML): nodes, hooks and their dependencies, updates; format in
+    /// docs/broadcast.md.
     plan: PathBuf,
     /// Check the plan against every node (hooks, classes, compilation), write nothing.
     #[arg(long)]
@@ -20,6 +21,7 @@ pub struct Args {
     /// chosen from the nodes' addresses.
     #[arg(long, value_parser = ["process", "machine"])]
     durability: Option<String>,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
     #[command(flatten)]

@@ -12,7 +12,7 @@ use rdx_bpf::loader::LoadedObject;
 use rdx_bpf::maps::MapSet;
 use rdx_bpf::program::{MapDef, Program};
 use rdx_deopt::host::LowPacket;
-use rdx_jit::{Arch, CompileError, CompileOptions, Compiler, ExecutableCode, Pipeline};
+use rdx_jit::{Arch, CompileError, Build, CompileOptions, Compiler, ExecutableCode, Pipeline};
 use rdx_region::abi::{RunState, RunStatus};
 use rdx_verifier::{EimSpec, KernelProgType, VerifyOptions};
 use serde::Serialize;
@@ -172,7 +172,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         for &i in &selected {
             let prog = &loaded.object.programs[i];
             let needs_budget = verify(prog, &loaded.object.maps, eim)?;
-            let mut opts = CompileOptions::new(arch);
+            let mut opts = CompileOptions::new(arch, Build::Generic);
             opts.needs_budget = needs_budget;
             opts.eim_class = args.class.clone().unwrap_or_default();
             let (artifact, tier, elapsed) =
@@ -243,7 +243,7 @@ impl JitRunner {
         let prog = &loaded.object.programs[index];
         let host = Arch::host().context("this host's architecture has no JIT")?;
         let needs_budget = verify(prog, &loaded.object.maps, None)?;
-        let mut opts = CompileOptions::new(host);
+        let mut opts = CompileOptions::new(host, Build::Generic);
         opts.needs_budget = needs_budget;
         let artifact = rdx_jit::compile(&prog.insns, &opts)
             .with_context(|| format!("cannot compile {}", prog.name))?;
@@ -328,7 +328,7 @@ mod tier_tests {
     fn baseline_builds_what_it_supports_and_falls_back_otherwise() {
         let prog = rdx_bpf::asm::assemble("mov %r0, 1\njeq %r0, 1, +1\nmov %r0, 2\nexit").unwrap();
         let mut compiler = None;
-        let opts = CompileOptions::new(Arch::X86_64);
+        let opts = CompileOptions::new(Arch::X86_64, Build::Generic);
         let (artifact, tier, _) =
             compile_tier(&mut compiler, &prog, &opts, Tier::Baseline).unwrap();
         assert_eq!(tier, Tier::Baseline);
@@ -336,7 +336,7 @@ mod tier_tests {
         assert!(!artifact.code.is_empty());
 
         let mut elite = opts.clone();
-        elite.speculation = Some(rdx_jit::Speculation::default());
+        elite.build = Build::Elite(rdx_jit::Speculation::default());
         let (_, tier, _) = compile_tier(&mut compiler, &prog, &elite, Tier::Baseline).unwrap();
         assert_eq!(tier, Tier::Optimizing);
         assert!(compiler.is_some());

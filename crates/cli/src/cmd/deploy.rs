@@ -21,7 +21,7 @@ use super::node::{attach, StateArgs};
 pub struct ProgramTarget {
     /// Object file (`clang -O2 -g -target bpf -c prog.c -o prog.o`).
     pub object: PathBuf,
-    /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`).
+    /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
     #[arg(long)]
     pub node: String,
     /// Hook to attach to.
@@ -45,6 +45,7 @@ pub struct Args {
     /// tier of each version. See docs/jit.md.
     #[arg(long, value_enum, default_value_t = TierArg::Optimizing)]
     tier: TierArg,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
     #[command(flatten)]

@@ -8,10 +8,13 @@ use super::node::{attach, StateArgs};
 /// Detach the program from a node's hook.
 #[derive(clap::Args)]
 pub struct Args {
+    /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
     #[arg(long)]
     node: String,
+    /// Hook name, as the node's EIM spec declares it.
     #[arg(long)]
     hook: String,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
     #[command(flatten)]

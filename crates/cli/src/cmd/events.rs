@@ -14,6 +14,7 @@ use super::node::{attach, StateArgs};
 /// Read records from a node's ring buffer.
 #[derive(clap::Args)]
 pub struct Args {
+    /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
     #[arg(long)]
     node: String,
     /// Ring buffer map name or id (default: the host's trace ring).

@@ -11,10 +11,13 @@ use super::node::{attach_read_only, StateArgs};
 /// Show the deployment history of a node (or one of its hooks).
 #[derive(clap::Args)]
 pub struct Args {
+    /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
     #[arg(long)]
     node: String,
+    /// Only this hook (all hooks if omitted).
     #[arg(long)]
     hook: Option<String>,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
     #[command(flatten)]

@@ -14,7 +14,10 @@ use serde::Serialize;
 use crate::object_file::{self, map_type_name};
 
 /// Show the programs, maps, relocations and disassembly of an eBPF object file.
+///
+/// The object is loaded as every other stage sees it (`rdx run`, `rdx verify`, `rdx deploy`).
 #[derive(clap::Args)]
+#[command(after_long_help = DETAILS)]
 pub struct Args {
     /// Object file (`clang -O2 -g -target bpf -c prog.c -o prog.o`).
     object: PathBuf,
@@ -25,6 +28,24 @@ pub struct Args {
     #[arg(long = "prog", value_name = "NAME")]
     program: Option<String>,
 }
+
+/// The rest of `rdx inspect --help`: what is printed.
+const DETAILS: &str = "\
+It prints:
+
+- the programs: name, section, instruction slots (an `lddw` counts two), and the
+  subprograms linked into each;
+- the maps: index, name, type, key and value sizes, max entries, flags and origin (BTF
+  `.maps`, legacy `maps`, global data, read-only for `.rodata`);
+- for each program (or only `--prog NAME`), the relocations the loader applied (slot, what
+  it now refers to, the ELF symbol) and a disassembly in `llvm-objdump` syntax, with a
+  `<function>:` header where each linked function starts.
+
+`--json` prints the same as one JSON document: `file`, `license`, `maps[]` (`index`, `name`,
+`type`, `key_size`, `value_size`, `max_entries`, `flags`, `origin`, `read_only`) and
+`programs[]` (`name`, `section`, `insns`, `functions[]`, `relocations[]` with `insn`,
+`symbol`, `kind` = `map` | `global_data` | `call` | `func_addr` and `map`/`offset`/`function`,
+`disassembly[]` with `pc` and `text`).";
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let loaded = object_file::load(&args.object)?;

@@ -12,6 +12,10 @@ use serde::Serialize;
 use super::node::{attach, attach_read_only, StateArgs};
 
 /// Read and write a node's maps remotely.
+///
+/// The node's CPU does nothing: entries are read and written through the transport. Keys and
+/// values are integers (decimal or `0x...`, stored little-endian in the map's key or value
+/// size, which must then be at most 8 bytes) or raw bytes written `hex:0a0b...`.
 #[derive(clap::Args)]
 pub struct Args {
     #[command(subcommand)]
@@ -24,45 +28,60 @@ pub struct Args {
 enum MapCommand {
     /// List the node's maps.
     Ls {
+        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
         #[arg(long)]
         node: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Every key and value of a map.
     Dump {
+        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
         #[arg(long)]
         node: String,
         /// Map name or id.
         map: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// One value.
     Get {
+        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
         #[arg(long)]
         node: String,
+        /// Map name or id.
         map: String,
+        /// Key: an integer (decimal or `0x...`) or `hex:<bytes>`.
         key: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Write one value (every per-thread copy gets it).
     Set {
+        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
         #[arg(long)]
         node: String,
+        /// Map name or id.
         map: String,
+        /// Key: an integer (decimal or `0x...`) or `hex:<bytes>`.
         key: String,
+        /// Value: an integer (decimal or `0x...`) or `hex:<bytes>`.
         value: String,
-        /// `any` (default), `noexist` (create only) or `exist` (update only).
+        /// `any` (create or update), `noexist` (create only) or `exist` (update only).
         #[arg(long, default_value = "any")]
         flags: String,
     },
     /// Delete one key.
     Del {
+        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
         #[arg(long)]
         node: String,
+        /// Map name or id.
         map: String,
+        /// Key: an integer (decimal or `0x...`) or `hex:<bytes>`.
         key: String,
     },
 }

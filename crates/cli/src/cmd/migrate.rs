@@ -15,19 +15,21 @@ pub struct Args {
     /// Object file of the program the source runs (default: the one its history deployed).
     object: Option<PathBuf>,
     /// Program in the object (default: its only one, or the history's).
-    #[arg(long)]
+    #[arg(long, value_name = "NAME")]
     prog: Option<String>,
     /// Node the program leaves (registered name or address).
-    #[arg(long)]
+    #[arg(long, value_name = "NODE")]
     from: String,
-    /// Node the program moves to.
-    #[arg(long)]
+    /// Node the program moves to (registered name or address).
+    #[arg(long, value_name = "NODE")]
     to: String,
+    /// Hook whose program moves (the same hook on both nodes).
     #[arg(long)]
     hook: String,
     /// Class of the target's EIM spec (default: the only class bound to the hook).
     #[arg(long)]
     class: Option<String>,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
     #[command(flatten)]

@@ -2,7 +2,13 @@
 //! comment is the subcommand's help) and `fn run(args: Args) -> anyhow::Result<()>`.
 //!
 //! To add a subcommand `foo`: write `src/cmd/foo.rs` with those two items and add one line,
-//! `foo => Foo,`, to the list below.
+//! `foo => Foo,`, to the list below. Give every argument a doc comment (short, concrete, with
+//! its default when that is not a literal clap shows); explanations longer than a paragraph go
+//! in `#[command(after_long_help = ...)]`. Then regenerate the reference and man pages with
+//! `RDX_BLESS=1 cargo test -p rdx-cli --test reference` (`docs/cli.md`, `docs/man/`).
+//!
+//! Report failures with `anyhow` context that names the file, node or program involved;
+//! `main` prints the chain as one line.
 
 macro_rules! subcommands {
     ($($module:ident => $variant:ident,)*) => {

@@ -74,8 +74,10 @@ pub struct Args {
 enum NodeCommand {
     /// Register a node: `rdx node add kv-1 shm:/dev/shm/rdx-kv-1234`.
     Add {
+        /// Name the other commands' `--node` will use.
         name: String,
-        /// Transport address (`shm:<region file>`).
+        /// Transport address: `shm:<region file>` on this host, or
+        /// `fabric://HOST:PORT?token-file=PATH` across hosts (docs/fabric.md).
         address: String,
         /// Register even if the node cannot be reached now.
         #[arg(long)]
@@ -83,17 +85,23 @@ enum NodeCommand {
     },
     /// List registered nodes.
     Ls {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Show what a node runs: hooks, versions, counters, maps, lease (read remotely).
     Show {
+        /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
         name: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Forget a node.
-    Rm { name: String },
+    Rm {
+        /// Registered node name.
+        name: String,
+    },
 }
 
 #[derive(Serialize)]

@@ -26,6 +26,7 @@ pub struct Args {
     /// Publish the plain (generic) build of the program again.
     #[arg(long)]
     revert: bool,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
     #[command(flatten)]

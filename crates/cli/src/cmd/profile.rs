@@ -24,13 +24,13 @@ pub struct Args {
     #[command(flatten)]
     target: ProgramTarget,
     /// How long to let traffic run through the instrumented build.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, value_name = "SECS")]
     seconds: f64,
     /// Runs through a branch below which it stays "unknown".
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_name = "RUNS")]
     min_runs: u64,
     /// Largest share of runs a direction may have and still be cold.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_name = "SHARE")]
     cold_share: f64,
     /// Write the profile here (JSON) for `rdx optimize --profile`.
     #[arg(long, value_name = "FILE")]
@@ -38,6 +38,7 @@ pub struct Args {
     /// Leave the instrumented build deployed (default: redeploy the plain build).
     #[arg(long)]
     keep: bool,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
     #[command(flatten)]

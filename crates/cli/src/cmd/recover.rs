@@ -9,6 +9,7 @@ pub struct Args {
     /// Also recover logs whose control plane still seems alive (its pid exists).
     #[arg(long)]
     force: bool,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
     #[command(flatten)]

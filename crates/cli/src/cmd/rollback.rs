@@ -8,13 +8,16 @@ use super::node::{attach, StateArgs};
 /// Roll a hook back to an earlier version.
 #[derive(clap::Args)]
 pub struct Args {
+    /// Node name (see `rdx node add`) or address (`shm:/dev/shm/...`, `fabric://HOST:PORT?...`).
     #[arg(long)]
     node: String,
+    /// Hook name, as the node's EIM spec declares it.
     #[arg(long)]
     hook: String,
     /// Version to go back to (default: the newest one older than the active version).
     #[arg(long, value_name = "VERSION")]
     to: Option<u32>,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
     #[command(flatten)]

@@ -15,11 +15,18 @@ use serde::Serialize;
 use crate::object_file::{self, hex};
 
 /// Run a program in the reference interpreter (checked mode) and show r0 and map changes.
+///
+/// Checked mode checks every memory access against the regions the program may touch, so an
+/// unverified program that misbehaves stops with an error naming the instruction, never with
+/// undefined behaviour. Maps start as the object declares them (global data with its initial
+/// contents) and live for the whole command, so the runs of `--repeat N` accumulate in them.
 #[derive(clap::Args)]
+#[command(after_long_help = DETAILS)]
 pub struct Args {
     /// Object file (`clang -O2 -g -target bpf -c prog.c -o prog.o`).
     object: PathBuf,
-    /// Program (function) name; may be omitted when the object has exactly one.
+    /// Program (function) name, or a section holding exactly one program (`--prog xdp`); may
+    /// be omitted when the object has exactly one.
     #[arg(long = "prog", value_name = "NAME")]
     program: Option<String>,
     /// Raw context bytes: r1 points to a copy of them, r2 holds their length (raw model).
@@ -39,11 +46,38 @@ pub struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
-    /// Run natively through rdx's JIT (verified first, as the kernel program type of the
-    /// section) instead of the interpreter.
+    /// Run natively through rdx's JIT instead of the interpreter, after the verifier accepts
+    /// the program as the kernel program type of its section (`xdp`, `socket`); the output is
+    /// the same. Programs for an rdx hook (`rdx/<hook>`) are verified against the hook's EIM:
+    /// run them with `rdx deploy`.
     #[arg(long)]
     jit: bool,
 }
+
+/// The rest of `rdx run --help`: how input becomes context, and what is printed.
+const DETAILS: &str = "\
+Context models (what r1 points to) follow from the program's section unless --ctx-model
+overrides them:
+
+- `skb` (sections `socket`, `sk_skb/*`, `classifier`, `tc`, `tcx/*`, `cgroup_skb/*`): a
+  `struct __sk_buff`. `--packet` is an Ethernet frame, presented as the kernel's
+  `BPF_PROG_TEST_RUN` presents it to a socket filter: data after the Ethernet header, `len`
+  without it, `protocol` from the EtherType.
+- `xdp` (sections `xdp`, `xdp.frags`, `xdp/*`): a `struct xdp_md`. `--packet` is the packet
+  from its first byte.
+- `raw` (anything else: `rdx/<hook>`, ...): `--ctx` or `--packet` are the bytes r1 points to,
+  with their length in r2; without input r1 = r2 = 0.
+
+The standard helpers are available: map lookup, update and delete, `ktime_get_ns`,
+`trace_printk` (printed as `trace:` lines), `get_prandom_u32` (seeded, reproducible),
+`get_smp_processor_id`, `skb_load_bytes`.
+
+Output: the program and model, r0 in decimal and hex, trace lines, and every map entry the
+run(s) changed, as hex key and old → new value (with the number when the value is 4 or 8
+bytes). With `--repeat N` above 1 it also prints the mean wall time per run, which includes
+building the context each run. `--json` prints `program`, `section`, `ctx_model`,
+`input_bytes`, `runs`, `r0`, `map_changes[]` (`map`, `key`, `before`, `after`; `null` for an
+absent entry) and `trace[]`.";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]

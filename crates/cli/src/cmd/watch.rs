@@ -26,19 +26,19 @@ pub struct Args {
     #[arg(long, default_value_t = 1.0, value_name = "MS")]
     interval_ms: f64,
     /// Roll back when failed runs / runs in a window exceed this (0: any failure).
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.01, value_name = "RATIO")]
     max_failure_ratio: f64,
     /// Roll back when the sampled average run time in a window exceeds this.
     #[arg(long, value_name = "NS")]
     max_avg_ns: Option<u64>,
     /// Runs a window needs before it is judged healthy.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_name = "RUNS")]
     min_runs: u64,
     /// Stop after this many seconds (default: run until killed).
     #[arg(long, value_name = "SECS")]
     duration: Option<f64>,
-    /// Stop after this many rollbacks.
-    #[arg(long)]
+    /// Stop after this many rollbacks (default: never).
+    #[arg(long, value_name = "N")]
     max_rollbacks: Option<usize>,
     /// Re-profile a hook when more than this share of its runs in a window left the elite
     /// version's fast path (deoptimised).

@@ -20,11 +20,13 @@ enum Action {
     Plan {
         /// The plan file (e.g. /dev/shm/rdx-plan-demo).
         plan: PathBuf,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Verify, compile (helpers through the table) and publish an exported entry.
     Deploy {
+        /// The plan file (e.g. /dev/shm/rdx-plan-demo).
         #[arg(long)]
         plan: PathBuf,
         /// Sandbox name in the plan.

@@ -110,9 +110,7 @@ pub fn spawn_watcher(address: &str, interval: Duration) -> (JoinHandle<()>, Rece
 pub fn active_word(address: &str) -> u64 {
     let cf = rdx_control::create_codeflow(address, Default::default()).unwrap();
     let hook = cf.view().hook("on_request").unwrap();
-    cf.transport()
-        .read_u64(hook.slot_offset + rdx_region::layout::offsets::HOOK_ACTIVE)
-        .unwrap()
+    rdx_transport::slot::read_active(cf.transport(), hook.slot_offset).unwrap()
 }
 
 /// Recovers what a control plane killed at `phase` left in `state_dir`: exactly one

@@ -18,7 +18,7 @@ use rdx_bpf::isa::{AluOp, AtomicOp, ByteOrder, JmpCond, Operand, Reg, Size, Widt
 use rdx_region::abi::RunStatus;
 
 use super::{Addr, Emit, Key};
-use crate::compile::{EntryAbi, InlineArray};
+use crate::options::{EntryAbi, InlineArray};
 
 /// Native register of each eBPF register.
 const MAP: [u8; 11] = [7, 0, 1, 2, 3, 4, 19, 20, 21, 22, 25];

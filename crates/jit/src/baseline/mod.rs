@@ -28,8 +28,6 @@
 mod a64;
 mod x64;
 
-use std::time::Instant;
-
 use dynasmrt::DynamicLabel;
 use rdx_bpf::isa::{
     AluOp, AtomicOp, ByteOrder, CallTarget, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width,
@@ -37,12 +35,14 @@ use rdx_bpf::isa::{
 use rdx_region::abi::RunStatus;
 
 use crate::artifact::{Artifact, RelocKind, Relocation, Symbol, HELPER_TABLE_SYMBOL};
-use crate::compile::{
-    max_call_depth, plan_functions, CompileError, CompileOptions, CompileStats, EntryAbi,
-    HelperCalls, InlineArray,
+use crate::blinding::{blinds_constants, plain_constant};
+use crate::error::CompileError;
+use crate::options::{metadata, CompileOptions, EntryAbi, HelperCalls, InlineArray};
+use crate::plan::{
+    callee_index, effective_options, max_call_depth, may_tail_call, plan_functions, FuncPlan,
+    BPF_FUNC_TAIL_CALL,
 };
 use crate::target::Arch;
-use crate::translate::FuncPlan;
 
 /// Helper id of `bpf_map_lookup_elem`.
 const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
@@ -125,15 +125,16 @@ trait Emit {
     fn finish(self) -> Result<Vec<u8>, String>;
 }
 
-/// Compiles a decoded, verified program with the baseline tier.
+/// Compiles a decoded, verified program with the baseline tier; returns the artifact and how
+/// many slots it compiled.
 pub(crate) fn compile(
     insns: &[Insn],
     opts: &CompileOptions,
-) -> Result<(Artifact, CompileStats), CompileError> {
-    let opts = &*crate::compile::effective_options(opts, insns);
+) -> Result<(Artifact, usize), CompileError> {
+    let opts = &*effective_options(opts, insns);
     match opts.arch {
         Arch::X86_64 => compile_with(
-            x64::X64::new(insns.len(), crate::compile::blinds_constants(opts)),
+            x64::X64::new(insns.len(), blinds_constants(opts)),
             insns,
             opts,
         ),
@@ -145,14 +146,13 @@ fn compile_with<E: Emit>(
     mut e: E,
     insns: &[Insn],
     opts: &CompileOptions,
-) -> Result<(Artifact, CompileStats), CompileError> {
-    let start = Instant::now();
-    if opts.speculation.is_some() {
+) -> Result<(Artifact, usize), CompileError> {
+    if opts.speculation().is_some() {
         return Err(CompileError::NotInBaseline {
             what: "elite artifacts (deoptimisation guards)".into(),
         });
     }
-    if opts.branch_counters.is_some() {
+    if opts.branch_counters().is_some() {
         return Err(CompileError::NotInBaseline {
             what: "branch counters".into(),
         });
@@ -163,7 +163,7 @@ fn compile_with<E: Emit>(
     let plans = plan_functions(insns)?;
     let depth = max_call_depth(&plans, insns)?;
     // A tail call (or a `callx`, which may be one) ends the run when it succeeds.
-    let may_stop = opts.needs_budget || insns.iter().any(crate::compile::may_tail_call);
+    let may_stop = opts.needs_budget || insns.iter().any(may_tail_call);
     let mut d = Driver {
         insns,
         opts,
@@ -190,20 +190,12 @@ fn compile_with<E: Emit>(
 
     let live_slots = d.live_slots;
     let artifact = Artifact {
-        meta: crate::compile::metadata(insns, opts, func_offsets[0], depth, plans.len()),
+        meta: metadata(insns, opts, func_offsets[0], depth, plans.len()),
         code,
         symbols: d.symbols,
         relocations: d.relocations,
     };
-    let stats = CompileStats {
-        insns: insns.len(),
-        functions: plans.len(),
-        code_bytes: artifact.code.len(),
-        elapsed: start.elapsed(),
-        guards: 0,
-        dropped_insns: insns.len() - live_slots,
-    };
-    Ok((artifact, stats))
+    Ok((artifact, live_slots))
 }
 
 struct Driver<'a> {
@@ -583,7 +575,7 @@ impl Driver<'_> {
     /// it is: blinding is off, or it is small. A larger one is not folded into an address:
     /// the instructions are emitted one by one, with their constants blinded.
     fn displacement_shown(&self, disp: i64) -> bool {
-        !crate::compile::blinds_constants(self.opts) || crate::compile::plain_constant(disp)
+        !blinds_constants(self.opts) || plain_constant(disp)
     }
 
     /// Whether `reg`'s value on entry to slot `pc` is never read: overwritten first in the
@@ -887,7 +879,7 @@ impl Driver<'_> {
             }
             CallTarget::Helper(id) => {
                 self.helper(e, pc, id)?;
-                if id == crate::compile::BPF_FUNC_TAIL_CALL {
+                if id == BPF_FUNC_TAIL_CALL {
                     // A successful tail call ran the rest of the run: return at once.
                     let stopped = *stubs.stopped.get_or_insert_with(|| e.new_label());
                     e.branch_if_stopped(stopped);
@@ -895,7 +887,7 @@ impl Driver<'_> {
             }
             CallTarget::Local(_) => {
                 let start = self.insns[pc].call_target(pc).expect("a local call") as usize;
-                let callee = crate::compile::callee_index(self.plans, start);
+                let callee = callee_index(self.plans, start);
                 e.call_local(self.func_labels[callee]);
                 if self.may_stop {
                     let stopped = *stubs.stopped.get_or_insert_with(|| e.new_label());

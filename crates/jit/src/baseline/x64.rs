@@ -14,7 +14,8 @@ use rdx_bpf::isa::{AluOp, AtomicOp, ByteOrder, JmpCond, Operand, Reg, Size, Widt
 use rdx_region::abi::RunStatus;
 
 use super::{Addr, Emit, Key};
-use crate::compile::{plain_constant, BlindingKeys, EntryAbi, InlineArray};
+use crate::blinding::{plain_constant, BlindingKeys};
+use crate::options::{EntryAbi, InlineArray};
 
 const RAX: u8 = 0;
 const RCX: u8 = 1;

@@ -7,7 +7,7 @@ use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::isa::{AluOp, AtomicOp, ByteOrder, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width};
 use rdx_bpf::maps::MapSet;
-use rdx_jit::{CompileOptions, Compiler, EntryAbi, ExecutableCode, Pipeline};
+use rdx_jit::{Build, CompileOptions, Compiler, EntryAbi, ExecutableCode, Pipeline};
 use rdx_region::abi::RunState;
 use std::collections::HashMap;
 
@@ -310,7 +310,7 @@ pub fn jit(
     mem: &mut [u8],
     needs_budget: bool,
 ) -> (u64, u64) {
-    let mut opts = CompileOptions::new(compiler.arch());
+    let mut opts = CompileOptions::new(compiler.arch(), Build::Generic);
     opts.entry_abi = EntryAbi::WithLength;
     opts.needs_budget = needs_budget;
     opts.pipeline = pipeline;

@@ -1,8 +1,7 @@
 //! Map, ring buffer and tail-call helpers.
 
 use super::{host_token, EINVAL};
-use crate::hook::entry_of;
-use crate::runtime::Inner;
+use crate::inner::Inner;
 use crate::thread::{self, ThreadState, MAP_CACHE};
 use rdx_region::abi::{EntryFn, RunState, RunStatus, TailEntryTag, TAIL_ENTRY_MAGIC};
 use rdx_region::layout::{
@@ -292,7 +291,7 @@ pub(crate) unsafe extern "C" fn tail_call(ctx: u64, map: u64, index: u64, _: u64
 /// preceded by a [`TailEntryTag`] of that version with the metered flag. `None` refuses the
 /// tail call.
 fn published_tail_entry(inner: &Inner, word: u64) -> Option<EntryFn> {
-    let entry = entry_of(inner, word)?;
+    let entry = inner.entry_of(word)?;
     let code = inner.info.section(SectionId::Code);
     let offset = active_entry_offset(word) as u64;
     let tag_at = offset.checked_sub(TailEntryTag::BYTES)?;

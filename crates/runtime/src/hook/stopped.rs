@@ -45,7 +45,7 @@ impl Hook<'_> {
                 if let Some(verdict) = self.defer(ts, run) {
                     return verdict;
                 }
-                if let Some(r0) = crate::deopt::resume(self.inner, run) {
+                if let Some(r0) = crate::deopt::resume(self.inner, run.entry, run.state) {
                     return r0;
                 }
             }

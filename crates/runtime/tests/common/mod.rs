@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use rdx_jit::link::{link, LinkTarget};
-use rdx_jit::{CompileOptions, Compiler, Symbol};
+use rdx_jit::{Build, CompileOptions, Compiler, Symbol};
 use rdx_region::layout::{active_word, offsets, ContextKind, MapType, SectionId, MAP_ALIGN};
 use rdx_transport::context::read_context;
 use rdx_transport::shm::ShmTransport;
@@ -200,7 +200,7 @@ impl Deployer {
             maps.push(m);
         }
         let prog = &obj.programs[0];
-        let mut opts = CompileOptions::new(rdx_jit::Arch::X86_64);
+        let mut opts = CompileOptions::new(rdx_jit::Arch::X86_64, Build::Generic);
         opts.needs_budget = needs_budget;
         let (artifact, _) = Compiler::new(rdx_jit::Arch::X86_64)
             .unwrap()

@@ -16,6 +16,7 @@
 use super::{invalid, locked, Copies, MapError, MapOps, MapRef, BUSY_SPIN_LIMIT, UPDATE_NOEXIST};
 use crate::Transport;
 
+/// [`MapOps`] of arrays and per-thread arrays.
 pub struct ArrayMap;
 
 /// Whether values of `value_size` bytes are guarded by sequence words.

@@ -18,6 +18,7 @@ use rdx_region::layout::{
     offsets, ELEM_BUSY, ELEM_DELETED, ELEM_EMPTY, ELEM_LIVE, ELEM_STATE_MASK,
 };
 
+/// [`MapOps`] of hash and per-thread hash maps.
 pub struct HashMap;
 
 #[inline]
@@ -429,7 +430,8 @@ pub mod local {
     }
 
     /// Region offset of the value of `key` in copy `copy`, or `None` (no such key, or bad
-    /// arguments): what `bpf_map_lookup_elem` returns, as [`HashMap`]'s `lookup_ref`.
+    /// arguments): what `bpf_map_lookup_elem` returns, as [`HashMap`](super::HashMap)'s
+    /// `lookup_ref`.
     #[inline]
     pub fn lookup_ref(r: &LocalRegion, m: &MapRef, key: &[u8], copy: u32) -> Option<u64> {
         if key.len() != m.key_size as usize || copy >= m.copies {
@@ -518,7 +520,7 @@ pub mod local {
             .map(|(e, _)| value_at(m, e, copy))
     }
 
-    /// `bpf_map_update_elem` on the host: as [`HashMap`]'s `update`, `value` being
+    /// `bpf_map_update_elem` on the host: as [`HashMap`](super::HashMap)'s `update`, `value` being
     /// `value_size` bytes and `copies` in range (the helper's contract).
     #[inline]
     pub fn update(

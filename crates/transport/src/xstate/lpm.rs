@@ -25,6 +25,7 @@ use super::{
 use crate::Transport;
 use rdx_region::layout::offsets;
 
+/// [`MapOps`] of longest-prefix-match tries.
 pub struct LpmMap;
 
 /// Bytes before the first node.

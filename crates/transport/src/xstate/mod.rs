@@ -5,7 +5,7 @@
 //!
 //! Each map type lives in its own module behind [`MapOps`]; the free functions here dispatch
 //! on the type. Layouts (documented in docs/region.md):
-//! - [`array`]: arrays and per-thread arrays; element `i`, copy `c` at
+//! - [`array`](mod@array): arrays and per-thread arrays; element `i`, copy `c` at
 //!   `data + (i * copies + c) * value_stride`.
 //! - [`hash`]: hash and per-thread hash tables; open addressing with linear probing over
 //!   `buckets` elements of `[ctl u64][key][value × copies]`, `ctl` being a per-element
@@ -32,20 +32,49 @@ use std::mem::{offset_of, size_of};
 /// Why a map operation failed. [`MapError::errno`] gives the helper return value.
 #[derive(Debug, thiserror::Error)]
 pub enum MapError {
+    /// The key is not in the map (`ENOENT`).
     #[error("no such element")]
     NotFound,
+    /// `UPDATE_NOEXIST` for a key already present (`EEXIST`).
     #[error("element exists")]
     Exists,
+    /// No free element for a new key (`E2BIG`).
     #[error("map {id} is full ({max_entries} elements)")]
-    Full { id: u32, max_entries: u32 },
+    Full {
+        /// The map's id.
+        id: u32,
+        /// Its capacity.
+        max_entries: u32,
+    },
+    /// The map's lock or an element stayed taken past the spin limit (`EBUSY`): a writer may
+    /// have died holding it.
     #[error("map {id} stayed locked or busy for too long (holder token {holder:#x})")]
-    Busy { id: u32, holder: u64 },
+    Busy {
+        /// The map's id.
+        id: u32,
+        /// The lock word's value: the holder's token (bit 63 set for host threads).
+        holder: u64,
+    },
+    /// A key, value, buffer, flag or spec that does not fit the map (`EINVAL`).
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// The map's type has no such operation (`EOPNOTSUPP`).
     #[error("operation {op} not supported by {map_type:?} maps")]
-    Unsupported { op: &'static str, map_type: MapType },
+    Unsupported {
+        /// The operation asked for.
+        op: &'static str,
+        /// The map's type.
+        map_type: MapType,
+    },
+    /// The map's header or data holds something its writers never write (`EINVAL`).
     #[error("map {id} is corrupt: {reason}")]
-    Corrupt { id: u32, reason: String },
+    Corrupt {
+        /// The map's id.
+        id: u32,
+        /// What was found.
+        reason: String,
+    },
+    /// Reaching the region failed (`EFAULT`).
     #[error(transparent)]
     Transport(#[from] TransportError),
 }
@@ -67,7 +96,9 @@ impl MapError {
 
 /// `BPF_ANY`, `BPF_NOEXIST`, `BPF_EXIST`.
 pub const UPDATE_ANY: u64 = 0;
+/// `BPF_NOEXIST`: only insert a key that is not present.
 pub const UPDATE_NOEXIST: u64 = 1;
+/// `BPF_EXIST`: only replace the value of a key that is present.
 pub const UPDATE_EXIST: u64 = 2;
 
 /// Which per-thread copies an update writes.
@@ -82,11 +113,17 @@ pub enum Copies {
 /// What a control plane asks for when it creates a map.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MapSpec {
+    /// The map's type.
     pub map_type: MapType,
+    /// Key size in bytes (at most [`MAX_KEY_SIZE`]).
     pub key_size: u32,
+    /// Value size in bytes (at most [`MAX_VALUE_SIZE`]).
     pub value_size: u32,
+    /// Capacity in entries (ring buffers: data bytes, a power of two of at least 4096).
     pub max_entries: u32,
+    /// `BPF_F_*` flags, stored for listings.
     pub flags: u32,
+    /// Name for listings and linking, at most [`XSTATE_NAME_LEN`] bytes.
     pub name: String,
 }
 
@@ -98,12 +135,19 @@ pub const MAX_VALUE_SIZE: u32 = 1 << 20;
 /// Geometry of a map object, computed from its spec (identical on both sides).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MapLayout {
+    /// `key_size` rounded up to 8.
     pub key_stride: u32,
+    /// `value_size` rounded up to 8.
     pub value_stride: u32,
+    /// Bytes per stored element (layout depends on the type).
     pub entry_stride: u32,
+    /// Hash tables: buckets; ring buffers: data bytes; LPM tries: node capacity; else 0.
     pub buckets: u32,
+    /// Per-thread maps: copies of each value (the region's thread slots); else 1.
     pub copies: u32,
+    /// Bytes from the header to the first data byte.
     pub data_offset: u64,
+    /// Bytes of data after it.
     pub data_size: u64,
 }
 
@@ -221,20 +265,31 @@ pub fn layout(spec: &MapSpec, thread_slots: u32) -> Result<MapLayout, MapError> 
 /// A map as either side sees it: the header's immutable fields and where it lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MapRef {
+    /// The map's id (its meta table index).
     pub id: u32,
     /// Region offset of the [`MapHeader`].
     pub offset: u64,
+    /// The map's type.
     pub map_type: MapType,
+    /// Key size in bytes.
     pub key_size: u32,
+    /// Value size in bytes.
     pub value_size: u32,
+    /// Capacity in entries.
     pub max_entries: u32,
+    /// `key_size` rounded up to 8.
     pub key_stride: u32,
+    /// `value_size` rounded up to 8.
     pub value_stride: u32,
+    /// Bytes per stored element.
     pub entry_stride: u32,
+    /// Hash tables: buckets; ring buffers: data bytes; LPM tries: node capacity.
     pub buckets: u32,
+    /// Copies of each value: thread slots for per-thread maps, else 1.
     pub copies: u32,
     /// Region offset of the first data byte.
     pub data: u64,
+    /// Bytes of data.
     pub data_size: u64,
 }
 
@@ -356,6 +411,8 @@ pub trait MapOps {
         key: &[u8],
         out: &mut [u8],
     ) -> Result<bool, MapError>;
+    /// Writes `value` for `key` under the map's lock held with `token`: into copy `copies`
+    /// or all of them, as `flags` ([`UPDATE_ANY`], [`UPDATE_NOEXIST`], [`UPDATE_EXIST`]) allow.
     fn update<T: Transport + ?Sized>(
         t: &T,
         m: &MapRef,
@@ -365,6 +422,7 @@ pub trait MapOps {
         copies: Copies,
         token: u64,
     ) -> Result<(), MapError>;
+    /// Removes `key` under the map's lock held with `token`; [`MapError::NotFound`] if absent.
     fn delete<T: Transport + ?Sized>(
         t: &T,
         m: &MapRef,
@@ -392,6 +450,7 @@ macro_rules! dispatch {
     };
 }
 
+/// [`MapOps::lookup_ref`] of `m`'s type.
 pub fn lookup_ref<T: Transport + ?Sized>(
     t: &T,
     m: &MapRef,
@@ -401,6 +460,7 @@ pub fn lookup_ref<T: Transport + ?Sized>(
     dispatch!(m, "lookup", lookup_ref(t, m, key, copy))
 }
 
+/// [`MapOps::lookup`] of `m`'s type, after checking `out` holds [`MapRef::lookup_len`] bytes.
 pub fn lookup<T: Transport + ?Sized>(
     t: &T,
     m: &MapRef,
@@ -418,6 +478,7 @@ pub fn lookup<T: Transport + ?Sized>(
     dispatch!(m, "lookup", lookup(t, m, key, out))
 }
 
+/// [`MapOps::update`] of `m`'s type, after checking `flags`, the value's size and the copy.
 pub fn update<T: Transport + ?Sized>(
     t: &T,
     m: &MapRef,
@@ -446,6 +507,7 @@ pub fn update<T: Transport + ?Sized>(
     dispatch!(m, "update", update(t, m, key, value, flags, copies, token))
 }
 
+/// [`MapOps::delete`] of `m`'s type.
 pub fn delete<T: Transport + ?Sized>(
     t: &T,
     m: &MapRef,
@@ -455,6 +517,7 @@ pub fn delete<T: Transport + ?Sized>(
     dispatch!(m, "delete", delete(t, m, key, token))
 }
 
+/// [`MapOps::next_key`] of `m`'s type, after checking `out` holds a key.
 pub fn next_key<T: Transport + ?Sized>(
     t: &T,
     m: &MapRef,
@@ -751,8 +814,11 @@ pub fn create<T: Transport + ?Sized>(
 /// A live map's meta entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MapInfo {
+    /// The map's id.
     pub id: u32,
+    /// Its name, as created.
     pub name: String,
+    /// Its header, read and checked.
     pub map: MapRef,
     /// Bytes allocated for the object.
     pub size: u64,

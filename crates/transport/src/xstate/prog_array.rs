@@ -102,6 +102,8 @@ pub fn forget_target<T: Transport + ?Sized>(t: &T, entry: u64) -> Result<(), Map
     Ok(())
 }
 
+/// [`MapOps`] of program arrays: raw active words, each set or cleared with one 8-byte
+/// write (tail-call targets are published with [`publish_target`]).
 pub struct ProgArrayMap;
 
 fn element(m: &MapRef, key: &[u8]) -> Result<Option<u64>, MapError> {

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rdx_bpf::isa::{AluOp, AtomicOp, CallTarget, Insn, Operand, Reg, Size, Width, STACK_SIZE};
 
-use crate::translate::FuncPlan;
+use super::FuncPlan;
 
 /// What the analysis knows about one register.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,11 +5,13 @@
 //! - each register `r0`..`r10` is one Cranelift [`Variable`] of type `i64`, named by its index
 //!   in [`Translator::regs`]; `r10` is defined once, at entry, as the frame's top;
 //! - each eBPF frame's 512-byte stack is one explicit Cranelift stack slot of this function,
-//!   except the byte ranges [`crate::stack`] proves are only ever accessed whole through
+//!   except the byte ranges [`crate::plan::stack`] proves are only ever accessed whole through
 //!   non-escaping frame pointers, which are Cranelift variables (generic code only);
 //! - every eBPF instruction that starts a basic block has its own Cranelift block
 //!   ([`Translator::blocks`], indexed by slot), and the current slot index is known while
 //!   each instruction is lowered.
+
+mod deopt;
 
 use std::collections::HashMap;
 
@@ -27,13 +29,19 @@ use rdx_bpf::isa::{
     AluOp, AtomicOp, ByteOrder, CallTarget, ImmKind, Insn, JmpCond, Operand, Reg, Size, Width,
     NUM_REGS, STACK_SIZE,
 };
-use rdx_region::abi::{DeoptRunState, RunStatus, DEOPT_FRAME_BYTES, DEOPT_MAX_FRAMES};
+use rdx_region::abi::RunStatus;
 
 use crate::artifact::{Symbol, HELPER_TABLE_SYMBOL};
-use crate::compile::{
-    callee_index, plain_constant, BlindingKeys, CompileError, CompileOptions, EntryAbi, Expect,
-    HelperCalls, InlineArray,
+use crate::blinding::{blinds_constants, has_chosen_constant, plain_constant, BlindingKeys};
+use crate::error::CompileError;
+use crate::options::{branch_sites, CompileOptions, EntryAbi, Expect, HelperCalls, InlineArray};
+use crate::plan::loops::{self, Versioned};
+use crate::plan::stack::{self, StackPlan};
+use crate::plan::{
+    callee_index, live_registers, live_slots, may_tail_call, uses_defs, FuncPlan,
+    BPF_FUNC_TAIL_CALL,
 };
+use deopt::DEOPT_STACK_TOP;
 
 /// Helper id of `bpf_map_lookup_elem`.
 const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
@@ -51,17 +59,6 @@ pub(crate) const NS_SYMBOL: u32 = 1;
 /// Byte offsets in [`rdx_region::abi::RunState`].
 const RUN_BUDGET: i32 = 0;
 const RUN_STATUS: i32 = 8;
-/// Offset of the end of the eBPF stack in a [`DeoptRunState`] (the entry frame's `r10`).
-const DEOPT_STACK_TOP: i64 =
-    (DeoptRunState::OFF_STACK + DEOPT_MAX_FRAMES * DEOPT_FRAME_BYTES) as i64;
-
-/// One eBPF function: slots `start..end` of the program.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct FuncPlan {
-    pub start: usize,
-    pub end: usize,
-}
-
 fn mem() -> MemFlagsData {
     // eBPF loads may be unaligned (packet data) and the verifier, not a trap handler, is what
     // makes them safe: no `aligned`, no `notrap` promises to the code generator.
@@ -84,11 +81,11 @@ struct Translator<'a, 'b> {
     budget: Option<Variable>,
     run_state: Value,
     /// The frame's stack: a Cranelift stack slot (generic code), or for elite code the
-    /// address of its 512 bytes in the [`DeoptRunState`] (where the interpreter expects
+    /// address of its 512 bytes in the [`rdx_region::abi::DeoptRunState`] (where the interpreter expects
     /// them).
     stack: FrameStack,
     /// Frame accesses known exactly (generic code whose frame pointers never escape).
-    stack_plan: Option<crate::stack::StackPlan>,
+    stack_plan: Option<StackPlan>,
     /// Frame byte ranges kept in variables (offset from the frame's base → variable and its
     /// type, the width of every access to it).
     promoted: HashMap<i32, (Variable, Type)>,
@@ -103,10 +100,10 @@ struct Translator<'a, 'b> {
     /// Slots whose block is a loop exit stub (see `translate_function`), laid out cold.
     exit_stubs: Vec<bool>,
     /// Counted-loop latches whose `jne` is compiled as this ordered condition
-    /// ([`crate::loops::ordered_latches`]).
+    /// ([`loops::ordered_latches`]).
     ordered_latches: HashMap<usize, JmpCond>,
-    /// Counted loops compiled twice, by head slot ([`crate::loops::versioned_loops`]).
-    versioned: HashMap<usize, crate::loops::Versioned>,
+    /// Counted loops compiled twice, by head slot ([`loops::versioned_loops`]).
+    versioned: HashMap<usize, Versioned>,
     /// While the unchecked copy of a versioned loop is lowered: its left-out checks and the
     /// direction each goes.
     unchecked: HashMap<usize, bool>,
@@ -187,150 +184,6 @@ fn int_sig(isa: &dyn TargetIsa, params: usize) -> Signature {
     sig
 }
 
-/// Which slots of `plan` run: everything reachable from its start, where a guarded jump only
-/// continues in its expected direction.
-fn live_slots(insns: &[Insn], plan: FuncPlan, opts: &CompileOptions) -> Vec<bool> {
-    let mut live = vec![false; plan.end - plan.start];
-    let mut work = vec![plan.start];
-    let guard = |pc: usize| opts.speculation.as_ref().and_then(|s| s.guards.get(&pc));
-    while let Some(pc) = work.pop() {
-        if pc < plan.start || pc >= plan.end || live[pc - plan.start] {
-            continue;
-        }
-        live[pc - plan.start] = true;
-        let insn = &insns[pc];
-        match insn {
-            Insn::Exit => {}
-            Insn::Ja { .. } => work.extend(insn.jump_target(pc).map(|t| t as usize)),
-            Insn::Jmp { .. } => {
-                let target = insn.jump_target(pc).map(|t| t as usize);
-                match guard(pc) {
-                    Some(Expect::Taken) => work.extend(target),
-                    Some(Expect::NotTaken) => work.push(pc + 1),
-                    None => {
-                        work.extend(target);
-                        work.push(pc + 1);
-                    }
-                }
-            }
-            Insn::LoadImm64 { .. } => work.push(pc + 2),
-            _ => work.push(pc + 1),
-        }
-    }
-    live
-}
-
-/// Whether `insn` carries a constant that blinding must hide (see
-/// [`crate::compile::plain_constant`]).
-fn has_chosen_constant(insn: &Insn) -> bool {
-    match *insn {
-        Insn::Alu {
-            op: AluOp::Lsh | AluOp::Rsh | AluOp::Arsh,
-            ..
-        } => false,
-        Insn::Alu {
-            src: Operand::Imm(k),
-            ..
-        }
-        | Insn::Jmp {
-            src: Operand::Imm(k),
-            ..
-        }
-        | Insn::Store {
-            src: Operand::Imm(k),
-            ..
-        } => !plain_constant(k as i64),
-        Insn::LoadImm64 {
-            kind: ImmKind::Imm,
-            imm_lo,
-            imm_hi,
-            ..
-        } => !plain_constant(Insn::imm64(imm_lo, imm_hi) as i64),
-        _ => false,
-    }
-}
-
-/// Registers `r0`..`r9` (bit `i` = `ri`) that instruction `insn` reads and writes.
-pub(crate) fn uses_defs(insn: &Insn) -> (u16, u16) {
-    let bit = |r: Reg| 1u16 << r.index();
-    let op = |o: &Operand| match o {
-        Operand::Reg(r) => bit(*r),
-        Operand::Imm(_) => 0,
-    };
-    const ARGS: u16 = 0b11_1110;
-    match insn {
-        Insn::Alu {
-            op: AluOp::Mov | AluOp::MovSx(_),
-            dst,
-            src,
-            ..
-        } => (op(src), bit(*dst)),
-        Insn::Alu { dst, src, .. } => (bit(*dst) | op(src), bit(*dst)),
-        Insn::Endian { dst, .. } => (bit(*dst), bit(*dst)),
-        Insn::Jmp { dst, src, .. } => (bit(*dst) | op(src), 0),
-        Insn::Ja { .. } | Insn::LoadImm64Hi => (0, 0),
-        Insn::Load { dst, base, .. } => (bit(*base), bit(*dst)),
-        Insn::Store { base, src, .. } => (bit(*base) | op(src), 0),
-        Insn::Atomic {
-            op: aop,
-            fetch,
-            base,
-            src,
-            ..
-        } => {
-            if *aop == AtomicOp::CmpXchg {
-                (bit(*base) | bit(*src) | 1, 1)
-            } else {
-                (bit(*base) | bit(*src), if *fetch { bit(*src) } else { 0 })
-            }
-        }
-        Insn::LoadImm64 { dst, .. } => (0, bit(*dst)),
-        Insn::Call(CallTarget::Reg(r)) => (ARGS | bit(*r), ARGS | 1),
-        // Helpers and subprograms clobber r1..r5 and return in r0; r6..r9 survive.
-        Insn::Call(_) => (ARGS, ARGS | 1),
-        Insn::Exit => (1, 0),
-    }
-}
-
-/// For each slot of `plan`, the registers `r0`..`r9` live on entry to it: read on some path
-/// before being written. A deoptimisation exit only materialises those (and `r10`): the
-/// interpreter that resumes never reads the others, and not keeping them alive to every
-/// guard is what keeps the hot path free of spills.
-fn live_registers(insns: &[Insn], plan: FuncPlan) -> Vec<u16> {
-    let n = plan.end - plan.start;
-    let succ = |pc: usize| -> [Option<usize>; 2] {
-        let insn = &insns[pc];
-        let target = insn.jump_target(pc).map(|t| t as usize);
-        match insn {
-            Insn::Exit => [None, None],
-            Insn::Ja { .. } => [target, None],
-            Insn::Jmp { .. } => [target, Some(pc + 1)],
-            Insn::LoadImm64 { .. } => [Some(pc + 2), None],
-            _ => [Some(pc + 1), None],
-        }
-    };
-    let mut live = vec![0u16; n];
-    loop {
-        let mut changed = false;
-        for pc in (plan.start..plan.end).rev() {
-            let out = succ(pc)
-                .into_iter()
-                .flatten()
-                .filter(|s| (plan.start..plan.end).contains(s))
-                .fold(0u16, |acc, s| acc | live[s - plan.start]);
-            let (uses, defs) = uses_defs(&insns[pc]);
-            let new = uses | (out & !defs);
-            if new != live[pc - plan.start] {
-                live[pc - plan.start] = new;
-                changed = true;
-            }
-        }
-        if !changed {
-            return live;
-        }
-    }
-}
-
 /// Lowers function `fi` of `plans` into `func`; returns how many of its slots it compiled.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn translate_function(
@@ -346,7 +199,7 @@ pub(crate) fn translate_function(
 ) -> Result<usize, CompileError> {
     let plan = plans[fi];
     let is_entry = fi == 0;
-    let elite = opts.speculation.is_some();
+    let elite = opts.speculation().is_some();
     let nparams = if is_entry {
         match opts.entry_abi {
             EntryAbi::Standard => 2,
@@ -389,7 +242,7 @@ pub(crate) fn translate_function(
     let stack_plan = if elite {
         None
     } else {
-        crate::stack::plan_stack(insns, plan, &live, |pc| {
+        stack::plan_stack(insns, plan, &live, |pc| {
             matches!(
                 insns[pc],
                 Insn::Call(CallTarget::Helper(BPF_FUNC_MAP_LOOKUP_ELEM))
@@ -465,7 +318,7 @@ pub(crate) fn translate_function(
         let left = b.ins().load(I64, run_mem(), run_state, RUN_BUDGET);
         b.def_var(v, left);
     }
-    let blinding = (crate::compile::blinds_constants(opts)
+    let blinding = (blinds_constants(opts)
         && insns[plan.start..plan.end].iter().any(has_chosen_constant))
     .then(|| {
         let base = keys.next();
@@ -526,13 +379,13 @@ pub(crate) fn translate_function(
     } else {
         0b11_1100_0001
     };
-    let counted = crate::loops::counted_loops(insns, plan, initial_zero);
+    let counted = loops::counted_loops(insns, plan, initial_zero);
     let ordered_latches = counted.iter().map(|l| (l.latch, l.ordered)).collect();
     // Elite and scouting builds keep one compiled site per slot (guards, counters).
-    let versioned = if elite || opts.branch_counters.is_some() {
+    let versioned = if elite || opts.branch_counters().is_some() {
         HashMap::new()
     } else {
-        crate::loops::versioned_loops(insns, plan, &counted)
+        loops::versioned_loops(insns, plan, &counted)
             .into_iter()
             .map(|v| (v.head, v))
             .collect()
@@ -542,8 +395,8 @@ pub(crate) fn translate_function(
     } else {
         Vec::new()
     };
-    let branch_index = if opts.branch_counters.is_some() {
-        crate::compile::branch_sites(insns)
+    let branch_index = if opts.branch_counters().is_some() {
+        branch_sites(insns)
             .into_iter()
             .enumerate()
             .filter(|(_, pc)| (plan.start..plan.end).contains(pc))
@@ -590,7 +443,7 @@ pub(crate) fn translate_function(
         exhausted: None,
         bad_helper: None,
         // A tail call (or a `callx`, which may be one) ends the run when it succeeds.
-        may_stop: opts.needs_budget || elite || insns.iter().any(crate::compile::may_tail_call),
+        may_stop: opts.needs_budget || elite || insns.iter().any(may_tail_call),
         meters: Vec::new(),
         helper_sig,
         local_sig,
@@ -690,7 +543,7 @@ impl Translator<'_, '_> {
     /// Lowers a versioned loop from its head's block, where every entry arrives: a test of
     /// the loop's bounds, then the loop as it is (bounds not known to hold) and a copy whose
     /// decided checks are plain jumps (bounds hold). Both copies leave to the same blocks.
-    fn versioned_loop(&mut self, v: &crate::loops::Versioned) -> Result<(), CompileError> {
+    fn versioned_loop(&mut self, v: &Versioned) -> Result<(), CompileError> {
         let at = |pc: usize| pc - self.plan.start;
         let (head, latch) = (at(v.head), at(v.latch));
         let entry = self.blocks[head].expect("a loop head has a block");
@@ -741,7 +594,7 @@ impl Translator<'_, '_> {
     }
 
     /// Whether every bound of a versioned loop holds, from the registers on entry.
-    fn bounds_hold(&mut self, bounds: &[crate::loops::Bound]) -> Value {
+    fn bounds_hold(&mut self, bounds: &[loops::Bound]) -> Value {
         let mut all = None;
         for bound in bounds {
             let value = match bound.value {
@@ -807,8 +660,7 @@ impl Translator<'_, '_> {
                 }
                 let guard = self
                     .opts
-                    .speculation
-                    .as_ref()
+                    .speculation()
                     .and_then(|s| s.guards.get(&pc).copied());
                 match self.latch_override {
                     Some((at, Latch::GoOn(next))) if at == pc => {
@@ -820,7 +672,7 @@ impl Translator<'_, '_> {
                 // A check the versioned loop's entry decided for every iteration, or a null
                 // test whose outcome is known.
                 let decided = self.unchecked.get(&pc).copied().or_else(|| {
-                    (guard.is_none() && self.opts.branch_counters.is_none())
+                    (guard.is_none() && self.opts.branch_counters().is_none())
                         .then(|| self.null_test_outcome(width, cond, dst, src))
                         .flatten()
                 });
@@ -1029,97 +881,6 @@ impl Translator<'_, '_> {
                 .load(I64, run_mem(), self.run_state, RUN_BUDGET);
             self.b.def_var(var, left);
         }
-    }
-
-    /// This frame's index in the [`DeoptRunState`] stack: `(top - r10) / 512`.
-    fn frame_depth(&mut self) -> Value {
-        let top = self.b.ins().iadd_imm_s(self.run_state, DEOPT_STACK_TOP);
-        let r10 = self.reg(Reg(10));
-        let below = self.b.ins().isub(top, r10);
-        self.b
-            .ins()
-            .ushr_imm_u(below, STACK_SIZE.trailing_zeros() as i64)
-    }
-
-    /// A failed guard at `pc`: materialise the exact eBPF state of this frame (every register
-    /// live at `pc`, and `r10`; the slot; the frame depth; the stack already lives in the
-    /// [`DeoptRunState`]) and leave with [`RunStatus::Deopt`]. Callers record their own
-    /// frames as they unwind. Dead registers are left as they were: nothing reads them.
-    fn deopt_exit(&mut self, pc: usize) {
-        let live = self.live_regs[pc - self.plan.start] | 1 << 10;
-        for i in (0..=10u8).filter(|i| live & (1 << i) != 0) {
-            let v = self.reg(Reg(i));
-            self.b.ins().store(
-                run_mem(),
-                v,
-                self.run_state,
-                (DeoptRunState::OFF_REGS + 8 * i as usize) as i32,
-            );
-        }
-        let pcv = self.b.ins().iconst(I32, pc as i64);
-        self.b
-            .ins()
-            .store(run_mem(), pcv, self.run_state, DeoptRunState::OFF_PC as i32);
-        let depth = self.frame_depth();
-        let depth = self.b.ins().ireduce(I32, depth);
-        self.b.ins().store(
-            run_mem(),
-            depth,
-            self.run_state,
-            DeoptRunState::OFF_DEPTH as i32,
-        );
-        self.store_budget();
-        self.stop(RunStatus::Deopt);
-    }
-
-    /// Unwinding past a local call after the callee stopped: record this frame (where it
-    /// continues, its callee-saved registers) at its depth in the [`DeoptRunState`].
-    fn record_caller_frame(&mut self, ret_pc: usize) {
-        let depth = self.frame_depth();
-        let offset = self.b.ins().imul_imm_s(
-            depth,
-            std::mem::size_of::<rdx_region::abi::DeoptFrame>() as i64,
-        );
-        let frames = self
-            .b
-            .ins()
-            .iadd_imm_s(self.run_state, DeoptRunState::OFF_FRAMES as i64);
-        let at = self.b.ins().iadd(frames, offset);
-        let ret = self.b.ins().iconst(I64, ret_pc as i64);
-        self.b.ins().store(run_mem(), ret, at, 0);
-        // Callee-saved registers the caller still reads after the call.
-        let live = self
-            .live_regs
-            .get(ret_pc - self.plan.start)
-            .copied()
-            .unwrap_or(0);
-        for i in (0..4u8).filter(|i| live & (1 << (6 + i)) != 0) {
-            let v = self.reg(Reg(6 + i));
-            self.b.ins().store(run_mem(), v, at, 8 + 8 * i as i32);
-        }
-    }
-
-    /// Scouting: one more run through this jump's direction `c` in its counter pair.
-    fn count_branch(&mut self, pc: usize, c: Value) {
-        let Some(counters) = &self.opts.branch_counters else {
-            return;
-        };
-        let symbol = counters.symbol.clone();
-        let index = self.branch_index[&pc] as i64;
-        let base = self.symbol_value(symbol, 0);
-        let taken = self.b.ins().uextend(I64, c);
-        let inc = self.b.ins().ishl_imm_u(taken, 3);
-        let pair = self.b.ins().iadd_imm_s(base, 16 * index);
-        let addr = self.b.ins().iadd(pair, inc);
-        let one = self.b.ins().iconst(I64, 1);
-        // Atomic so that concurrent runs never lose counts; the counters are only read.
-        self.b.ins().atomic_rmw(
-            I64,
-            MemFlagsData::new().with_aligned(),
-            AtomicRmwOp::Add,
-            addr,
-            one,
-        );
     }
 
     /// The low 32 bits of a register value. Most 32-bit operands are results of earlier
@@ -1711,7 +1472,7 @@ impl Translator<'_, '_> {
                 let r0 = self.b.inst_results(call)[0];
                 self.set(Reg(0), r0);
                 self.reload_budget();
-                if id as i32 == crate::compile::BPF_FUNC_TAIL_CALL {
+                if id as i32 == BPF_FUNC_TAIL_CALL {
                     self.return_if_stopped();
                 }
             }
@@ -1734,7 +1495,7 @@ impl Translator<'_, '_> {
                 };
                 let mut args = self.args();
                 args.push(self.run_state);
-                if self.opts.speculation.is_some() {
+                if self.opts.speculation().is_some() {
                     let top = self.reg(Reg(10));
                     args.push(top);
                 }
@@ -1755,7 +1516,7 @@ impl Translator<'_, '_> {
                     self.b.set_cold_block(unwind);
                     self.b.ins().brif(status, unwind, &[], cont, &[]);
                     self.b.switch_to_block(unwind);
-                    if self.opts.speculation.is_some() {
+                    if self.opts.speculation().is_some() {
                         self.record_caller_frame(pc + 1);
                     }
                     let zero = self.b.ins().iconst(I64, 0);

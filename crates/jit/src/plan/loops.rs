@@ -29,7 +29,7 @@ use std::collections::HashMap;
 
 use rdx_bpf::isa::{AluOp, ImmKind, Insn, JmpCond, Operand, Reg, Width};
 
-use crate::translate::{uses_defs, FuncPlan};
+use super::{uses_defs, FuncPlan};
 
 /// A loop of one function closed by `jne counter, N` that counts exactly to `N` (see the
 /// module documentation).

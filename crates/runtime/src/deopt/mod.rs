@@ -1,17 +1,27 @@
-//! Continuing a deoptimised run in the host: when an elite artifact stops at a failed guard
-//! (`RunStatus::Deopt`), the run goes on from the exact state it handed over, in the
-//! fallback image the control plane wrote beside that code (`docs/deopt.md`,
-//! `docs/region.md` "Elite code records"), on this thread, before the run leaves its epoch.
+//! Deoptimisation in the host: continuing a run that an elite artifact stopped at a failed
+//! guard (`RunStatus::Deopt`) from the exact state it handed over, in the fallback image the
+//! control plane wrote beside that code (`docs/deopt.md`, `docs/region.md` "Elite code
+//! records").
+//!
+//! Here: synchronous resumption ([`resume`], on the run's own thread before it leaves its
+//! epoch) and the state transfer of a run that leaves its thread ([`transfer`]). Elsewhere
+//! in this crate: `hook/stopped.rs` sends a stopped run here (or to queued mode), counting
+//! it in the thread's `deopts` cell; `hook/queued.rs` is the host's queued mode
+//! ([`crate::queued`]); `thread.rs` keeps each thread's `DeoptRunState`. Elsewhere in rdx:
+//! `docs/deopt.md`, "Where deopt lives".
 //!
 //! Nothing here parses, verifies or lowers a program: the image is already lowered and
 //! linked for this region, and `rdx_exec` only executes it.
 
-use crate::hook::Prepared;
-use crate::runtime::Inner;
+pub mod transfer;
+
+use crate::inner::Inner;
 use crate::thread;
 use rdx_exec::image::{self, HelperCall, HelperTable, Image};
 use rdx_exec::machine::HelperReturn;
-use rdx_region::abi::{DeoptRunState, FallbackLocator, RunState, RunStatus, FALLBACK_MAGIC};
+use rdx_region::abi::{
+    DeoptRunState, EntryFn, FallbackLocator, RunState, RunStatus, FALLBACK_MAGIC,
+};
 use rdx_region::layout::SectionId;
 use std::sync::atomic::AtomicU64;
 
@@ -98,21 +108,22 @@ impl HelperCall for HostHelpers<'_> {
     }
 }
 
-/// Continues the run `run` (which ended with `RunStatus::Deopt`) in its fallback image;
+/// Continues the run that called `entry` with `state` (and ended with `RunStatus::Deopt`) in
+/// its fallback image;
 /// returns its final `r0`, or `None` if it cannot be finished: the code has no image (no
 /// locator before its entry, or one that does not describe an image inside the code
 /// arena), the image or the state is refused, or the resumed part stops (budget spent, a
 /// missing helper).
 ///
 /// Called from the hook's stopped path, before the run leaves its epoch.
-pub(crate) fn resume(inner: &Inner, run: &Prepared) -> Option<u64> {
-    let image = image_of(inner, run.entry as usize as u64)?;
+pub(crate) fn resume(inner: &Inner, entry: EntryFn, state: *mut RunState) -> Option<u64> {
+    let image = image_of(inner, entry as usize as u64)?;
     // SAFETY: the image was written by the control plane beside the elite code that just
     // ran (same record, same version, published together), lowered from the same verified
-    // program and linked for this region; `run.state` is this run's `DeoptRunState`, which
+    // program and linked for this region; `state` is this run's `DeoptRunState`, which
     // the elite code filled at its failed guard and nothing else uses meanwhile (helpers
     // reach it through this thread's state, as during native code).
-    unsafe { resume_in(inner, image, run.state.cast::<DeoptRunState>()) }
+    unsafe { resume_in(inner, image, state.cast::<DeoptRunState>()) }
 }
 
 /// Continues a queued run (on the fallback worker's thread, inside its epoch) in `image`,
