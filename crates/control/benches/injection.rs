@@ -24,7 +24,7 @@
 
 use rdx_bpf::isa::Insn;
 use rdx_bpf::program::{MapDef, MapOrigin, MapType};
-use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension};
+use rdx_control::{create_codeflow, AttachOptions, CodeFlow, Extension};
 use rdx_test_support::programs::{generate, path_sensitive, Shape};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -213,8 +213,9 @@ fn host_main(path: &str) {
                     continue;
                 }
                 idle_r.store(false, Ordering::Relaxed);
-                let flow = cf
-                    .get_or_insert_with(|| create_codeflow(&address, ExtSpec::default()).unwrap());
+                let flow = cf.get_or_insert_with(|| {
+                    create_codeflow(&address, AttachOptions::default()).unwrap()
+                });
                 flow.deploy(HOOK, &ext, None, None).unwrap();
                 deploys += 1;
                 if deploys.is_multiple_of(8) {
@@ -760,7 +761,7 @@ fn main() {
     let mut host = HostProc::start();
     pin_to_cpu(1);
     let address = format!("shm:{}", host.path);
-    let mut cf = create_codeflow(&address, ExtSpec::default()).expect("attach");
+    let mut cf = create_codeflow(&address, AttachOptions::default()).expect("attach");
     // `-- latency` or `-- throughput` runs one part.
     let only: Vec<String> = std::env::args()
         .skip(1)

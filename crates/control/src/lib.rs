@@ -22,11 +22,11 @@
 //! holds a lock across nodes: one [`CodeFlow`] per node, independent of the others.
 //!
 //! ```no_run
-//! use rdx_control::{create_codeflow, registry::Registry, Extension, ExtSpec};
+//! use rdx_control::{create_codeflow, registry::Registry, Extension, AttachOptions};
 //! let registry = Registry::open(&rdx_control::registry::default_state_dir())?;
 //! let object = rdx_bpf::loader::load(&std::fs::read("count.o")?)?;
 //! let ext = Extension::from_object(&object, None)?;
-//! let mut cf = create_codeflow("shm:/dev/shm/rdx-kv-1234", ExtSpec::default())?;
+//! let mut cf = create_codeflow("shm:/dev/shm/rdx-kv-1234", AttachOptions::default())?;
 //! let v = cf.deploy("on_get", &ext, None, Some(&registry))?;
 //! println!("version {} live (generation {})", v.version, v.generation);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -41,8 +41,8 @@ pub mod registry;
 pub mod tier;
 
 pub use codeflow::{
-    create_codeflow, create_codeflow_read_only, CodeFlow, Compiled, DeployObserver, DeployStage,
-    DeployTimings, ExtSpec, Extension, HeldVersion, Prepared, Published, Reclaimed, StageDone,
+    create_codeflow, create_codeflow_read_only, AttachOptions, CodeFlow, Compiled, DeployObserver,
+    DeployStage, DeployTimings, Extension, HeldVersion, Prepared, Published, Reclaimed, StageDone,
     Validated,
 };
 pub use error::{ControlError, Result, Unverified};

@@ -5,7 +5,7 @@ mod common;
 
 use common::{extension, state_dir, Host};
 use rdx_control::registry::Registry;
-use rdx_control::{create_codeflow, ControlError, ExtSpec, Unverified};
+use rdx_control::{create_codeflow, AttachOptions, ControlError, Unverified};
 use std::time::Duration;
 
 #[test]
@@ -17,7 +17,7 @@ fn deploy_upgrade_rollback_detach_across_processes() {
         "nothing attached: the hook's default"
     );
     let reg = Registry::open(&state_dir("cycle")).unwrap();
-    let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&host.address(), AttachOptions::default()).unwrap();
 
     let a = extension("plus_one");
     let v1 = cf.deploy("on_request", &a, None, Some(&reg)).unwrap();
@@ -79,7 +79,7 @@ fn deploy_upgrade_rollback_detach_across_processes() {
 #[test]
 fn a_rejected_program_never_reaches_the_node() {
     let mut host = Host::start("reject", &[]);
-    let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&host.address(), AttachOptions::default()).unwrap();
     cf.deploy("on_request", &extension("plus_one"), None, None)
         .unwrap();
     let before = cf.arena_usage().unwrap();
@@ -110,7 +110,7 @@ fn a_rejected_program_never_reaches_the_node() {
 #[test]
 fn a_verdict_is_refused_for_another_hook_or_program() {
     let mut host = Host::start("unverified", &[]);
-    let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&host.address(), AttachOptions::default()).unwrap();
     let plus_one = extension("plus_one");
     let times_two = extension("times_two");
     let checked = cf.validate_code(&plus_one, "on_request", None).unwrap();
@@ -155,7 +155,7 @@ fn the_library_records_every_publication_in_the_history() {
     use rdx_control::{DeployObserver, DeployStage, DeployTimings, StageDone};
     let host = Host::start("history", &[]);
     let reg = Registry::open(&state_dir("history")).unwrap();
-    let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&host.address(), AttachOptions::default()).unwrap();
     cf.record_history(reg.clone(), "kv");
     let a = extension("plus_one").with_origin("plus_one.o");
     /// Stages as an observer hears them, with the timings observer inside.
@@ -250,7 +250,7 @@ fn a_verdict_covers_writable_initial_data_but_not_read_only_data() {
 fn a_full_code_arena_is_refused_and_the_old_version_stays() {
     // 64 KiB of code arena: the smallest the layout allows.
     let mut host = Host::start("full", &["--code-size", "65536"]);
-    let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&host.address(), AttachOptions::default()).unwrap();
     cf.deploy("on_request", &extension("plus_one"), None, None)
         .unwrap();
     // A program larger than the arena.
@@ -311,9 +311,9 @@ fn a_full_code_arena_is_refused_and_the_old_version_stays() {
 #[test]
 fn two_control_planes_contend_for_the_lease() {
     let mut host = Host::start("lease", &[]);
-    let spec = ExtSpec {
+    let spec = AttachOptions {
         lease_ttl: Duration::from_millis(2500),
-        ..ExtSpec::default()
+        ..AttachOptions::default()
     };
     let mut first = create_codeflow(&host.address(), spec.clone()).unwrap();
     let mut second = create_codeflow(&host.address(), spec).unwrap();
@@ -345,7 +345,7 @@ fn two_control_planes_contend_for_the_lease() {
     assert_eq!(host.request(1), (2, 2));
     // A holder that stops renewing (as if it died) loses the lease once it expires.
     std::mem::forget(second);
-    let mut third = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    let mut third = create_codeflow(&host.address(), AttachOptions::default()).unwrap();
     assert!(matches!(
         third.detach("on_request"),
         Err(ControlError::LeaseHeld { .. })
@@ -358,7 +358,7 @@ fn two_control_planes_contend_for_the_lease() {
 #[test]
 fn a_dead_or_restarted_host_is_named() {
     let mut host = Host::start("dead", &[]);
-    let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&host.address(), AttachOptions::default()).unwrap();
     cf.deploy("on_request", &extension("plus_one"), None, None)
         .unwrap();
     // Keep the region file: the host dies without tearing down.
@@ -375,7 +375,8 @@ fn a_dead_or_restarted_host_is_named() {
         ),
         "{err}"
     );
-    let err = create_codeflow(&format!("shm:{}", keep.display()), ExtSpec::default()).unwrap_err();
+    let err =
+        create_codeflow(&format!("shm:{}", keep.display()), AttachOptions::default()).unwrap_err();
     assert!(
         matches!(
             err,
@@ -384,8 +385,8 @@ fn a_dead_or_restarted_host_is_named() {
         "{err}"
     );
     let _ = std::fs::remove_file(&keep);
-    assert!(create_codeflow("shm:/dev/shm/rdx-no-such-region", ExtSpec::default()).is_err());
-    assert!(create_codeflow("rdma:somewhere", ExtSpec::default())
+    assert!(create_codeflow("shm:/dev/shm/rdx-no-such-region", AttachOptions::default()).is_err());
+    assert!(create_codeflow("rdma:somewhere", AttachOptions::default())
         .unwrap_err()
         .to_string()
         .contains("unknown transport scheme"));
@@ -398,7 +399,8 @@ fn a_region_of_another_layout_version_is_refused() {
     let mut bytes = std::fs::read(&host.path).unwrap();
     bytes[8] = 9; // layout_version
     std::fs::write(&copy, &bytes).unwrap();
-    let err = create_codeflow(&format!("shm:{}", copy.display()), ExtSpec::default()).unwrap_err();
+    let err =
+        create_codeflow(&format!("shm:{}", copy.display()), AttachOptions::default()).unwrap_err();
     let _ = std::fs::remove_file(&copy);
     assert!(err.to_string().contains("layout version 9"), "{err}");
 }
@@ -417,7 +419,7 @@ fn mapped_and_unmapped_deploys_write_the_linked_code() {
     let a = extension("plus_one");
     let b = extension("times_two");
 
-    let mut mapped = create_codeflow(&address, ExtSpec::default()).unwrap();
+    let mut mapped = create_codeflow(&address, AttachOptions::default()).unwrap();
     let checked = mapped.validate_code(&a, "on_request", None).unwrap();
     let compiled = mapped.jit_compile_code(&a, &checked, None).unwrap();
     let v1 = mapped.deploy_prog("on_request", &a, &compiled).unwrap();
@@ -435,7 +437,7 @@ fn mapped_and_unmapped_deploys_write_the_linked_code() {
 
     let shm = rdx_transport::shm::ShmTransport::open(&path).unwrap();
     let mut unmapped =
-        rdx_control::CodeFlow::attach(Box::new(shm), &address, ExtSpec::default()).unwrap();
+        rdx_control::CodeFlow::attach(Box::new(shm), &address, AttachOptions::default()).unwrap();
     let checked = unmapped.validate_code(&b, "on_request", None).unwrap();
     let compiled = unmapped.jit_compile_code(&b, &checked, None).unwrap();
     let v2 = unmapped.deploy_prog("on_request", &b, &compiled).unwrap();

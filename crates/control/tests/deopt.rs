@@ -11,7 +11,7 @@ use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::maps::MapSet;
 use rdx_control::node::hook_status;
-use rdx_control::{create_codeflow, ExtSpec, Extension};
+use rdx_control::{create_codeflow, AttachOptions, Extension};
 use rdx_jit::{branch_sites, Expect, Speculation};
 
 fn request_classify() -> Extension {
@@ -62,7 +62,7 @@ fn failed_guards_continue_in_the_fallback_image_inside_the_host() {
     // every request of the mix fails some guard in at least one of them.
     for expect in [Expect::NotTaken, Expect::Taken] {
         let mut host = Host::start(&format!("deopt-{expect:?}"), &[]);
-        let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+        let mut cf = create_codeflow(&host.address(), AttachOptions::default()).unwrap();
         let checked = cf.validate_code(&ext, "on_request", None).unwrap();
         let speculation = Speculation {
             guards: sites.iter().map(|&pc| (pc, expect)).collect(),

@@ -7,7 +7,7 @@ mod common;
 
 use common::{extension, state_dir, Host};
 use rdx_control::registry::Registry;
-use rdx_control::{create_codeflow, ControlError, ExtSpec, Tier};
+use rdx_control::{create_codeflow, AttachOptions, ControlError, Tier};
 use rdx_jit::{branch_sites, Expect, Speculation};
 
 const VALUES: [u64; 8] = [5, 0, 999, 1000, 7, 123_456, 1, 5];
@@ -17,13 +17,13 @@ fn a_baseline_codeflow_deploys_records_and_caches_its_tier() {
     let mut opt = Host::start("tier-opt", &[]);
     let mut base = Host::start("tier-base", &[]);
     let reg = Registry::open(&state_dir("tier")).unwrap();
-    let mut cf_opt = create_codeflow(&opt.address(), ExtSpec::default()).unwrap();
+    let mut cf_opt = create_codeflow(&opt.address(), AttachOptions::default()).unwrap();
     assert_eq!(cf_opt.tier(), Tier::Optimizing, "the default");
     let mut cf_base = create_codeflow(
         &base.address(),
-        ExtSpec {
+        AttachOptions {
             tier: Tier::Baseline,
-            ..ExtSpec::default()
+            ..AttachOptions::default()
         },
     )
     .unwrap();
@@ -71,7 +71,7 @@ fn a_baseline_codeflow_deploys_records_and_caches_its_tier() {
         .unwrap();
     assert_eq!((v3.version, v3.tier), (3, Tier::Optimizing));
     drop(cf_base);
-    let mut later = create_codeflow(&base.address(), ExtSpec::default()).unwrap();
+    let mut later = create_codeflow(&base.address(), AttachOptions::default()).unwrap();
     let tiers: Vec<(u32, bool, Tier)> = later
         .versions("on_request")
         .unwrap()

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension};
+use rdx_control::{create_codeflow, AttachOptions, CodeFlow, Extension};
 use rdx_jit::{branch_sites, Expect, Speculation};
 use rdx_runtime::deopt::transfer::ContextLayout;
 use rdx_runtime::queued::{FallbackWorker, QueuedFallback};
@@ -131,7 +131,7 @@ fn main() {
     let hook = rt.hook("on_request").unwrap();
     let obj = rdx_bpf::loader::load(&rdx_testdata::object("deopt/request_classify")).unwrap();
     let ext = Extension::from_object(&obj, None).unwrap();
-    let mut cf = create_codeflow(&rt.address(), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&rt.address(), AttachOptions::default()).unwrap();
 
     // The profile of traffic 1..999: each conditional jump's direction on it, found by
     // publishing a one-guard build per jump and seeing whether a hot request deoptimises.

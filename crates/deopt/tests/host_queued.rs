@@ -14,7 +14,7 @@ use std::time::Duration;
 use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::maps::MapSet;
-use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension};
+use rdx_control::{create_codeflow, AttachOptions, CodeFlow, Extension};
 use rdx_jit::{branch_sites, Expect, Speculation};
 use rdx_runtime::deopt::transfer::{ContextLayout, PacketField, PacketRole};
 use rdx_runtime::queued::{Completed, FallbackWorker, QueuedFallback};
@@ -94,7 +94,7 @@ fn queued_runs_finish_in_the_worker_exactly_once() {
             &format!("deopt-queued-{expect:?}"),
             &eim::on_request(&["map_lookup_elem", "map_update_elem"]),
         );
-        let mut cf = create_codeflow(&rt.address(), ExtSpec::default()).unwrap();
+        let mut cf = create_codeflow(&rt.address(), AttachOptions::default()).unwrap();
         let checked = cf.validate_code(&ext, "on_request", None).unwrap();
         let speculation = Speculation {
             guards: sites.iter().map(|&pc| (pc, expect)).collect(),
@@ -253,7 +253,7 @@ fn queued_runs_read_their_packet_copy() {
             .build()
             .unwrap();
         rt.register().unwrap();
-        let mut cf = create_codeflow(&region.address(), ExtSpec::default()).unwrap();
+        let mut cf = create_codeflow(&region.address(), AttachOptions::default()).unwrap();
         let checked = cf.validate_code(&ext, "packet_in", Some("filter")).unwrap();
         let speculation = Speculation {
             guards: sites.iter().map(|&pc| (pc, expect)).collect(),
@@ -307,7 +307,7 @@ fn a_full_queue_finishes_runs_synchronously() {
         "deopt-queued-full",
         &eim::on_request(&["map_lookup_elem", "map_update_elem"]),
     );
-    let mut cf = create_codeflow(&rt.address(), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&rt.address(), AttachOptions::default()).unwrap();
     let checked = cf.validate_code(&ext, "on_request", None).unwrap();
     // Value 0 fails the first guard; every other jump is left unguarded.
     let first = branch_sites(ext.insns())[0];

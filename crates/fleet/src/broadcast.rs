@@ -23,7 +23,7 @@ use crate::error::{node_err, slot_err, transport_err, FleetError, Result};
 use crate::intent::{self, Durability, Entry, IntentLog};
 use crate::plan::Plan;
 use rdx_control::node::hook_status;
-use rdx_control::{create_codeflow, CodeFlow, Compiled, ExtSpec, Extension, Prepared};
+use rdx_control::{create_codeflow, AttachOptions, CodeFlow, Compiled, Extension, Prepared};
 use rdx_region::layout::{active_version, offsets};
 use rdx_transport::slot::{self, HeldUpdate, QuiesceError};
 use serde::Serialize;
@@ -80,7 +80,7 @@ impl Options {
         Options {
             state_dir: state_dir.into(),
             dry_run: false,
-            lease_ttl: ExtSpec::default().lease_ttl,
+            lease_ttl: AttachOptions::default().lease_ttl,
             crash_at: None,
             durability: None,
         }
@@ -233,10 +233,10 @@ fn check(
     attached: &mut HashMap<String, CodeFlow>,
     compiled_cache: &mut CompileCache,
 ) -> Result<Vec<NodeWork>> {
-    let spec = ExtSpec {
+    let spec = AttachOptions {
         holder: Some(holder),
         lease_ttl: ttl,
-        ..ExtSpec::default()
+        ..AttachOptions::default()
     };
     let workers = workers_for(plan.nodes.iter().map(|n| n.address.as_str()));
     let nodes: Vec<_> = plan
@@ -900,9 +900,9 @@ fn recover_node(
     entries: &[Entry],
     committed: bool,
 ) -> Result<Vec<String>> {
-    let spec = ExtSpec {
+    let spec = AttachOptions {
         holder: Some(holder),
-        ..ExtSpec::default()
+        ..AttachOptions::default()
     };
     let mut cf = match create_codeflow(address, spec) {
         Ok(cf) => cf,

@@ -15,7 +15,7 @@ use crate::broadcast::{crash_if, per_node, CrashPoint, Options};
 use crate::error::{node_err, slot_err, transport_err, FleetError, Result};
 use crate::intent::{Durability, Entry, IntentLog};
 use crate::plan::NodeSpec;
-use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension, Prepared};
+use rdx_control::{create_codeflow, AttachOptions, CodeFlow, Extension, Prepared};
 use rdx_region::layout::{active_version, MapType};
 use rdx_transport::slot::{self, QuiesceError};
 use rdx_transport::xstate::{self, Copies, MapRef, UPDATE_ANY};
@@ -189,10 +189,10 @@ pub fn migrate(
         return Err(refuse("source and target are the same node".into()));
     }
     let holder = rdx_control::lease::new_holder_id();
-    let spec = ExtSpec {
+    let spec = AttachOptions {
         holder: Some(holder),
         lease_ttl: opts.lease_ttl,
-        ..ExtSpec::default()
+        ..AttachOptions::default()
     };
     let t_check = Instant::now();
     let mut cfs = per_node(vec![source.clone(), target.clone()], 2, |n| {

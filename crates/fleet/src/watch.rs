@@ -25,7 +25,7 @@
 
 use crate::error::{node_err, transport_err, Result};
 use rdx_control::registry::Registry;
-use rdx_control::{create_codeflow, lease, CodeFlow, ControlError, ExtSpec};
+use rdx_control::{create_codeflow, lease, AttachOptions, CodeFlow, ControlError};
 use rdx_deopt::profile::{reprofile_decision, Reprofile};
 use rdx_region::layout::{active_version, offsets, HookCounters};
 use rdx_transport::slot;
@@ -418,7 +418,8 @@ pub fn watch_reprofiling(
 ) -> Result<Vec<Rollback>> {
     let mut watched = Vec::new();
     for t in targets {
-        let mut cf = create_codeflow(&t.address, ExtSpec::default()).map_err(node_err(&t.node))?;
+        let mut cf =
+            create_codeflow(&t.address, AttachOptions::default()).map_err(node_err(&t.node))?;
         if let Some(registry) = &opts.history {
             cf.record_history(registry.clone(), &t.node);
         }

@@ -25,16 +25,16 @@
 //! lease, and nothing in it is shared between nodes, so a fleet-wide operation runs one
 //! CodeFlow per node, in parallel and batched as it likes.
 //!
-//! The JIT tier ([`ExtSpec::tier`], [`CodeFlow::set_tier`]) decides which code generator
+//! The JIT tier ([`AttachOptions::tier`], [`CodeFlow::set_tier`]) decides which code generator
 //! builds what [`CodeFlow::jit_compile_code`] (and so [`CodeFlow::deploy`]) deploys; each
 //! version's code record in the node's region remembers it ([`HeldVersion::tier`]).
 //!
 //! ```no_run
-//! use rdx_control::{create_codeflow, Extension, ExtSpec};
+//! use rdx_control::{create_codeflow, Extension, AttachOptions};
 //! let bytes = std::fs::read("count.o")?;
 //! let object = rdx_bpf::loader::load(&bytes)?;
 //! let ext = Extension::from_object(&object, None)?;
-//! let mut cf = create_codeflow("shm:/dev/shm/rdx-kv-1234", ExtSpec::default())?;
+//! let mut cf = create_codeflow("shm:/dev/shm/rdx-kv-1234", AttachOptions::default())?;
 //! let deployed = cf.deploy("on_get", &ext, None, None)?;
 //! println!("hook on_get now runs version {}", deployed.version);
 //! cf.rollback("on_get", None)?;
@@ -76,9 +76,10 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// How a control plane attaches.
+/// How a control plane attaches to a node ([`create_codeflow`]): the architecture it compiles
+/// for, its lease, how long reclamation waits, and the JIT tier of its generic builds.
 #[derive(Clone, Debug)]
-pub struct ExtSpec {
+pub struct AttachOptions {
     /// Architecture the node's code must be compiled for (default: this machine's; a fabric
     /// node may differ).
     pub arch: Option<Arch>,
@@ -92,7 +93,7 @@ pub struct ExtSpec {
     pub tier: Tier,
 }
 
-impl Default for ExtSpec {
+impl Default for AttachOptions {
     fn default() -> Self {
         Self {
             arch: None,
@@ -106,7 +107,7 @@ impl Default for ExtSpec {
 
 /// Attaches to the node at `address` (`shm:/dev/shm/rdx-...`): reads and checks its header,
 /// EIM spec and context table. Takes no lease yet.
-pub fn create_codeflow(address: &str, spec: ExtSpec) -> Result<CodeFlow> {
+pub fn create_codeflow(address: &str, spec: AttachOptions) -> Result<CodeFlow> {
     let (t, mapped) = node::connect_mapped(address, node::Access::ReadWrite)?;
     let mut cf = CodeFlow::attach(t, address, spec)?;
     cf.mapped = mapped;
@@ -116,7 +117,7 @@ pub fn create_codeflow(address: &str, spec: ExtSpec) -> Result<CodeFlow> {
 /// [`create_codeflow`] for commands that only read the node (`rdx node add`, `rdx node
 /// show`): a shared-memory region is mapped read-only, so every operation that would write
 /// (lease, deploy, rollback) fails with a read-only error instead of touching the node.
-pub fn create_codeflow_read_only(address: &str, spec: ExtSpec) -> Result<CodeFlow> {
+pub fn create_codeflow_read_only(address: &str, spec: AttachOptions) -> Result<CodeFlow> {
     let (t, _) = node::connect_mapped(address, node::Access::ReadOnly)?;
     CodeFlow::attach(t, address, spec)
 }
@@ -158,7 +159,7 @@ impl std::fmt::Debug for CodeFlow {
 
 impl CodeFlow {
     /// Attaches through an already open transport.
-    pub fn attach(t: Box<dyn Transport>, address: &str, spec: ExtSpec) -> Result<CodeFlow> {
+    pub fn attach(t: Box<dyn Transport>, address: &str, spec: AttachOptions) -> Result<CodeFlow> {
         let arch = spec.arch.or(Arch::HOST).ok_or_else(|| {
             ControlError::Invalid("unsupported control-plane architecture".into())
         })?;
