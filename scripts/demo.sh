@@ -16,7 +16,7 @@ step() { printf '\n%s==> %s%s\n' "$bold" "$*" "$plain"; }
 show() { printf '$ %s\n' "$*"; "$@"; }
 
 step "build the rdx command line and an example host (release)"
-show cargo build --release --quiet -p rdx-cli --bin rdx -p rdx-control --example control_host
+show cargo build --release --quiet -p rdx-cli --bin rdx -p rdx-test-hosts --bin rdx-test-host
 target="${CARGO_TARGET_DIR:-target}/release"
 rdx="$target/rdx"
 
@@ -64,10 +64,10 @@ step "the same run as JSON, for scripts"
 show "$rdx" run "$work/hello.o" --prog hello --packet "$work/ping.bin" --json
 
 step "the agentless path: start a host process that links the rdx runtime"
-# control_host exposes one hook, on_request, whose context is { u64 value; u64 out; }, and
+# rdx-test-host control exposes one hook, on_request, whose context is { u64 value; u64 out; }, and
 # answers "run V" on stdin with what the hook returned. It never loads or compiles anything.
 mkfifo "$work/host.in"
-"$target/examples/control_host" --path "/dev/shm/rdx-demo-$$" <"$work/host.in" >"$work/host.out" &
+"$target/rdx-test-host" control --path "/dev/shm/rdx-demo-$$" <"$work/host.in" >"$work/host.out" &
 host_pid=$!
 exec 3>"$work/host.in"
 for _ in $(seq 50); do grep -q ready "$work/host.out" && break; sleep 0.1; done

@@ -1,4 +1,4 @@
-/* What the fleet test extensions share: the context of fleet-host's hooks,
+/* What the fleet test extensions share: the context of rdx-test-host's hooks,
  * struct { __u64 value; __u64 out; }, and the `hits` counter, one map shared by name across
  * the versions so that a new version deploys over an old one as a real release would (the
  * live migration tests count on its value). Included by exactly one program per object. */

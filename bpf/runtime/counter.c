@@ -1,6 +1,6 @@
 /* Runtime end-to-end test program: counts calls per key (value & 7) in a hash map, writes
  * the count into the context and returns count + 100; logs through bpf_trace_printk.
- * Context: struct { __u64 value; __u64 out; } (the rdx-stdio-host hook context). */
+ * Context: struct { __u64 value; __u64 out; } (the hook context of rdx-test-host). */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 

@@ -64,6 +64,40 @@ fn errors_point_at_the_line() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The JANUS paper's notation through the CLI: a file of paper-style policies checks clean,
+/// and a prefix with host bits set or an `apply` of a misspelt policy is refused with the
+/// fix it probably needs, under a caret at the offending token.
+#[test]
+fn paper_notation_checks_and_errors_suggest_a_fix() {
+    let paper = repo("crates/acl/tests/data/paper-style.acl");
+    let (ok, out, err) = rdx(&["acl", "check", paper.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(out.contains("ok: 7 policies"), "{out}");
+
+    let dir = std::env::temp_dir().join(format!("rdx-acl-cli-paper-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text, want) in [
+        (
+            "host-bits.acl",
+            "policy a {\n  predicate = match(sip in 10.0.4.1/24) & match(dQPN = any)\n  action = deny\n}\napply(a)\n",
+            "host-bits.acl:2:28: `10.0.4.1/24` has host bits set below its /24 prefix for sip; did you mean `10.0.4.0/24`?",
+        ),
+        (
+            "apply.acl",
+            "policy deny_atomics {\n  predicate = match(opcode in {CAS, FAA}) & match(VA in [0, inf])\n  action = deny\n}\napply(deny_atomic)\n",
+            "apply.acl:5:7: apply(...) names `deny_atomic`, which is not defined; did you mean `deny_atomics`?",
+        ),
+    ] {
+        let file = dir.join(name);
+        std::fs::write(&file, text).unwrap();
+        let (ok, _, err) = rdx(&["acl", "check", file.to_str().unwrap()]);
+        assert!(!ok, "{name}");
+        assert!(err.contains(want), "{err}");
+        assert!(err.contains("^"), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `rdx acl apply` against a live host that declares the ACL packet hook (this test process,
 /// through the runtime library): the policy takes effect, a second apply replaces it, and a
 /// program the policy does not fit is refused while the node keeps its version.
@@ -528,4 +562,83 @@ fn apply_under_traffic_is_atomic_even_when_killed_at_every_step() {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = rt.teardown(std::time::Duration::from_millis(200));
     let _ = rt.unlink();
+}
+
+/// `rdx acl apply` deploys the enforcement program the binary carries: a copy of `rdx` run
+/// where neither the source tree nor the target directory exists (hidden under empty mounts
+/// in a mount namespace of its own) still applies a policy, and the hook enforces it.
+#[test]
+fn apply_runs_from_a_copy_of_the_binary_without_the_build_tree() {
+    use rdx_acl::enforce::{self, AclContext};
+    use rdx_runtime::{HookSpec, Runtime};
+    use rdx_test_support::{ScratchDir, ShmPath};
+
+    let unshare_works = Command::new("unshare")
+        .args(["--mount", "true"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !unshare_works {
+        eprintln!("SKIPPED: needs root and unshare(1) for a mount namespace");
+        return;
+    }
+    let scratch = ScratchDir::new("acl-shipped");
+    let rdx = scratch.join("rdx");
+    std::fs::copy(env!("CARGO_BIN_EXE_rdx"), &rdx).unwrap();
+    let policy = scratch.join("server.acl");
+    std::fs::copy(repo("tools/acl-traffic/policies/server.acl"), &policy).unwrap();
+    let region = ShmPath::new("acl-shipped");
+    let rt = Runtime::builder()
+        .path(region.path())
+        .eim_spec(enforce::EIM_SPEC.as_bytes().to_vec())
+        .code_size(8 << 20)
+        .scratch_size(512 << 20)
+        .hook(
+            enforce::HOOK,
+            HookSpec::for_context::<AclContext>().default_return(1),
+        )
+        .build()
+        .unwrap();
+    rt.register().unwrap();
+
+    let source_tree = repo("").canonicalize().unwrap();
+    let target_dir = Path::new(env!("CARGO_BIN_EXE_rdx"))
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .canonicalize()
+        .unwrap();
+    // The target directory first: it may lie inside the source tree.
+    let script = format!(
+        "mount -t tmpfs none '{}' && mount -t tmpfs none '{}' && \
+         test ! -e '{}' && cd / && exec '{}' acl apply '{}' --node '{}' --state-dir '{}'",
+        target_dir.display(),
+        source_tree.display(),
+        env!("CARGO_BIN_EXE_rdx"),
+        rdx.display(),
+        policy.display(),
+        region.address(),
+        scratch.join("state").display(),
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("version 1 (was 0)"), "{stdout}");
+
+    // The policy decides: every frame of the attack trace gets the native engine's verdict.
+    let trace_path = repo("crates/acl/tests/data/attacks.pcap");
+    let trace = rdx_acl::pcap::read(&trace_path).unwrap();
+    let report = rdx_acl::api::test(&policy, &trace_path).unwrap();
+    let hook = rt.hook(enforce::HOOK).unwrap();
+    for (i, (frame, want)) in trace.packets.iter().zip(&report.verdicts).enumerate() {
+        let mut ctx = AclContext::for_frame(trace.link, frame);
+        let ret = hook.run(&mut ctx);
+        assert_eq!(ctx.outcome(ret).action, want.action, "frame {i}");
+    }
+    rt.teardown(std::time::Duration::from_millis(100)).unwrap();
 }

@@ -2,9 +2,9 @@
 //! `rdx` process) runs in one namespace, three data planes in three others, joined by veth
 //! pairs with addresses in 10.232.0.0/16 that exist only inside them.
 //!
-//! Each data plane is this test binary re-run in its namespace as [`fabric_node_process`]: a
-//! host linking only `rdx-runtime` and `rdx-fabric`, which registers its region and opts into
-//! the fabric through the environment (`RDX_FABRIC_LISTEN`, `rdx_fabric::serve_from_env`).
+//! Each data plane is `rdx-test-host control` in its namespace: a host linking only the
+//! runtime and the fabric's server side, which registers its region and opts into the
+//! fabric through the environment (`RDX_FABRIC_LISTEN`, `rdx_fabric::serve_from_env`).
 //! The control plane registers the nodes as `fabric://IP:PORT?token-file=...`, deploys,
 //! reads and writes maps, shows nodes and runs a broadcast (`rdx-fleet`) across them; a wrong
 //! token is refused; a killed node gives a clear error naming it while the others keep
@@ -12,67 +12,19 @@
 //!
 //! Needs root and `ip netns`; otherwise prints why and skips.
 
-use std::io::{BufRead, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rdx_test_support::eim::{self, MAP_AND_RINGBUF_HELPERS};
 use rdx_test_support::netns::exec_in;
-use rdx_test_support::{HostProcess, LocalHost, NetnsStar, Rdx, ScratchDir, ShmPath, ValueOut};
+use rdx_test_support::{test_host, HostProcess, NetnsStar, Rdx, ScratchDir, ShmPath};
 
 const NODES: usize = 3;
 /// `tcp;ofi_rxm` with the node's progress-only thread: milliseconds faster per operation
 /// than `sockets` here (docs/fabric.md), which keeps the test short.
 const PROVIDER: &str = "tcp;ofi_rxm";
-/// Set in a node's environment: the region file it creates.
-const NODE_REGION_ENV: &str = "RDX_TEST_FABRIC_NODE_REGION";
 
-/// The data plane, when the multi-host test starts this binary in a node's namespace.
-/// stdout: `ready BOOTSTRAP PROVIDER`; stdin: `run VALUE` -> `ret R0 out OUT`, `quit`.
-#[test]
-#[ignore = "a data-plane process of control_plane_cli_drives_three_nodes_over_the_fabric"]
-fn fabric_node_process() {
-    let region = std::env::var(NODE_REGION_ENV).expect("started by the multi-host test");
-    let rt = LocalHost::builder(&region, &eim::on_request(&MAP_AND_RINGBUF_HELPERS))
-        .build()
-        .expect("region");
-    rt.register().expect("register");
-    let server = rdx_fabric::serve_from_env(rt.path())
-        .expect("serve")
-        .expect("RDX_FABRIC_LISTEN is set");
-    let hook = rt.hook("on_request").expect("hook");
-    let mut out = std::io::stdout().lock();
-    // A line of its own: libtest has printed "test fabric_node_process ... " without one.
-    writeln!(
-        out,
-        "\nready {} {}",
-        server.bootstrap_addr(),
-        server.provider()
-    )
-    .unwrap();
-    out.flush().unwrap();
-    for line in std::io::stdin().lock().lines() {
-        let line = line.unwrap();
-        match line.split_whitespace().collect::<Vec<_>>().as_slice() {
-            ["run", value] => {
-                let mut ctx = ValueOut {
-                    value: value.parse().unwrap(),
-                    out: 0,
-                };
-                let r0 = hook.run(&mut ctx);
-                writeln!(out, "ret {r0} out {}", ctx.out).unwrap();
-            }
-            ["quit"] => break,
-            _ => writeln!(out, "error {line:?}").unwrap(),
-        }
-        out.flush().unwrap();
-    }
-    drop(server);
-    rt.teardown(Duration::from_millis(100)).unwrap();
-    rt.unlink().unwrap();
-}
-
-/// A data-plane process in its namespace: this test binary running [`fabric_node_process`].
+/// A data-plane process in its namespace: `rdx-test-host control`, serving its region over
+/// the fabric because its environment says so.
 fn start_node(
     ns: &str,
     name: &str,
@@ -80,22 +32,13 @@ fn start_node(
     listen: &str,
     token_file: &Path,
 ) -> HostProcess {
-    let mut cmd = exec_in(ns, std::env::current_exe().expect("test binary"));
-    cmd.args([
-        "fabric_node_process",
-        "--exact",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env(NODE_REGION_ENV, region.path())
-    .env(rdx_fabric::ENV_LISTEN, listen)
-    .env(rdx_fabric::ENV_TOKEN_FILE, token_file)
-    .env(rdx_fabric::ENV_PROVIDER, PROVIDER);
-    // libtest's own lines ("running 1 test", ...) are not ours.
-    HostProcess::spawn(&mut cmd, region, name, |l| {
-        l.starts_with("ready ") || l.starts_with("ret ") || l.starts_with("error ")
-    })
+    let mut cmd = exec_in(ns, test_host());
+    cmd.args(["control", "--path"])
+        .arg(region.path())
+        .env(rdx_fabric::ENV_LISTEN, listen)
+        .env(rdx_fabric::ENV_TOKEN_FILE, token_file)
+        .env(rdx_fabric::ENV_PROVIDER, PROVIDER);
+    HostProcess::spawn(&mut cmd, region, name, |_| true)
 }
 
 /// `(r0, out)` of one request to a node.

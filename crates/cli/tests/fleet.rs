@@ -248,3 +248,145 @@ fn broadcast_drains_a_declared_flow_and_refuses_a_bad_one() {
         assert_eq!(h.request(0).0, 2);
     }
 }
+
+/// `rdx broadcast` killed (SIGKILL) before its commit point, after it and mid-flip: the
+/// hooks stay held; `rdx deploy`, `rollback` and `detach` are refused naming the update and
+/// `rdx recover`; `rdx node show` shows the holds; `rdx recover` from another state
+/// directory, given only the node addresses, leaves every node on one version with no hold.
+#[test]
+fn a_killed_broadcast_is_recovered_from_another_state_directory() {
+    use std::os::unix::process::ExitStatusExt;
+    let (a, b) = (host("kill-a"), host("kill-b"));
+    let env = rdx("kill");
+    let elsewhere = rdx("kill-elsewhere");
+    let plan = |version: u32| {
+        let p = env.state_dir().join(format!("plan-v{version}.yaml"));
+        std::fs::write(
+            &p,
+            format!(
+                "nodes:\n  - {{name: a, address: '{}'}}\n  - {{name: b, address: '{}'}}\n\
+                 updates:\n  - {{hook: on_request, object: '{}'}}\n",
+                a.address(),
+                b.address(),
+                object(&format!("stamp_v{version}"))
+            ),
+        )
+        .unwrap();
+        p.display().to_string()
+    };
+    let (v1, v2) = (plan(1), plan(2));
+    let hook_of = |show: &serde_json::Value| show["hooks"][0].clone();
+    // An earlier version to roll back to.
+    env.ok(&["broadcast", &v2]);
+    for (phase, forward) in [("held", false), ("decided", true), ("first-flip", true)] {
+        env.ok(&["broadcast", &v1]);
+        let out = env
+            .command(&["broadcast", &v2])
+            .env("RDX_FLEET_CRASH_AT", phase)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{phase}: {out:?}");
+
+        for args in [
+            vec!["deploy", &object("stamp_v1"), "--hook", "on_request"],
+            vec!["rollback", "--hook", "on_request"],
+            vec!["detach", "--hook", "on_request"],
+        ] {
+            let mut args = args.clone();
+            let address = a.address();
+            args.extend(["--node", &address]);
+            let refused = env.fails(&args);
+            assert!(
+                refused.contains("held by update ") && refused.contains("rdx recover --node"),
+                "{phase}: {args:?}: {refused}"
+            );
+        }
+        let show = env.json(&["node", "show", &a.address()]);
+        assert_eq!(hook_of(&show)["held"], true, "{phase}: {show}");
+        assert!(hook_of(&show)["hold_timeouts"].is_u64(), "{phase}: {show}");
+        assert_eq!(show["update"]["settled"], false, "{phase}: {show}");
+        let text = env.ok(&["node", "show", &a.address()]);
+        assert!(
+            text.contains("HOLD TIMEOUTS")
+                && text.contains(" held ")
+                && text.contains("hold timeout 1s")
+                && text.contains("unfinished"),
+            "{phase}: {text}"
+        );
+
+        let recovered =
+            elsewhere.json(&["recover", "--node", &a.address(), "--node", &b.address()]);
+        let want = if forward {
+            "rolled_forward"
+        } else {
+            "rolled_back"
+        };
+        assert_eq!(recovered[0]["outcome"], want, "{phase}: {recovered}");
+        let version = if forward { 2 } else { 1 };
+        for h in [&a, &b] {
+            assert_eq!(h.request(0).0, version, "{phase}: no mixed versions");
+            let show = env.json(&["node", "show", &h.address()]);
+            assert_eq!(hook_of(&show)["held"], false, "{phase}: {show}");
+            assert_eq!(show["update"]["settled"], true, "{phase}: {show}");
+            let hook = hook_of(&show);
+            assert!(
+                hook["held_versions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|v| v["version"] == hook["version"] && v["active"] == true),
+                "{phase}: the active version's code is still held: {show}"
+            );
+        }
+        // The dead control plane's own log is then only closed.
+        let closed = env.json(&["recover"]);
+        assert_eq!(closed[0]["outcome"], want, "{phase}: {closed}");
+        assert!(elsewhere
+            .ok(&["recover", "--node", &a.address()])
+            .contains("nothing to recover"));
+    }
+}
+
+/// `rdx migrate` killed right after its commit point (the target's record says committed,
+/// no copy on the source yet): `rdx recover` from another state directory moves the program
+/// to the target and leaves no hold.
+#[test]
+fn a_killed_migration_is_recovered_from_another_state_directory() {
+    use std::os::unix::process::ExitStatusExt;
+    let (src, dst) = (host("kill-mig-s"), host("kill-mig-t"));
+    let env = rdx("kill-mig");
+    let elsewhere = rdx("kill-mig-elsewhere");
+    let (s, t) = (src.address(), dst.address());
+    env.ok(&[
+        "deploy",
+        &object("stamp_v1"),
+        "--node",
+        &s,
+        "--hook",
+        "on_request",
+    ]);
+    assert_eq!(src.request(0).0, 1);
+    let out = env
+        .command(&[
+            "migrate",
+            &object("stamp_v1"),
+            "--from",
+            &s,
+            "--to",
+            &t,
+            "--hook",
+            "on_request",
+        ])
+        .env("RDX_FLEET_CRASH_AT", "decided")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
+    let recovered = elsewhere.json(&["recover", "--node", &s, "--node", &t]);
+    assert_eq!(recovered[0]["outcome"], "rolled_forward", "{recovered}");
+    assert_eq!(src.request(0).0, 0, "the source runs nothing");
+    assert_eq!(dst.request(0).0, 1, "the target runs v1");
+    for node in [&s, &t] {
+        let show = env.json(&["node", "show", node]);
+        assert_eq!(show["hooks"][0]["held"], false, "{show}");
+    }
+}

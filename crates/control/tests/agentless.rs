@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{example_bin, extension, Host};
+use common::{extension, Host};
 use rdx_control::node::hook_status;
 use rdx_control::{create_codeflow, AttachOptions};
 use rdx_transport::xstate::{self, ringbuf};
@@ -153,7 +153,7 @@ impl Tracer {
 
 #[test]
 fn host_binary_contains_no_loader_verifier_or_compiler() {
-    let bytes = std::fs::read(example_bin("control_host")).unwrap();
+    let bytes = std::fs::read(rdx_test_support::test_host()).unwrap();
     let contains = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
     assert!(contains("rdx_runtime"), "sanity: the runtime is linked");
     for crate_name in [

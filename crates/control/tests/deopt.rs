@@ -1,5 +1,5 @@
 //! Elite builds in a real host: the control plane publishes an elite artifact together with
-//! its fallback image (one record, one transaction); the `control_host` process, which links
+//! its fallback image (one record, one transaction); the `rdx-test-host control` process, which links
 //! only the runtime, continues every run that fails a guard in that image. Every response
 //! and the map's final contents equal those of the same requests in the reference
 //! interpreter alone; `deopts` counts the failed guards and `failures` stays 0.

@@ -30,8 +30,7 @@ use std::time::Instant;
 
 use rdx_control::{create_codeflow, AttachOptions, CodeFlow, Extension};
 use rdx_jit::{branch_sites, Expect, Speculation};
-use rdx_runtime::deopt::transfer::ContextLayout;
-use rdx_runtime::queued::{FallbackWorker, QueuedFallback};
+use rdx_runtime::queued::{ContextLayout, FallbackWorker, QueuedFallback};
 use rdx_runtime::Hook;
 use rdx_test_support::{eim, LocalHost, ShmPath, ValueOut};
 

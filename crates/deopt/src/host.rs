@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use rdx_bpf::helpers::native_helper;
 use rdx_bpf::interp::{PacketRegion, XdpMd};
 use rdx_bpf::maps::MapSet;
+use rdx_exec::transfer::LowMemory;
 use rdx_jit::Symbol;
-use rdx_runtime::deopt::transfer::LowMemory;
 
 /// Symbols of a program's maps (`map:<i>`, `mapvalue:<i>`) and of every native helper, for
 /// linking in this process against `maps` — the maps the interpreter of the generic tier

@@ -18,7 +18,7 @@
 
 //!
 //! The state transfer itself (copying, rebasing, the packet arena below 4 GiB, the queue) is
-//! the runtime's ([`rdx_runtime::deopt::transfer`]), which the host's queued mode uses too; this
+//! [`rdx_exec::transfer`], which the host's queued mode (`rdx-runtime`) uses too; this
 //! module adds the interpreter side: map values of a [`MapSet`] are the shared memory that
 //! is never rebased, and the worker resumes in a [`Vm`].
 
@@ -26,9 +26,9 @@ use std::sync::Arc;
 
 use rdx_bpf::interp::{PacketRegion, ResumeError, Vm};
 use rdx_bpf::maps::MapSet;
+use rdx_exec::transfer::{capture, Captured, PacketArena};
+pub use rdx_exec::transfer::{ContextLayout, PacketField, PacketRole, QueueError};
 use rdx_region::abi::DeoptRunState;
-use rdx_runtime::deopt::transfer::{self, capture, Captured, PacketArena};
-pub use rdx_runtime::deopt::transfer::{ContextLayout, PacketField, PacketRole, QueueError};
 
 /// The packet region a context of `layout` points at (from its start, or metadata, to its
 /// end), for resuming on the original context; `None` without packet fields.
@@ -106,7 +106,7 @@ impl DeferredRun {
 /// Deoptimised runs waiting for a fallback worker, and the packet arena their copies live
 /// in.
 pub struct FallbackQueue {
-    runs: transfer::FallbackQueue<DeferredRun>,
+    runs: rdx_exec::transfer::FallbackQueue<DeferredRun>,
     arena: Arc<PacketArena>,
 }
 
@@ -115,7 +115,7 @@ impl FallbackQueue {
     /// flight at once.
     pub fn new(packet_slot: usize, capacity: usize) -> Result<FallbackQueue, QueueError> {
         Ok(FallbackQueue {
-            runs: transfer::FallbackQueue::new(capacity),
+            runs: rdx_exec::transfer::FallbackQueue::new(capacity),
             arena: Arc::new(PacketArena::new(packet_slot, capacity)?),
         })
     }

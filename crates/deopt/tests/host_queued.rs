@@ -16,8 +16,9 @@ use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::maps::MapSet;
 use rdx_control::{create_codeflow, AttachOptions, CodeFlow, Extension};
 use rdx_jit::{branch_sites, Expect, Speculation};
-use rdx_runtime::deopt::transfer::{ContextLayout, PacketField, PacketRole};
-use rdx_runtime::queued::{Completed, FallbackWorker, QueuedFallback};
+use rdx_runtime::queued::{
+    Completed, ContextLayout, FallbackWorker, PacketField, PacketRole, QueuedFallback,
+};
 use rdx_runtime::{HookSpec, Runtime};
 use rdx_test_support::{eim, LocalHost, ShmPath, ValueOut};
 

@@ -335,7 +335,7 @@ impl FabricServer {
     /// plane holding an old key (or the old token) can no longer read or write the region.
     /// Control planes that should keep access bootstrap again with the new token.
     ///
-    /// Call it when a token may have leaked; `fabric_node` does on its `rotate` command.
+    /// Call it when a token may have leaked; `rdx-test-host` does on its `rotate` command.
     pub fn rotate(&mut self, token: Token) -> Result<(), FabricError> {
         let local = self._alias.local().ok_or_else(|| FabricError::Fabric {
             what: "rotating keys".into(),

@@ -6,7 +6,9 @@
 //! Needs root and `ip netns`; otherwise prints why and skips.
 
 use rdx_test_support::netns::exec_in;
-use rdx_test_support::{example_bin, HostProcess, LineProcess, NetnsStar, ScratchDir, ShmPath};
+use rdx_test_support::{
+    example_bin, test_host, HostProcess, LineProcess, NetnsStar, ScratchDir, ShmPath,
+};
 use std::time::{Duration, Instant};
 
 const NODES: usize = 3;
@@ -33,12 +35,13 @@ fn control_plane_drives_three_nodes_across_namespaces() {
         )
         .unwrap();
         let region = ShmPath::new(&format!("fabric-netns-{i}"));
-        let mut cmd = exec_in(ns.spoke(i), example_bin("fabric_node"));
-        cmd.arg("--path")
+        // The test host serves its region over the fabric because the environment says so.
+        let mut cmd = exec_in(ns.spoke(i), test_host());
+        cmd.args(["control", "--path"])
             .arg(region.path())
-            .args(["--bind", &ns.spoke_ip(i), "--token-file"])
-            .arg(&token_file)
-            .args(["--provider", PROVIDER]);
+            .env(rdx_fabric::ENV_LISTEN, ns.spoke_ip(i))
+            .env(rdx_fabric::ENV_TOKEN_FILE, &token_file)
+            .env(rdx_fabric::ENV_PROVIDER, PROVIDER);
         let node = HostProcess::spawn(&mut cmd, region, &format!("node{i}"), |_| true);
         let ready = node.ready_words();
         assert_eq!(ready[1], PROVIDER, "node{i} said {ready:?}");

@@ -22,10 +22,10 @@ use rdx_test_support::{HostProcess, ScratchDir, ShmPath};
 use std::path::Path;
 use std::time::Instant;
 
-/// A `fleet-host` with `on_request` (process and region removed on drop).
+/// An `rdx-test-host fleet` with `on_request` (process and region removed on drop).
 fn host(tag: &str) -> HostProcess {
     let region = ShmPath::new(&format!("fleet-bench-{tag}"));
-    HostProcess::start(env!("CARGO_BIN_EXE_fleet-host"), region, &["on_request"])
+    HostProcess::start("fleet", region, &["on_request"])
 }
 
 const NODES: usize = 16;

@@ -1,5 +1,6 @@
-//! The collective update: prepare everywhere, hold, flip, release in dependency order; and
-//! recovery of a broadcast whose control plane died.
+//! The collective update: prepare everywhere (with each node's update record), hold, decide,
+//! flip, release in dependency order. Recovery of a broadcast whose control plane died is
+//! [`mod@crate::recover`]'s.
 //!
 //! Per node, the work runs on its own thread with its own [`CodeFlow`] (its own lease):
 //! nothing is shared between nodes and no lock spans remote operations. The hold, flip and
@@ -16,22 +17,24 @@
 //! for a single deploy.
 //!
 //! `run` reads as the sequence of phases: `check`, `begin`, `prepare`, `log_prepared`,
-//! `hold` (with `drain_flows`), the commit record, `flip`, `release`; `abort` undoes a
-//! broadcast that failed before its commit record.
+//! `hold` (with `drain_flows`), the commit point (`record::commit`: the decision node's
+//! record, then a copy on every node), `flip`, `release`; `abort` undoes a broadcast that
+//! failed before its commit point.
 
 use crate::error::{node_err, slot_err, transport_err, FleetError, Result};
-use crate::intent::{self, Durability, Entry, IntentLog};
+use crate::intent::{Durability, Entry, IntentLog};
 use crate::plan::Plan;
+use crate::record::{self, Decision, NodeIntent};
 use rdx_control::node::hook_status;
 use rdx_control::registry::Registry;
 use rdx_control::{
     create_codeflow, AttachOptions, CodeFlow, Compiled, ControlError, Extension, Prepared,
 };
-use rdx_region::layout::{active_version, offsets};
-use rdx_transport::slot::{self, HeldUpdate, QuiesceError};
+use rdx_region::layout::{active_version, offsets, IntentSlot};
+use rdx_transport::slot::{self, QuiesceError};
 use serde::Serialize;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -40,9 +43,12 @@ use std::time::{Duration, Instant};
 pub enum CrashPoint {
     /// After every node is prepared and logged, before any hold.
     Prepared,
-    /// After every hold is taken, before the commit record.
+    /// After every hold is taken, before the commit point.
     Held,
-    /// After the commit record, before any flip.
+    /// After the commit point (the decision node's record), before the decision is copied
+    /// to any other node.
+    Decided,
+    /// After the decision is on every node, before any flip.
     Committed,
     /// After the first node's flip.
     FirstFlip,
@@ -56,6 +62,7 @@ impl std::str::FromStr for CrashPoint {
         Ok(match s {
             "prepared" => CrashPoint::Prepared,
             "held" => CrashPoint::Held,
+            "decided" => CrashPoint::Decided,
             "committed" => CrashPoint::Committed,
             "first-flip" => CrashPoint::FirstFlip,
             "first-release" => CrashPoint::FirstRelease,
@@ -146,6 +153,52 @@ struct NodeWork {
     /// (update index, compiled code, class) per hook to update on this node.
     items: Vec<(usize, Compiled)>,
     prepared: Vec<Prepared>,
+    /// The update's record is written in the node's region.
+    recorded: bool,
+}
+
+/// What every node's update record says besides its own slots.
+struct RecordPlan<'a> {
+    id: &'a str,
+    holder: u32,
+    participants: u32,
+    decider_address: &'a str,
+}
+
+impl RecordPlan<'_> {
+    fn for_node(&self, w: &NodeWork, is_decider: bool) -> NodeIntent {
+        NodeIntent {
+            id: self.id.to_string(),
+            decision: Decision::Prepared,
+            settled: false,
+            incarnation: w.cf.view().incarnation,
+            coordinator: rdx_control::lease::holder_record(std::process::id()),
+            holder: self.holder,
+            participants: self.participants,
+            is_decider,
+            node_name: w.name.clone(),
+            decider_address: self.decider_address.to_string(),
+            slots: w.prepared.iter().map(intent_slot).collect(),
+        }
+    }
+}
+
+/// A prepared hook as its node's record names it.
+fn intent_slot(p: &Prepared) -> IntentSlot {
+    IntentSlot {
+        slot_offset: p.hook.slot_offset,
+        expected: p.expected,
+        new_word: p.new_word,
+        budget: p.budget,
+    }
+}
+
+/// The nodes whose record is written, the decision node (the plan's first) first.
+fn participants(work: &[NodeWork]) -> Vec<record::Participant<'_>> {
+    work.iter()
+        .filter(|w| w.recorded)
+        .map(|w| (w.name.as_str(), w.cf.transport()))
+        .collect()
 }
 
 fn us(t: Instant) -> f64 {
@@ -326,6 +379,7 @@ fn check(
             cf,
             items,
             prepared: Vec::new(),
+            recorded: false,
         })
     });
     let mut kept = compiled.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -419,9 +473,15 @@ fn begin(plan: &Plan, opts: &Options, id: &str, holder: u32) -> Result<TimedLog>
     Ok(log)
 }
 
-/// Prepare: writes every update on every node in parallel, nothing visible. A node that
-/// fails undoes its own part; the first failure is returned (the caller aborts the rest).
-fn prepare(plan: &Plan, exts: &[Extension], work: &mut Vec<NodeWork>) -> Result<()> {
+/// Prepare: writes every update on every node in parallel, nothing visible, then the node's
+/// update record. A node that fails undoes its own part; the first failure is returned (the
+/// caller aborts the rest).
+fn prepare(
+    plan: &Plan,
+    exts: &[Extension],
+    work: &mut Vec<NodeWork>,
+    records: &RecordPlan,
+) -> Result<()> {
     // A node attached earlier with its lease and allocator table in hand prepares in a few
     // microseconds on shared memory: starting threads would cost more than it saves.
     let local = plan.nodes.iter().all(|n| n.address.starts_with("shm:"));
@@ -445,6 +505,15 @@ fn prepare(plan: &Plan, exts: &[Extension], work: &mut Vec<NodeWork>) -> Result<
             }
         }
         w.prepared = prepared;
+        let is_decider = w.name == plan.nodes[0].name;
+        let written = record::write(w.cf.transport(), &w.name, &records.for_node(&w, is_decider));
+        if let Err(e) = written {
+            for p in std::mem::take(&mut w.prepared) {
+                let _ = w.cf.abort(p);
+            }
+            return (w, Err(e));
+        }
+        w.recorded = true;
         (w, Ok(()))
     });
     let mut failure = None;
@@ -548,7 +617,7 @@ fn flip(work: &mut [NodeWork], opts: &Options) -> Result<Vec<String>> {
             })
             .collect();
         // Cannot fail while we hold every slot unless the lease was lost or the host died:
-        // recovery (roll forward from the log) is the way out.
+        // recovery (roll forward: the nodes' records say committed) is the way out.
         match w.cf.tx(batch) {
             Ok(_) => {}
             Err(e @ ControlError::NotRecorded { .. }) => {
@@ -579,10 +648,11 @@ fn release(release_order: &[Vec<String>], work: &[NodeWork], opts: &Options) -> 
     Ok(())
 }
 
-/// Abort (before the commit record): frees everything prepared on every node (nothing was
+/// Abort (before the commit point): frees everything prepared on every node (nothing was
 /// visible) and records why. Returns the error to report.
-fn abort(work: &mut [NodeWork], mut log: TimedLog, e: FleetError) -> FleetError {
+fn abort(work: &mut [NodeWork], mut log: TimedLog, tag: u64, e: FleetError) -> FleetError {
     abort_all(work);
+    record::abort(&participants(work), tag);
     let logged = log
         .append(&[Entry::Aborted {
             reason: e.to_string(),
@@ -591,6 +661,16 @@ fn abort(work: &mut [NodeWork], mut log: TimedLog, e: FleetError) -> FleetError 
     match logged {
         Ok(_) => FleetError::Aborted(Box::new(e)),
         Err(log_error) => log_error,
+    }
+}
+
+/// Releases every hold still on the word it was prepared against (a recovery that decided
+/// abort first may have released some already: those are left as they are).
+fn release_holds(work: &[NodeWork]) {
+    for w in work {
+        for p in &w.prepared {
+            let _ = slot::release(w.cf.transport(), p.hook.slot_offset, p.expected);
+        }
     }
 }
 
@@ -768,7 +848,7 @@ impl Session {
 }
 
 /// One broadcast: check, then begin, prepare, log, hold, commit, flip, release, done (see
-/// docs/broadcast.md, "The protocol"). Before the commit record a failure undoes
+/// docs/broadcast.md, "The protocol"). Before the commit point a failure undoes
 /// everything; after it, recovery rolls forward.
 fn run(
     plan: &Plan,
@@ -802,11 +882,18 @@ fn run(
 
     let t_commit = Instant::now();
     let mut log = begin(plan, opts, &id, holder)?;
+    let tag = record::tag_of(&id);
+    let records = RecordPlan {
+        id: &id,
+        holder,
+        participants: work.len() as u32,
+        decider_address: &plan.nodes[0].address,
+    };
     let t_prepare = Instant::now();
-    let prepared = prepare(plan, &exts, &mut work);
+    let prepared = prepare(plan, &exts, &mut work, &records);
     timings.prepare_us = us(t_prepare);
     if let Err(e) = prepared {
-        return Err(abort(&mut work, log, e));
+        return Err(abort(&mut work, log, tag, e));
     }
     log_prepared(&mut log, &work)?;
     crash_if(opts, CrashPoint::Prepared);
@@ -815,10 +902,17 @@ fn run(
 
     let t_hold = Instant::now();
     if let Err(e) = hold(plan, &work, &mut timings) {
-        return Err(abort(&mut work, log, e));
+        return Err(abort(&mut work, log, tag, e));
     }
     crash_if(opts, CrashPoint::Held);
-    log.append(&[Entry::Commit])?;
+    let committed = record::commit(&participants(&work), tag, || {
+        crash_if(opts, CrashPoint::Decided)
+    });
+    if let Err(e @ FleetError::DecidedAbort { .. }) = committed {
+        release_holds(&work);
+        return Err(abort(&mut work, log, tag, e));
+    }
+    committed.map_err(|e| FleetError::AfterCommit(Box::new(e)))?;
     crash_if(opts, CrashPoint::Committed);
 
     let t_flip = Instant::now();
@@ -826,6 +920,7 @@ fn run(
     timings.flip_us = us(t_flip);
     release(&release_order, &work, opts)?;
     timings.hold_us = us(t_hold);
+    record::settle_all(&participants(&work), tag);
 
     log.append(&[Entry::Done])?;
     timings.log_us = log.us;
@@ -841,140 +936,4 @@ fn run(
         intent_log: Some(path),
         unrecorded,
     })
-}
-
-/// What recovery did with one unfinished broadcast.
-#[derive(Clone, Debug, Serialize)]
-pub struct Recovery {
-    pub intent_log: PathBuf,
-    pub id: String,
-    /// `rolled_forward` (the commit record was written) or `rolled_back`.
-    pub outcome: String,
-    /// Per node and hook: what was found and done.
-    pub actions: Vec<String>,
-}
-
-fn process_alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    pid != 0 && unsafe { libc::kill(pid as i32, 0) } == 0 && pid != std::process::id()
-}
-
-/// `rdx recover`: finishes or undoes every unfinished broadcast under `state_dir`, so that
-/// no hook stays held and every node of a broadcast agrees. Logs of a control plane that is
-/// still running are left alone unless `force`.
-pub fn recover(state_dir: &Path, force: bool) -> Result<Vec<Recovery>> {
-    let mut out = Vec::new();
-    for path in intent::pending(state_dir)? {
-        let entries = intent::read(&path)?;
-        let Some(Entry::Begin {
-            id,
-            holder,
-            pid,
-            nodes,
-        }) = entries.first().cloned()
-        else {
-            // Died before the first record reached the disk: nothing was written anywhere.
-            IntentLog::reopen(&path)?.finish()?;
-            continue;
-        };
-        if !force && process_alive(pid) {
-            continue;
-        }
-        let finished = entries
-            .iter()
-            .any(|e| matches!(e, Entry::Done | Entry::Aborted { .. }));
-        let committed = entries.iter().any(|e| matches!(e, Entry::Commit));
-        let mut actions = Vec::new();
-        if !finished {
-            for (name, address) in &nodes {
-                actions.extend(recover_node(name, address, holder, &entries, committed)?);
-            }
-            let mut log = IntentLog::reopen(&path)?;
-            log.append(&[if committed {
-                Entry::Done
-            } else {
-                Entry::Aborted {
-                    reason: "recovered after the control plane died".into(),
-                }
-            }])?;
-        }
-        let done = IntentLog::reopen(&path)?.finish()?;
-        out.push(Recovery {
-            intent_log: done,
-            id,
-            outcome: if committed {
-                "rolled_forward"
-            } else {
-                "rolled_back"
-            }
-            .into(),
-            actions,
-        });
-    }
-    Ok(out)
-}
-
-/// Recovery on one node of an unfinished broadcast: attaches with the dead broadcast's
-/// holder id, finishes or undoes each of its slots there ([`slot::recover`]), then takes
-/// the lease in earnest and gives it back. Returns what it found and did, per hook.
-fn recover_node(
-    name: &str,
-    address: &str,
-    holder: u32,
-    entries: &[Entry],
-    committed: bool,
-) -> Result<Vec<String>> {
-    let spec = AttachOptions {
-        holder: Some(holder),
-        ..AttachOptions::default()
-    };
-    let mut cf = match create_codeflow(address, spec) {
-        Ok(cf) => cf,
-        Err(e) => {
-            // A host that died or restarted lost its region with everything prepared in
-            // it: nothing to agree on there.
-            return Ok(vec![format!("{name}: unreachable ({e}); skipped")]);
-        }
-    };
-    let mut actions = Vec::new();
-    for e in entries {
-        let Entry::Prepared {
-            node,
-            hook,
-            slot_offset,
-            expected,
-            new_word,
-            budget,
-            ..
-        } = e
-        else {
-            continue;
-        };
-        if node != name {
-            continue;
-        }
-        let t = cf.transport();
-        let original = slot::read_active(t, *slot_offset).map_err(transport_err(name))?;
-        let update = HeldUpdate {
-            expected: *expected,
-            new_word: *new_word,
-            budget: *budget,
-        };
-        let word =
-            slot::recover(t, *slot_offset, &update, committed).map_err(transport_err(name))?;
-        let target = if committed { *new_word } else { *expected };
-        actions.push(format!(
-            "{name}/{hook}: found {original:#x}, now {word:#x}{}",
-            if word == target {
-                ""
-            } else {
-                " (changed by someone else since; left as is)"
-            }
-        ));
-    }
-    // Taking the lease with the dead broadcast's holder id frees what it prepared but never
-    // published, and marks held what it published.
-    cf.mutual_excl().map_err(node_err(name))?;
-    cf.release().map_err(node_err(name))?;
-    Ok(actions)
 }

@@ -49,6 +49,26 @@ pub enum FleetError {
     DrainTimeout { flow: String, reason: String },
     #[error("intent log {path}: {reason}")]
     Intent { path: PathBuf, reason: String },
+    /// A node's update record names an update that is not settled: a new one would
+    /// overwrite what its recovery needs.
+    #[error(
+        "node {node}: update {id} is unfinished there ({decision}); its hooks may still be \
+         held: run `rdx recover --node ADDRESS` (any machine that reaches the nodes) to finish \
+         or undo it"
+    )]
+    Unfinished {
+        node: String,
+        id: String,
+        decision: &'static str,
+    },
+    /// The commit point's compare-and-swap found the update decided otherwise (a recovery
+    /// aborted it): nothing was flipped.
+    #[error("node {node}: the update was decided aborted by a recovery before it could commit (found {found})")]
+    DecidedAbort { node: String, found: &'static str },
+    /// A failure after the commit point: the update is decided committed and `rdx recover`
+    /// rolls it forward.
+    #[error("after the commit point (run `rdx recover` to finish the update): {0}")]
+    AfterCommit(Box<FleetError>),
     #[error("broadcast aborted, nothing visible anywhere: {0}")]
     Aborted(Box<FleetError>),
 }

@@ -2,10 +2,10 @@
 //! fsync'd before the phase it announces starts, so that `rdx recover` can finish or undo a
 //! broadcast whose control plane died at any point.
 //!
-//! The commit point is the [`Entry::Commit`] record: written only once every hook of every
-//! node is prepared and held. Without it recovery rolls back (releases holds, frees what was
-//! prepared); with it recovery rolls forward (flips what is still on the old version,
-//! releases every hold).
+//! The log is the coordinator's own account and recovery's fast path: it names the nodes
+//! (so `rdx recover` on this machine needs no addresses) and frees what an update prepared
+//! before any node held its record. The decision is not here: it lives in the nodes'
+//! update records ([`crate::record`]), so that any control plane can read it.
 
 use crate::error::{FleetError, Result};
 use serde::{Deserialize, Serialize};
@@ -37,8 +37,6 @@ pub enum Entry {
     },
     /// Holds are about to be taken.
     Hold,
-    /// Every hook is prepared and held: the broadcast will complete.
-    Commit,
     /// Every hold is released: nothing left to do.
     Done,
     /// Nothing was made visible; every hold released.
@@ -219,7 +217,6 @@ mod tests {
                 nodes: vec![("a".into(), "shm:/x".into())],
             },
             Entry::Hold,
-            Entry::Commit,
         ];
         log.append(&entries).unwrap();
         let path = log.path().to_path_buf();

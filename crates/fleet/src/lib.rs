@@ -1,10 +1,13 @@
 //! `rdx-fleet`: collective CodeFlow — one transactional update across many nodes and hooks
-//! (broadcast), its plan file, its durable intent log and recovery.
+//! (broadcast), its plan file, the update records it keeps in every node's region, its local
+//! intent log and recovery.
 //!
 //! It owns the broadcast protocol: prepare every artifact on every node through
 //! [`rdx_control::CodeFlow`] (nothing visible), hold every affected hook slot, flip every
 //! slot, release the holds in the plan's dependency order; and `recover`, which finishes or
-//! undoes a broadcast from its intent log after the control plane died at any phase. Each
+//! undoes a broadcast or migration whose control plane died at any phase, from the records
+//! the nodes hold (any machine, any state directory; the local intent log names the nodes
+//! when it is at hand). Each
 //! step on a hook slot (hold, flip, release, the epoch wait, recovering a slot) is
 //! [`rdx_transport::slot`]'s: this crate decides when, never how.
 //!
@@ -17,10 +20,11 @@ pub mod error;
 pub mod intent;
 pub mod migrate;
 pub mod plan;
+pub mod record;
+pub mod recover;
 pub mod watch;
 
-pub use broadcast::{
-    broadcast, recover, CrashPoint, HookUpdate, Options, Recovery, Report, Session,
-};
+pub use broadcast::{broadcast, CrashPoint, HookUpdate, Options, Report, Session};
 pub use error::{FleetError, Result};
 pub use plan::Plan;
+pub use recover::{recover, RecoverOptions, Recovery};

@@ -5,18 +5,20 @@
 //! prepared (maps created or reused, code written, nothing visible); both slots are held;
 //! the source's host threads still inside the program finish (their epoch words move on);
 //! every map of the source's active version is copied into the target's maps with one-sided
-//! reads and writes; the commit record is written; the target flips to the new version and
-//! the source to nothing; the holds are released. Callers that waited on the source's hold
-//! find the hook empty (its default return) and go to the target, which already has every
-//! update the source made. The intent log is a broadcast's (same records), so `rdx recover`
-//! finishes or undoes a migration whose control plane died at any phase.
+//! reads and writes; the commit point is passed (the target is the decision node); the
+//! target flips to the new version and the source to nothing; the holds are released.
+//! Callers that waited on the source's hold find the hook empty (its default return) and go
+//! to the target, which already has every update the source made. The records (local log,
+//! both nodes' update records) are a broadcast's, so `rdx recover` finishes or undoes a
+//! migration whose control plane died at any phase.
 
 use crate::broadcast::{crash_if, per_node, CrashPoint, Options};
 use crate::error::{node_err, slot_err, transport_err, FleetError, Result};
 use crate::intent::{Durability, Entry, IntentLog};
 use crate::plan::NodeSpec;
+use crate::record::{self, Decision, NodeIntent};
 use rdx_control::{create_codeflow, AttachOptions, CodeFlow, Extension, Prepared};
-use rdx_region::layout::{active_version, MapType};
+use rdx_region::layout::{active_version, IntentSlot, MapType};
 use rdx_transport::slot::{self, QuiesceError};
 use rdx_transport::xstate::{self, Copies, MapRef, UPDATE_ANY};
 use serde::Serialize;
@@ -273,6 +275,56 @@ pub fn migrate(
         },
         Entry::Hold,
     ])?;
+    // The update's record on both nodes, the target (the decision node) first.
+    let tag = record::tag_of(&id);
+    let intent = |node: &CodeFlow, name: &str, is_decider: bool, slot: IntentSlot| NodeIntent {
+        id: id.clone(),
+        decision: Decision::Prepared,
+        settled: false,
+        incarnation: node.view().incarnation,
+        coordinator: rdx_control::lease::holder_record(std::process::id()),
+        holder,
+        participants: 2,
+        is_decider,
+        node_name: name.into(),
+        decider_address: target.address.clone(),
+        slots: vec![slot],
+    };
+    let d_intent = intent(
+        &dst,
+        dname,
+        true,
+        IntentSlot {
+            slot_offset: prepared.hook.slot_offset,
+            expected: prepared.expected,
+            new_word: prepared.new_word,
+            budget: prepared.budget,
+        },
+    );
+    let s_intent = intent(
+        &src,
+        sname,
+        false,
+        IntentSlot {
+            slot_offset: s_hook.slot_offset,
+            expected: s_word,
+            new_word: 0,
+            budget: s_budget,
+        },
+    );
+    let recorded = record::write(dst.transport(), dname, &d_intent)
+        .and_then(|()| record::write(src.transport(), sname, &s_intent));
+    if let Err(e) = recorded {
+        record::abort(&[(dname, dst.transport())], tag);
+        let _ = dst.abort(prepared);
+        let _ = src.release();
+        let _ = dst.release();
+        log.append(&[Entry::Aborted {
+            reason: e.to_string(),
+        }])?;
+        log.finish()?;
+        return Err(FleetError::Aborted(Box::new(e)));
+    }
     crash_if(opts, CrashPoint::Prepared);
 
     let (d_slot, s_slot) = (prepared.hook.slot_offset, s_hook.slot_offset);
@@ -307,9 +359,24 @@ pub fn migrate(
         timings.copy_us = us(t_copy);
         Ok(copies)
     })();
+    let parts = [(dname, dst.transport()), (sname, src.transport())];
+    let bubble = bubble.and_then(|maps| {
+        crash_if(opts, CrashPoint::Held);
+        match record::commit(&parts, tag, || crash_if(opts, CrashPoint::Decided)) {
+            Ok(()) => Ok(maps),
+            Err(e @ FleetError::DecidedAbort { .. }) => Err(e),
+            // Committed on the decision node: only rolling forward is right now, which is
+            // recovery's to do.
+            Err(e) => Err(FleetError::AfterCommit(Box::new(e))),
+        }
+    });
+    if let Err(FleetError::AfterCommit(e)) = bubble {
+        return Err(*e);
+    }
     let maps = match bubble {
         Ok(m) => m,
         Err(e) => {
+            record::abort(&parts, tag);
             if held_src {
                 let _ = slot::release(ts, s_slot, s_word);
             }
@@ -326,8 +393,6 @@ pub fn migrate(
             return Err(FleetError::Aborted(Box::new(e)));
         }
     };
-    crash_if(opts, CrashPoint::Held);
-    log.append(&[Entry::Commit])?;
     crash_if(opts, CrashPoint::Committed);
 
     let mut flip = prepared.clone();
@@ -350,6 +415,7 @@ pub fn migrate(
     }
     timings.freeze_us = us(t_freeze);
     timings.total_us = us(t_total);
+    record::settle_all(&[(dname, dst.transport()), (sname, src.transport())], tag);
     log.append(&[Entry::Done])?;
     let intent_log = log.finish()?;
     src.release().map_err(node_err(sname))?;

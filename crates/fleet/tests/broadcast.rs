@@ -1,17 +1,17 @@
-//! Broadcast against real host processes (`fleet-host`): a transactional update of several
+//! Broadcast against real host processes (`rdx-test-host fleet`): a transactional update of several
 //! nodes, refusals before anything is written, and recovery after the control plane is
 //! killed (SIGKILL) at every phase.
 
 mod common;
 
-use rdx_fleet::{broadcast, recover, FleetError, Options, Plan};
+use rdx_fleet::{broadcast, recover, FleetError, Options, Plan, RecoverOptions};
 use rdx_test_support::{HostProcess, ScratchDir, ShmPath};
 use std::path::Path;
 
-/// A `fleet-host` declaring `hooks`, removed (process and region) on drop.
+/// An `rdx-test-host fleet` declaring `hooks`, removed (process and region) on drop.
 fn host(tag: &str, hooks: &[&str]) -> HostProcess {
     let region = ShmPath::new(&format!("fleet-test-{tag}"));
-    HostProcess::start(env!("CARGO_BIN_EXE_fleet-host"), region, hooks)
+    HostProcess::start("fleet", region, hooks)
 }
 
 /// `(r0, out)` of one request.
@@ -157,13 +157,38 @@ fn killed_control_plane_is_recovered_at_every_phase() {
             .map(|h| common::active_word(&h.address()))
             .collect();
         // (One hook, so one release level: after the first level nothing is held.)
-        if ["held", "committed", "first-flip"].contains(&phase) {
+        if ["held", "decided", "committed", "first-flip"].contains(&phase) {
             assert!(
                 words.iter().any(|w| w & ACTIVE_HOLD != 0),
                 "{phase}: a hook is held after the crash: {words:x?}"
             );
         }
-        common::recover_one(dir.path(), phase, forward);
+        // Another control plane takes each lease meanwhile (and is refused on the held
+        // hook): what the dead broadcast prepared must survive it for the roll forward.
+        for h in &hosts {
+            let mut cf = rdx_control::create_codeflow(&h.address(), Default::default()).unwrap();
+            if ["held", "decided", "committed", "first-flip"].contains(&phase) {
+                let ext = common::extension("stamp_v1");
+                let e = cf
+                    .deploy("on_request", &ext, Some("default"), None)
+                    .unwrap_err();
+                assert!(
+                    matches!(e, rdx_control::ControlError::Held { .. }),
+                    "{phase}: {e}"
+                );
+            } else {
+                cf.mutual_excl().unwrap();
+            }
+            cf.release().unwrap();
+        }
+        let names: Vec<String> = (0..hosts.len()).map(|i| format!("n{i}")).collect();
+        let addresses: Vec<String> = hosts.iter().map(|h| h.address()).collect();
+        let nodes: Vec<(&str, &str)> = names
+            .iter()
+            .zip(&addresses)
+            .map(|(n, a)| (n.as_str(), a.as_str()))
+            .collect();
+        common::recover_one(dir.path(), &nodes, phase, forward);
         let want = if forward { 2 } else { 1 };
         for h in &mut hosts {
             let w = common::active_word(&h.address());
@@ -187,7 +212,12 @@ fn killed_control_plane_is_recovered_at_every_phase() {
                 "{phase}: prepared-but-unpublished code freed, published code kept"
             );
         }
-        assert!(recover(dir.path(), false).unwrap().is_empty(), "{phase}");
+        assert!(
+            recover(&RecoverOptions::new(dir.path()))
+                .unwrap()
+                .is_empty(),
+            "{phase}"
+        );
     }
 }
 
@@ -238,4 +268,116 @@ fn a_session_stays_attached_between_broadcasts_and_holds_the_leases() {
         assert_eq!(request(h, "on_request"), (2, 2));
     }
     assert!(rdx_fleet::intent::pending(dir.path()).unwrap().is_empty());
+}
+
+/// The decision node's host dies with the broadcast's coordinator: with a copy of the
+/// decision on the others (killed after the copies) recovery follows it; with none (killed
+/// right after the commit point) it waits, and aborts only with `force`.
+#[test]
+fn without_the_decision_node_recovery_follows_a_copy_or_waits() {
+    use rdx_region::layout::{active_version, ACTIVE_HOLD};
+    for (phase, outcome) in [("committed", "rolled_forward"), ("decided", "undecided")] {
+        let mut hosts: Vec<HostProcess> = (0..3)
+            .map(|i| host(&format!("nodecider-{phase}-{i}"), &["on_request"]))
+            .collect();
+        let dir = state_dir(&format!("nodecider-{phase}"));
+        let refs: Vec<&HostProcess> = hosts.iter().collect();
+        broadcast(&plan_for(&refs, 1, None), &Options::new(dir.path())).unwrap();
+        let plan_path = dir.join("plan.yaml");
+        std::fs::write(&plan_path, plan_text(&refs, 2, None)).unwrap();
+        let env = [
+            ("FLEET_PLAN", plan_path.as_os_str()),
+            ("FLEET_STATE", dir.path().as_os_str()),
+        ];
+        common::crash_at("crash_child", phase, &env);
+        // The decision node (the plan's first) is gone with its region.
+        drop(hosts.remove(0));
+        let elsewhere = state_dir(&format!("nodecider-{phase}-elsewhere"));
+        let nodes: Vec<rdx_fleet::plan::NodeSpec> = hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| rdx_fleet::plan::NodeSpec {
+                name: format!("n{}", i + 1),
+                address: h.address(),
+            })
+            .collect();
+        let mut opts = RecoverOptions {
+            nodes,
+            ..RecoverOptions::new(elsewhere.path())
+        };
+        let rec = recover(&opts).unwrap();
+        assert_eq!(rec.len(), 1, "{phase}: {rec:?}");
+        assert_eq!(rec[0].outcome, outcome, "{phase}: {:?}", rec[0].actions);
+        let want = if outcome == "undecided" {
+            for h in &hosts {
+                let w = common::active_word(&h.address());
+                assert_ne!(w & ACTIVE_HOLD, 0, "{phase}: nothing moves undecided");
+            }
+            opts.force = true;
+            let rec = recover(&opts).unwrap();
+            assert_eq!(
+                rec[0].outcome, "rolled_back",
+                "{phase}: {:?}",
+                rec[0].actions
+            );
+            1
+        } else {
+            2
+        };
+        for h in &mut hosts {
+            let w = common::active_word(&h.address());
+            assert_eq!(w & ACTIVE_HOLD, 0, "{phase}: still held");
+            assert_eq!(active_version(w), want, "{phase}");
+            assert_eq!(request(h, "on_request"), (want as u64, want as u64));
+        }
+    }
+}
+
+/// Recovery leaves an update alone while its control plane (a process of this machine)
+/// lives, and decides it once that process is gone.
+#[test]
+fn recovery_waits_for_a_live_coordinator() {
+    use rdx_fleet::record::{self, Decision, NodeIntent};
+    let h = host("live-coordinator", &["on_request"]);
+    let mut coordinator = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let t = rdx_control::node::connect(&h.address()).unwrap();
+    let incarnation = t
+        .read_u64(rdx_region::layout::offsets::HEADER_INCARNATION)
+        .unwrap();
+    let intent = NodeIntent {
+        id: "live-1".into(),
+        decision: Decision::Prepared,
+        settled: false,
+        incarnation,
+        coordinator: rdx_control::lease::holder_record(coordinator.id()),
+        holder: rdx_control::lease::new_holder_id(),
+        participants: 1,
+        is_decider: true,
+        node_name: "n0".into(),
+        decider_address: h.address(),
+        slots: Vec::new(),
+    };
+    record::write(t.as_ref(), "n0", &intent).unwrap();
+    let elsewhere = state_dir("live-coordinator-elsewhere");
+    let opts = RecoverOptions {
+        nodes: vec![rdx_fleet::plan::NodeSpec {
+            name: "n0".into(),
+            address: h.address(),
+        }],
+        ..RecoverOptions::new(elsewhere.path())
+    };
+    let rec = recover(&opts).unwrap();
+    assert_eq!(rec[0].outcome, "left_running", "{rec:?}");
+    let now = record::read(t.as_ref()).unwrap().unwrap();
+    assert_eq!((now.decision, now.settled), (Decision::Prepared, false));
+    coordinator.kill().unwrap();
+    coordinator.wait().unwrap();
+    let rec = recover(&opts).unwrap();
+    assert_eq!(rec[0].outcome, "rolled_back", "{rec:?}");
+    let now = record::read(t.as_ref()).unwrap().unwrap();
+    assert_eq!((now.decision, now.settled), (Decision::Aborted, true));
+    assert!(recover(&opts).unwrap().is_empty());
 }

@@ -1,4 +1,4 @@
-//! Live migration between two real host processes (`fleet-host`) while requests keep
+//! Live migration between two real host processes (`rdx-test-host fleet`) while requests keep
 //! coming: the program and its map contents move from the source to the target, requests
 //! that find the source empty go to the target, and the target's counter map ends with
 //! every update any request made (none lost).
@@ -16,11 +16,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A `fleet-host` with `on_request`, removed (process and region) on drop.
+/// An `rdx-test-host fleet` with `on_request`, removed (process and region) on drop.
 fn host(tag: &str) -> HostProcess {
     let region = ShmPath::new(&format!("fleet-migrate-{tag}"));
     let args = ["--hold-timeout-ms", "2000", "on_request"];
-    HostProcess::start(env!("CARGO_BIN_EXE_fleet-host"), region, &args)
+    HostProcess::start("fleet", region, &args)
 }
 
 fn node(host: &HostProcess, name: &str) -> NodeSpec {
@@ -208,7 +208,8 @@ fn a_killed_migration_is_recovered_at_every_phase() {
             ("FLEET_STATE", dir.path().as_os_str()),
         ];
         common::crash_at("migrate_crash_child", phase, &env);
-        common::recover_one(dir.path(), phase, forward);
+        let nodes = [("s", s.address.as_str()), ("t", t.address.as_str())];
+        common::recover_one(dir.path(), &nodes, phase, forward);
         for (node, runs) in [(&s, !forward), (&t, forward)] {
             let w = common::active_word(&node.address);
             assert_eq!(w & ACTIVE_HOLD, 0, "{phase}: {} still held", node.name);

@@ -1,4 +1,4 @@
-//! Rollback on fault with a real host: a one-hop chain (`fleet-host --forward`) under
+//! Rollback on fault with a real host: a one-hop chain (`rdx-test-host fleet --forward`) under
 //! continuous traffic runs stamp_v1, the watcher marks it good, a faulty release
 //! (stamp_fault, which exhausts its instruction budget on every run) is deployed, and the
 //! watcher rolls the hook back to v1 from the failure counter it reads remotely. When the

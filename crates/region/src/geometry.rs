@@ -492,6 +492,16 @@ mod tests {
     }
 
     #[test]
+    fn update_intent_record_lies_in_page_zero_before_every_section() {
+        let (sections, _) = plan(&RegionParams::default()).unwrap();
+        let end = UPDATE_INTENT_OFFSET + size_of::<UpdateIntent>() as u64;
+        assert!(sections.iter().all(|s| s.offset >= end));
+        let word = intent_word(0x00ab_cdef_0123_4567, INTENT_COMMITTED);
+        assert_eq!(intent_tag(word), 0x00ab_cdef_0123_4567);
+        assert_eq!(intent_state(word), INTENT_COMMITTED);
+    }
+
+    #[test]
     fn plan_places_code_arena_on_its_own_pages() {
         let (sections, size) = plan(&RegionParams::default()).unwrap();
         let code = sections[SectionId::Code as usize];

@@ -262,6 +262,102 @@ pub struct RegionHeader {
     pub reserved3: u64,
 }
 
+/// Region offset of the [`UpdateIntent`] record: in page 0, after the [`RegionHeader`] and
+/// before the first section (which starts at [`DATA_ALIGN`]). The host never reads or writes
+/// it; a host restarted on the same file keeps whatever a control plane left there, which is
+/// why the record carries the incarnation it was written for.
+pub const UPDATE_INTENT_OFFSET: u64 = 1024;
+
+/// Hook slots of one node that one [`UpdateIntent`] can name.
+pub const UPDATE_INTENT_SLOTS: usize = 64;
+
+/// Bytes of a collective update's id in [`UpdateIntent::id`] (NUL-padded).
+pub const UPDATE_INTENT_ID_LEN: usize = 48;
+
+/// Bytes of a node name in [`UpdateIntent::node_name`] (NUL-padded).
+pub const UPDATE_INTENT_NAME_LEN: usize = 32;
+
+/// Bytes of the decision node's address in [`UpdateIntent::decider_address`] (NUL-padded).
+pub const UPDATE_INTENT_ADDRESS_LEN: usize = 256;
+
+/// [`UpdateIntent::state`]'s low byte: no collective update recorded.
+pub const INTENT_NONE: u64 = 0;
+/// The update is prepared on this node and may hold its slots; undecided here.
+pub const INTENT_PREPARED: u64 = 1;
+/// The update is decided committed: every slot ends on its new word.
+pub const INTENT_COMMITTED: u64 = 2;
+/// The update is decided aborted: every slot ends on the word it replaced.
+pub const INTENT_ABORTED: u64 = 3;
+
+/// Encodes [`UpdateIntent::state`]: the update's tag (a hash of its id) above the low byte,
+/// the state in the low byte, so that one compare-and-swap decides exactly one update.
+pub const fn intent_word(tag: u64, state: u64) -> u64 {
+    (tag << 8) | (state & 0xff)
+}
+
+/// The state part of an [`UpdateIntent::state`] word.
+pub const fn intent_state(word: u64) -> u64 {
+    word & 0xff
+}
+
+/// The tag part of an [`UpdateIntent::state`] word.
+pub const fn intent_tag(word: u64) -> u64 {
+    word >> 8
+}
+
+/// One hook slot's share of a collective update: what it is held on, what publishes it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IntentSlot {
+    /// Region offset of the [`HookSlot`].
+    pub slot_offset: u64,
+    /// The active word the update replaces (held as `expected | ACTIVE_HOLD`).
+    pub expected: u64,
+    /// The active word that publishes the update (0: the hook is detached).
+    pub new_word: u64,
+    /// The class budget written with the new word.
+    pub budget: u64,
+}
+
+/// A collective update's intent and decision as one node holds it (a broadcast or a
+/// migration, written by its control plane before it holds any slot), so that any control
+/// plane that reaches the nodes can finish or undo the update without the one that started
+/// it. Written only under the node's lease: body first, then `state` with a
+/// compare-and-swap. One node of the update, the decision node, holds the commit point:
+/// its `state` going from prepared to committed (or, by a recovery, to aborted). See
+/// docs/broadcast.md for the protocol and why no outcome is mixed.
+#[repr(C, align(64))]
+pub struct UpdateIntent {
+    /// [`intent_word`] of the update's tag and [`INTENT_NONE`], [`INTENT_PREPARED`],
+    /// [`INTENT_COMMITTED`] or [`INTENT_ABORTED`].
+    pub state: AtomicU64,
+    /// 0 while this node's slots may still be held or its record still needed; 1 once
+    /// settled (and, on the decision node, once every participant is settled).
+    pub settled: AtomicU64,
+    /// [`RegionHeader::host_incarnation`] when written: a record of an earlier incarnation
+    /// describes a region that is gone.
+    pub incarnation: u64,
+    /// The writing control plane's holder record (machine tag and pid), to tell whether it
+    /// is still alive.
+    pub coordinator: u64,
+    /// The lease holder id the update's control plane uses on every node.
+    pub holder: u32,
+    /// Entries of `slots` in use.
+    pub slot_count: u32,
+    /// Nodes taking part in the update.
+    pub participants: u32,
+    /// 1 when this node is the update's decision node.
+    pub is_decider: u32,
+    /// The update's id (NUL-padded).
+    pub id: [u8; UPDATE_INTENT_ID_LEN],
+    /// This node's name in the update (NUL-padded).
+    pub node_name: [u8; UPDATE_INTENT_NAME_LEN],
+    /// The decision node's address as the update's control plane reached it (NUL-padded).
+    pub decider_address: [u8; UPDATE_INTENT_ADDRESS_LEN],
+    /// This node's slots in the update.
+    pub slots: [IntentSlot; UPDATE_INTENT_SLOTS],
+}
+
 /// Header of the context table section.
 #[repr(C, align(64))]
 pub struct ContextTableHeader {
@@ -605,6 +701,10 @@ pub mod offsets {
     pub const MAP_WRITE_SEQ: u64 = offset_of!(MapHeader, write_seq) as u64;
     /// [`XStateMeta::state`].
     pub const XMETA_STATE: u64 = offset_of!(XStateMeta, state) as u64;
+    /// Region offset of [`UpdateIntent::state`].
+    pub const INTENT_STATE: u64 = UPDATE_INTENT_OFFSET + offset_of!(UpdateIntent, state) as u64;
+    /// Region offset of [`UpdateIntent::settled`].
+    pub const INTENT_SETTLED: u64 = UPDATE_INTENT_OFFSET + offset_of!(UpdateIntent, settled) as u64;
 }
 
 /// Hash table elements start with this control word, a per-element seqlock:
@@ -663,6 +763,12 @@ const _: () = {
     assert!(offset_of!(RegionHeader, generation) == 288);
     assert!(offset_of!(RegionHeader, xstate_generation) == 304);
     assert!(size_of::<RegionHeader>() == 320);
+    assert!(size_of::<IntentSlot>() == 32);
+    assert!(offset_of!(UpdateIntent, id) == 48);
+    assert!(offset_of!(UpdateIntent, slots) == 384);
+    assert!(size_of::<UpdateIntent>() == 2432);
+    assert!(UPDATE_INTENT_OFFSET >= size_of::<RegionHeader>() as u64);
+    assert!(UPDATE_INTENT_OFFSET + size_of::<UpdateIntent>() as u64 <= DATA_ALIGN);
     assert!(align_of::<RegionHeader>() == 64);
     assert!(size_of::<ContextTableHeader>() == 64);
     assert!(size_of::<ContextEntry>() == 64);

@@ -7,8 +7,8 @@
 //! loaders, no compilers, no transports, no I/O.
 //!
 //! - [`abi`]: how native extension code is called and calls helpers.
-//! - [`layout`]: the region's structures (header, context table, hook slots, thread slots,
-//!   counters, XState meta table and map objects).
+//! - [`layout`]: the region's structures (header, the collective update record in page 0,
+//!   context table, hook slots, thread slots, counters, XState meta table and map objects).
 //! - [`geometry`]: where sections go for given capacities, and [`geometry::check_header`],
 //!   which every reader runs before trusting a region.
 //!

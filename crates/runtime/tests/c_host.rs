@@ -14,8 +14,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 fn build_c_host() -> PathBuf {
-    let out_dir = Path::new(env!("CARGO_BIN_EXE_rdx-stdio-host"))
+    // target/<profile>: the test binary is in its deps/.
+    let out_dir = std::env::current_exe()
+        .unwrap()
         .parent()
+        .and_then(Path::parent)
         .unwrap()
         .to_path_buf();
     // `cargo test` builds the static library (the dev-dependency `rdx-runtime-c`) into deps/

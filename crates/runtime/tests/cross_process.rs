@@ -1,6 +1,6 @@
 //! Deployment from another process: this test process is the control plane. It maps the
 //! host's region through the shared-memory transport, writes native code into the code
-//! arena and publishes it with one compare-and-swap; the host (`rdx-stdio-host`) only runs
+//! arena and publishes it with one compare-and-swap; the host (`rdx-test-host runtime`) only runs
 //! its hooks. Nothing is ever loaded by the host.
 //!
 //! Until the JIT is available here, the programs are tiny hand-assembled x86-64 functions
@@ -16,7 +16,6 @@ use rdx_transport::context::read_context;
 use rdx_transport::shm::ShmTransport;
 use rdx_transport::xstate::{self, Copies, MapSpec, UPDATE_ANY};
 use rdx_transport::{Transport, TransportError};
-use std::io::{BufRead, Write};
 
 // ---- Hand-assembled x86-64 programs (stand-ins for JIT output; System V: rdi = ctx,
 // rsi = RunState). ----
@@ -157,15 +156,12 @@ fn held_hook_waits_for_the_flip_then_runs_the_new_version() {
     node.flip(0, v1);
     let v2 = active_word(2, node.place(INCREMENT));
     node.flip(v1, v1 | ACTIVE_HOLD);
-    writeln!(host.stdin, "run h 10").unwrap();
-    host.stdin.flush().unwrap();
+    host.send("run h 10");
     std::thread::sleep(std::time::Duration::from_millis(50));
     node.flip(v1 | ACTIVE_HOLD, v2 | ACTIVE_HOLD);
     node.flip(v2 | ACTIVE_HOLD, v2);
-    let mut line = String::new();
-    host.stdout.read_line(&mut line).unwrap();
     assert_eq!(
-        line.trim(),
+        host.line(),
         "ret 11 out 11",
         "the caller saw only the new version"
     );

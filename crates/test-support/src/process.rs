@@ -7,6 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Longest wait for one reply line.
@@ -33,6 +34,55 @@ pub fn example_bin(name: &str) -> PathBuf {
         p.display()
     );
     p
+}
+
+/// The `rdx-test-host` binary (crate `rdx-test-hosts`, `crates/test-hosts`) for this test
+/// run's profile, built the first time a test process asks for it.
+///
+/// Cargo hands a test the binaries of its own package only (`CARGO_BIN_EXE_*`), and a host
+/// must be a binary of its own that links nothing but the runtime, so this runs
+/// `cargo build -p rdx-test-hosts` into the test's target directory once per test process:
+/// a no-op when the binary is current, and never a stale host when its source changed.
+pub fn test_host() -> &'static Path {
+    static HOST: OnceLock<PathBuf> = OnceLock::new();
+    HOST.get_or_init(build_test_host)
+}
+
+fn build_test_host() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    // Test and bench binaries live in target/<profile>/deps.
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile> of the test binary");
+    let target_dir = profile_dir.parent().expect("target dir");
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev",
+        Some(dir) => dir,
+        None => panic!("no profile directory above {}", exe.display()),
+    };
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../test-hosts/Cargo.toml");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        // Not `--offline`: a first `cargo test -p <crate>` may not have fetched every crate
+        // the host needs; with everything fetched, cargo does not go to the network.
+        .args(["build", "--quiet", "--bin", "rdx-test-host"])
+        .args([
+            "--profile",
+            profile,
+            "--manifest-path",
+            manifest,
+            "--target-dir",
+        ])
+        .arg(target_dir)
+        .output()
+        .expect("run cargo to build rdx-test-host");
+    assert!(
+        out.status.success(),
+        "building rdx-test-host failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    profile_dir.join("rdx-test-host")
 }
 
 /// Which stdout lines are replies: a child that is itself a test binary also prints
@@ -150,16 +200,12 @@ pub struct HostProcess {
 }
 
 impl HostProcess {
-    /// Runs `program --path REGION args...` (the command line of `control_host`,
-    /// `fabric_node` and `fleet-host`).
-    pub fn start(program: impl AsRef<Path>, region: ShmPath, args: &[&str]) -> HostProcess {
-        let program = program.as_ref();
-        let what = program
-            .file_name()
-            .map_or("host".into(), |n| n.to_string_lossy().into_owned());
-        let mut cmd = Command::new(program);
-        cmd.arg("--path").arg(region.path()).args(args);
-        HostProcess::spawn(&mut cmd, region, &what, |_| true)
+    /// Runs `rdx-test-host MODE --path REGION args...` ([`test_host`]; `mode` is `runtime`,
+    /// `fleet` or `control`, see `crates/test-hosts`).
+    pub fn start(mode: &str, region: ShmPath, args: &[&str]) -> HostProcess {
+        let mut cmd = Command::new(test_host());
+        cmd.arg(mode).arg("--path").arg(region.path()).args(args);
+        HostProcess::spawn(&mut cmd, region, &format!("rdx-test-host {mode}"), |_| true)
     }
 
     /// Starts `cmd`, a host that creates `region` (however it is told to), keeping only the

@@ -3,7 +3,9 @@
 //!
 //! It owns nothing but the build of those objects and the location of the ISA test vectors
 //! ([`vectors`]): no loading, no running. A missing clang is a build error that says how to
-//! install it.
+//! install it. The clang command line is `clang.rs`, which `rdx-cli`'s build script includes
+//! too for the one program the `rdx` binary carries; this crate itself is only ever a
+//! `[dev-dependencies]` entry (the layering test in `rdx-test-support` checks it).
 //!
 //! Its one test, `tests/doc_paths.rs`, checks the repository's documents instead: every path
 //! they name exists, link anchors name headings, and the README's layout table lists every

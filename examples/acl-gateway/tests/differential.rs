@@ -3,8 +3,9 @@
 //! The reference below shares no code with `rdx-acl`: it has its own policy model (rendered
 //! to policy text for the engines, evaluated directly here), its own frame builder (from the
 //! wire formats the document names), its own connection table (the document's CM section)
-//! and its own idea of which traffic is RDMA, uninspected or not RDMA. Random policies and
-//! traffic — RoCEv2 over IPv4 and IPv6 with tags (legacy TPIDs included) and extension
+//! and its own idea of which traffic is RDMA, uninspected or not RDMA. Random policies
+//! (partly in the JANUS paper's notation: `match(f = any)`, `[lo, inf]`, `in PREFIX`, integer
+//! GIDs) and traffic — RoCEv2 over IPv4 and IPv6 with tags (legacy TPIDs included) and extension
 //! headers (AH included), every header layout the generated opcodes carry, UC writes, CM
 //! exchanges with forged senders and third parties, native InfiniBand with and without a
 //! GRH (GIDs that spell a LID included), RoCE v1, VXLAN, IPsec and unwalked IPv6 extension
@@ -85,6 +86,8 @@ struct Match {
 enum Expr {
     Any,
     Match(Match),
+    /// `match(f = any)`, the paper's wildcard.
+    Wildcard(F),
     Not(Box<Expr>),
     And(Vec<Expr>),
     Or(Vec<Expr>),
@@ -98,6 +101,8 @@ impl Expr {
             Expr::Match(m) => p
                 .get(&m.field)
                 .is_some_and(|v| m.ranges.iter().any(|(lo, hi)| lo <= v && v <= hi)),
+            // "`match(f = any)` holds on every packet, whether or not it carries `f`."
+            Expr::Wildcard(_) => true,
             Expr::Not(e) => !e.holds(p),
             Expr::And(es) => es.iter().all(|e| e.holds(p)),
             Expr::Or(es) => es.iter().any(|e| e.holds(p)),
@@ -108,6 +113,7 @@ impl Expr {
         match self {
             Expr::Any => "any".into(),
             Expr::Match(m) => m.text.clone(),
+            Expr::Wildcard(f) => format!("match({} = any)", f.name()),
             Expr::Not(e) => format!("!({})", e.text()),
             Expr::And(es) => {
                 let parts: Vec<String> = es.iter().map(|e| format!("({})", e.text())).collect();
@@ -515,6 +521,35 @@ fn gid_of_lid(l: u16) -> u128 {
     (1 << 127) | l as u128
 }
 
+fn random_field(g: &mut Gen) -> F {
+    g.pick(&[
+        F::Sip,
+        F::Dip,
+        F::Sgid,
+        F::Dgid,
+        F::Sport,
+        F::Dport,
+        F::Slid,
+        F::Dlid,
+        F::Type,
+        F::Lqpn,
+        F::Dqpn,
+        F::Opcode,
+        F::Opcode,
+        F::Va,
+        F::CmForged,
+    ])
+}
+
+/// The largest value of a numeric field, what `inf` stands for as a range's upper bound.
+fn max_of(field: F) -> u128 {
+    match field {
+        F::Lqpn | F::Dqpn => 0xff_ffff,
+        F::Va => u64::MAX as u128,
+        _ => 0xffff,
+    }
+}
+
 fn random_match(g: &mut Gen) -> Match {
     let num = |g: &mut Gen, field: F, pool: &[u128]| {
         let a = g.pick(pool);
@@ -532,6 +567,12 @@ fn random_match(g: &mut Gen) -> Match {
                     text: format!("match({} in {{{a}, {b}}})", field.name()),
                 }
             }
+            _ if g.chance(30) => Match {
+                // The paper's open range.
+                field,
+                ranges: vec![(a, max_of(field))],
+                text: format!("match({} in [{a}, inf])", field.name()),
+            },
             _ => {
                 let b = g.pick(pool);
                 let (lo, hi) = (a.min(b), a.max(b));
@@ -543,26 +584,13 @@ fn random_match(g: &mut Gen) -> Match {
             }
         }
     };
-    let field = g.pick(&[
-        F::Sip,
-        F::Dip,
-        F::Sgid,
-        F::Dgid,
-        F::Sport,
-        F::Dport,
-        F::Slid,
-        F::Dlid,
-        F::Type,
-        F::Lqpn,
-        F::Dqpn,
-        F::Opcode,
-        F::Opcode,
-        F::Va,
-        F::CmForged,
-    ]);
+    let field = random_field(g);
     match field {
         F::Sip | F::Dip | F::Sgid | F::Dgid => {
             let n = field.name();
+            let gid = matches!(field, F::Sgid | F::Dgid);
+            // A prefix as `= P` or as the paper's membership `in P`.
+            let op = if g.chance(50) { "=" } else { "in" };
             match g.below(6) {
                 0 => {
                     let h = g.pick(&HOSTS4);
@@ -575,24 +603,33 @@ fn random_match(g: &mut Gen) -> Match {
                 1 => Match {
                     field,
                     ranges: vec![(v4([10, 0, 1, 0]), v4([10, 0, 1, 255]))],
-                    text: format!("match({n} = 10.0.1.0/24)"),
+                    text: format!("match({n} {op} 10.0.1.0/24)"),
                 },
                 2 => Match {
                     field,
                     ranges: vec![(v4([10, 0, 0, 0]), v4([10, 255, 255, 255]))],
-                    text: format!("match({n} = 10.0.0.0/8)"),
+                    text: format!("match({n} {op} 10.0.0.0/8)"),
                 },
                 3 => Match {
                     field,
                     ranges: vec![(0xfe80 << 112, (0xfe80 << 112) | u64::MAX as u128)],
-                    text: format!("match({n} = fe80::/64)"),
+                    text: format!("match({n} {op} fe80::/64)"),
                 },
                 4 => {
-                    let l = g.pick(&LIDS);
-                    Match {
-                        field,
-                        ranges: vec![(gid_of_lid(l), gid_of_lid(l))],
-                        text: format!("match({n} = 8000::{l})"),
+                    let (a, b) = (g.pick(&LIDS), g.pick(&LIDS));
+                    let (ga, gb) = (gid_of_lid(a), gid_of_lid(b));
+                    match gid && g.chance(50) {
+                        // The paper's integer GIDs: the GID's big-endian value.
+                        true => Match {
+                            field,
+                            ranges: vec![(ga, ga), (gb, gb)],
+                            text: format!("match({n} in {{{ga}, {gb}}})"),
+                        },
+                        false => Match {
+                            field,
+                            ranges: vec![(ga, ga)],
+                            text: format!("match({n} = 8000::{a})"),
+                        },
                     }
                 }
                 _ => {
@@ -600,7 +637,10 @@ fn random_match(g: &mut Gen) -> Match {
                     Match {
                         field,
                         ranges: vec![(h, h)],
-                        text: format!("match({n} = {})", std::net::Ipv6Addr::from(h)),
+                        text: match gid && g.chance(50) {
+                            true => format!("match({n} = {h})"),
+                            false => format!("match({n} = {})", std::net::Ipv6Addr::from(h)),
+                        },
                     }
                 }
             }
@@ -614,7 +654,10 @@ fn random_match(g: &mut Gen) -> Match {
                 Match {
                     field,
                     ranges: vec![(0, 0xff_ffff)],
-                    text: format!("match({} in [0, 0xffffff])", field.name()),
+                    text: match g.chance(50) {
+                        true => format!("match({} in [0, 0xffffff])", field.name()),
+                        false => format!("match({} in [0, inf])", field.name()),
+                    },
                 }
             } else {
                 num(g, field, &[0x10, 0x11, 0x12, 0x300, 1])
@@ -679,9 +722,10 @@ fn random_match(g: &mut Gen) -> Match {
 
 fn random_expr(g: &mut Gen, depth: u32) -> Expr {
     if depth == 0 || g.chance(45) {
-        return match g.below(12) {
+        return match g.below(14) {
             0 => Expr::Any,
             1 | 2 => Expr::Not(Box::new(Expr::Match(random_match(g)))),
+            3 => Expr::Wildcard(random_field(g)),
             _ => Expr::Match(random_match(g)),
         };
     }

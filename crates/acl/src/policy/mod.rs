@@ -10,11 +10,17 @@
 //! default deny
 //! ```
 //!
+//! The JANUS paper's notation is this language too: `match(f = any)` (a wildcard that holds
+//! whether or not the packet carries `f`), open ranges `[lo, inf]`, prefix membership
+//! `match(sip in 10.0.4.0/24)` and GIDs as plain integers (`match(dGID = 500)`, the GID's
+//! big-endian value). `docs/acl.md` defines each.
+//!
 //! [`parse`] returns a [`PolicySet`]: the applied policies in evaluation order, each as a union
 //! of [`Cube`]s, the default action, and warnings (shadowed, empty or unapplied policies).
 
 mod lexer;
 mod parser;
+mod suggest;
 
 use std::fmt;
 
@@ -82,8 +88,13 @@ pub enum ErrorKind {
         expected: &'static str,
     },
     /// `match(foo = ..)` with an unknown field.
-    #[error("unknown field `{0}`; fields are sip, dip, sport, dport, sLID, dLID, sGID, dGID, type, lQPN, dQPN, opcode, VA, cmForged")]
-    UnknownField(String),
+    #[error("unknown field `{name}`; {}fields are sip, dip, sport, dport, sLID, dLID, sGID, dGID, type, lQPN, dQPN, opcode, VA, cmForged", did_you_mean(*suggestion))]
+    UnknownField {
+        /// The name as written.
+        name: String,
+        /// The field it is nearest to (same letters in another case, or a close spelling).
+        suggestion: Option<&'static str>,
+    },
     /// A value that does not fit its field.
     #[error("invalid value `{value}` for {field}: {reason}")]
     BadValue {
@@ -97,6 +108,30 @@ pub enum ErrorKind {
     /// `[hi, lo]`.
     #[error("empty range for {field}: the lower bound is above the upper bound")]
     EmptyRange {
+        /// The field matched.
+        field: Field,
+    },
+    /// A prefix whose address has bits set below the prefix length (`10.0.4.1/24`).
+    #[error("`{value}` has host bits set below its /{len} prefix for {field}; did you mean `{suggestion}`?")]
+    HostBitsSet {
+        /// The field matched.
+        field: Field,
+        /// The prefix as written.
+        value: String,
+        /// The prefix length as written.
+        len: u32,
+        /// The same prefix with the host bits cleared.
+        suggestion: String,
+    },
+    /// `any` inside a value set or range, or after `in`: it is a whole constraint of its own.
+    #[error("`any` matches every {field} value and its absence, so it stands alone: write `match({field} = any)`")]
+    MisplacedAny {
+        /// The field matched.
+        field: Field,
+    },
+    /// `inf` anywhere but as the upper bound of a range.
+    #[error("`inf` is only the upper bound of a range: write `match({field} in [lo, inf])`")]
+    MisplacedInf {
         /// The field matched.
         field: Field,
     },
@@ -135,8 +170,16 @@ pub enum ErrorKind {
     #[error("policy `{0}` is listed twice in apply(...)")]
     AppliedTwice(String),
     /// `apply` names a policy that is not defined.
-    #[error("apply(...) names `{0}`, which is not defined")]
-    UnknownPolicy(String),
+    #[error("apply(...) names `{name}`, which is not defined{}", match suggestion {
+        Some(s) => format!("; did you mean `{s}`?"),
+        None => String::new(),
+    })]
+    UnknownPolicy {
+        /// The name as written in `apply(...)`.
+        name: String,
+        /// The defined policy whose name is nearest.
+        suggestion: Option<String>,
+    },
     /// Parentheses or negations nested too deeply.
     #[error("expression nested deeper than {0} levels")]
     TooDeep(usize),
@@ -150,6 +193,14 @@ pub enum ErrorKind {
     },
 }
 
+/// "did you mean `x`? " before the list of fields, when there is a nearest one.
+fn did_you_mean(suggestion: Option<&str>) -> String {
+    match suggestion {
+        Some(s) => format!("did you mean `{s}`? "),
+        None => String::new(),
+    }
+}
+
 /// A predicate as parsed (values already resolved to sets).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Expr {
@@ -159,7 +210,7 @@ pub enum Expr {
     Match {
         /// The field.
         field: Field,
-        /// The values that match (never includes absence).
+        /// The values that match; absence is in it only for the wildcard `match(f = any)`.
         set: ValueSet,
         /// Where the `match` is.
         pos: Pos,
@@ -273,10 +324,17 @@ fn normalise_file(file: SourceFile, shadow_budget: usize) -> Result<PolicySet, P
                 file.policies
                     .iter()
                     .find(|p| p.name == *name)
-                    .ok_or(PolicyError {
+                    .ok_or_else(|| PolicyError {
                         line: pos.line,
                         col: pos.col,
-                        kind: ErrorKind::UnknownPolicy(name.clone()),
+                        kind: ErrorKind::UnknownPolicy {
+                            name: name.clone(),
+                            suggestion: suggest::nearest(
+                                name,
+                                file.policies.iter().map(|p| p.name.as_str()),
+                            )
+                            .map(str::to_owned),
+                        },
                     })
             })
             .collect::<Result<_, _>>()?,

@@ -4,7 +4,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::lexer::{Pos, Tok};
-use super::{Action, ErrorKind, Expr, PolicyDef, PolicyError, SourceFile};
+use super::{suggest, Action, ErrorKind, Expr, PolicyDef, PolicyError, SourceFile};
 use crate::field::{opcodes_by_name, CmType, Field};
 use crate::set::ValueSet;
 
@@ -278,38 +278,18 @@ impl Parser {
             Tok::Word(w) if w == "match" => {
                 self.next();
                 self.expect(Tok::LParen, "`(` after `match`")?;
-                let (fname, fpos) = self.word("a field name")?;
-                let field = Field::from_name(&fname)
-                    .ok_or_else(|| err(fpos, ErrorKind::UnknownField(fname.clone())))?;
+                let field = self.field()?;
                 let set = if self.peek().0 == Tok::Eq {
                     self.next();
-                    ValueSet::from_ranges(self.value(field, true)?)
+                    if self.is_word("any") {
+                        self.next();
+                        ValueSet::full(field)
+                    } else {
+                        ValueSet::from_ranges(self.value(field, true)?)
+                    }
                 } else if self.is_word("in") {
                     self.next();
-                    match self.peek().0 {
-                        Tok::LBrace => {
-                            self.next();
-                            let mut ranges = self.value(field, true)?;
-                            while self.peek().0 == Tok::Comma {
-                                self.next();
-                                ranges.extend(self.value(field, true)?);
-                            }
-                            self.expect(Tok::RBrace, "`,` or `}` in the value set")?;
-                            ValueSet::from_ranges(ranges)
-                        }
-                        Tok::LBracket => {
-                            let bpos = self.next().1;
-                            let lo = self.value(field, false)?[0].0;
-                            self.expect(Tok::Comma, "`,` between the range bounds")?;
-                            let hi = self.value(field, false)?[0].1;
-                            self.expect(Tok::RBracket, "`]` to close the range")?;
-                            if lo > hi {
-                                return Err(err(bpos, ErrorKind::EmptyRange { field }));
-                            }
-                            ValueSet::from_ranges(vec![(lo, hi)])
-                        }
-                        _ => return Err(self.unexpected("`{` or `[` after `in`")),
-                    }
+                    self.membership(field)?
                 } else {
                     return Err(self.unexpected("`=` or `in` after the field name"));
                 };
@@ -320,6 +300,58 @@ impl Parser {
         }
     }
 
+    /// A field name, exactly as documented; a near miss is named in the error.
+    fn field(&mut self) -> Result<Field, PolicyError> {
+        let (name, pos) = self.word("a field name")?;
+        Field::from_name(&name).ok_or_else(|| {
+            let suggestion = suggest::nearest(&name, Field::ALL.map(Field::name));
+            err(pos, ErrorKind::UnknownField { name, suggestion })
+        })
+    }
+
+    /// What follows `match(field in`: a set `{v, ...}`, a range `[lo, hi]` (`hi` may be
+    /// `inf`), or, for an address field, one prefix (`10.0.4.0/24`; a bare address is the
+    /// prefix of full length).
+    fn membership(&mut self, field: Field) -> Result<ValueSet, PolicyError> {
+        match self.peek().clone() {
+            (Tok::LBrace, _) => {
+                self.next();
+                let mut ranges = self.value(field, true)?;
+                while self.peek().0 == Tok::Comma {
+                    self.next();
+                    ranges.extend(self.value(field, true)?);
+                }
+                self.expect(Tok::RBrace, "`,` or `}` in the value set")?;
+                Ok(ValueSet::from_ranges(ranges))
+            }
+            (Tok::LBracket, bpos) => {
+                self.next();
+                let lo = self.value(field, false)?[0].0;
+                self.expect(Tok::Comma, "`,` between the range bounds")?;
+                let hi = if self.is_word("inf") {
+                    self.next();
+                    open_range_end(field, lo)
+                } else {
+                    self.value(field, false)?[0].1
+                };
+                self.expect(Tok::RBracket, "`]` to close the range")?;
+                if lo > hi {
+                    return Err(err(bpos, ErrorKind::EmptyRange { field }));
+                }
+                Ok(ValueSet::from_ranges(vec![(lo, hi)]))
+            }
+            (Tok::Word(w), wpos) if w == "any" => Err(err(wpos, ErrorKind::MisplacedAny { field })),
+            (Tok::Word(_), _) if field.is_address() => {
+                Ok(ValueSet::from_ranges(self.value(field, true)?))
+            }
+            _ => Err(self.unexpected(if field.is_address() {
+                "`{`, `[` or a prefix after `in`"
+            } else {
+                "`{` or `[` after `in`"
+            })),
+        }
+    }
+
     /// One value for `field` as the ranges it stands for (a name may stand for several).
     fn value(
         &mut self,
@@ -327,6 +359,11 @@ impl Parser {
         allow_prefix: bool,
     ) -> Result<Vec<(u128, u128)>, PolicyError> {
         let (w, pos) = self.word("a value")?;
+        match w.as_str() {
+            "any" => return Err(err(pos, ErrorKind::MisplacedAny { field })),
+            "inf" => return Err(err(pos, ErrorKind::MisplacedInf { field })),
+            _ => {}
+        }
         let bad = |reason: String| {
             err(
                 pos,
@@ -338,44 +375,7 @@ impl Parser {
             )
         };
         if field.is_address() {
-            let (addr, bits) = if let Ok(v4) = w.parse::<Ipv4Addr>() {
-                (u128::from(v4.to_ipv6_mapped()), 32u32)
-            } else if let Ok(v6) = w.parse::<Ipv6Addr>() {
-                (u128::from(v6), 128u32)
-            } else {
-                return Err(bad("not an IPv4 or IPv6 address".into()));
-            };
-            if self.peek().0 != Tok::Slash {
-                return Ok(vec![(addr, addr)]);
-            }
-            let spos = self.next().1;
-            if !allow_prefix {
-                return Err(err(spos, ErrorKind::PrefixInRange { field }));
-            }
-            let (len_word, lpos) = self.word("a prefix length")?;
-            let len: u32 = len_word
-                .parse()
-                .ok()
-                .filter(|l| *l <= bits)
-                .ok_or_else(|| {
-                    err(
-                        lpos,
-                        ErrorKind::BadValue {
-                            field,
-                            value: len_word.clone(),
-                            reason: format!("prefix length must be 0..={bits}"),
-                        },
-                    )
-                })?;
-            let len = len + (128 - bits);
-            let host = if len == 128 { 0 } else { u128::MAX >> len };
-            if addr & host != 0 {
-                return Err(bad(format!(
-                    "host bits are set below the /{} prefix",
-                    len - (128 - bits)
-                )));
-            }
-            return Ok(vec![(addr, addr | host)]);
+            return self.address(field, allow_prefix, &w, pos);
         }
         let number = parse_number(&w);
         let v = match field {
@@ -398,7 +398,7 @@ impl Parser {
                 "false" => 0,
                 _ => number.ok_or_else(|| bad("expected true or false".into()))?,
             },
-            _ => number.ok_or_else(|| bad("not a number (decimal or 0x hexadecimal)".into()))?,
+            _ => number.ok_or_else(|| bad(number_problem(field, &w)))?,
         };
         if v > field.max() {
             return Err(bad(format!(
@@ -407,6 +407,131 @@ impl Parser {
             )));
         }
         Ok(vec![(v, v)])
+    }
+
+    /// An address value `w` (already taken) and its prefix, if one follows: IPv4 as
+    /// `::ffff:a.b.c.d`, IPv6 as written, and for the GID fields a plain integer as the GID's
+    /// 128-bit big-endian value (`500` is `::1f4`).
+    fn address(
+        &mut self,
+        field: Field,
+        allow_prefix: bool,
+        w: &str,
+        pos: Pos,
+    ) -> Result<Vec<(u128, u128)>, PolicyError> {
+        let bad = |reason: String| {
+            err(
+                pos,
+                ErrorKind::BadValue {
+                    field,
+                    value: w.to_owned(),
+                    reason,
+                },
+            )
+        };
+        let is_gid = matches!(field, Field::SGid | Field::DGid);
+        let (addr, bits) = if let Ok(v4) = w.parse::<Ipv4Addr>() {
+            (u128::from(v4.to_ipv6_mapped()), 32u32)
+        } else if let Ok(v6) = w.parse::<Ipv6Addr>() {
+            (u128::from(v6), 128u32)
+        } else if is_gid {
+            let gid = parse_number(w).ok_or_else(|| {
+                bad(if is_numeral(w) {
+                    number_problem(field, w)
+                } else {
+                    "not a GID (IPv6 syntax, an IPv4 address or an integer)".into()
+                })
+            })?;
+            if self.peek().0 == Tok::Slash {
+                return Err(bad(format!(
+                    "a prefix needs the GID in IPv6 syntax: write `{}/LEN`",
+                    Ipv6Addr::from(gid)
+                )));
+            }
+            return Ok(vec![(gid, gid)]);
+        } else {
+            return Err(bad("not an IPv4 or IPv6 address".into()));
+        };
+        if self.peek().0 != Tok::Slash {
+            return Ok(vec![(addr, addr)]);
+        }
+        let spos = self.next().1;
+        if !allow_prefix {
+            return Err(err(spos, ErrorKind::PrefixInRange { field }));
+        }
+        let (len_word, lpos) = self.word("a prefix length")?;
+        let len: u32 = len_word
+            .parse()
+            .ok()
+            .filter(|l| *l <= bits)
+            .ok_or_else(|| {
+                err(
+                    lpos,
+                    ErrorKind::BadValue {
+                        field,
+                        value: len_word.clone(),
+                        reason: format!("prefix length must be 0..={bits}"),
+                    },
+                )
+            })?;
+        let mapped_len = len + (128 - bits);
+        let host = if mapped_len == 128 {
+            0
+        } else {
+            u128::MAX >> mapped_len
+        };
+        if addr & host != 0 {
+            let network = addr & !host;
+            let network = if bits == 32 {
+                Ipv4Addr::from(network as u32).to_string()
+            } else {
+                Ipv6Addr::from(network).to_string()
+            };
+            return Err(err(
+                pos,
+                ErrorKind::HostBitsSet {
+                    field,
+                    value: format!("{w}/{len}"),
+                    len,
+                    suggestion: format!("{network}/{len}"),
+                },
+            ));
+        }
+        Ok(vec![(addr, addr | host)])
+    }
+}
+
+/// The value `inf` stands for in `[lo, inf]`: the field's largest value, except that a range
+/// of addresses from an IPv4 address ends at `255.255.255.255`. IPv4 notation stays within
+/// IPv4, as a prefix does: an `allow` of `[10.0.0.0, inf]` must not let every IPv6 address
+/// above `::ffff:10.0.0.0` through.
+fn open_range_end(field: Field, lo: u128) -> u128 {
+    const IPV4_MAPPED_MAX: u128 = 0xffff_ffff_ffff;
+    if field.is_address() && lo >> 32 == 0xffff {
+        IPV4_MAPPED_MAX
+    } else {
+        field.max()
+    }
+}
+
+/// Why `w` is not a number of `field`'s domain: too large even for 128 bits, or no number.
+fn number_problem(field: Field, w: &str) -> String {
+    if is_numeral(w) {
+        format!("out of range: the maximum is {:#x}", field.max())
+    } else {
+        "not a number (decimal or 0x hexadecimal)".into()
+    }
+}
+
+/// Whether `w` is written as a number (decimal or `0x` hexadecimal digits, `_` between),
+/// whatever its size.
+fn is_numeral(w: &str) -> bool {
+    match w.strip_prefix("0x").or_else(|| w.strip_prefix("0X")) {
+        Some(hex) => !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit() || c == '_'),
+        None => {
+            w.starts_with(|c: char| c.is_ascii_digit())
+                && w.chars().all(|c| c.is_ascii_digit() || c == '_')
+        }
     }
 }
 

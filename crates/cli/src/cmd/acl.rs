@@ -12,7 +12,7 @@ use rdx_control::registry::HistoryAction;
 use rdx_control::Extension;
 use serde::Serialize;
 
-use super::node::{attach, StateArgs};
+use super::node::{attach, explain_held, StateArgs};
 
 /// Check, compile and test RDMA ACL policy files.
 #[derive(clap::Args)]
@@ -61,7 +61,7 @@ enum AclCommand {
         /// Extension class (default: the only one the node binds to the hook).
         #[arg(long)]
         class: Option<String>,
-        /// Enforcement program object (default: bpf/acl/enforce.c as this build compiled it).
+        /// Enforcement program object (default: bpf/acl/enforce.c, compiled into this binary).
         #[arg(long, value_name = "OBJ")]
         object: Option<PathBuf>,
         /// Generation word reported with every decision (default: a hash of the rules).
@@ -86,6 +86,10 @@ enum AclCommand {
         state: StateArgs,
     },
 }
+
+/// The enforcement program `bpf/acl/enforce.c`, compiled by this crate's build script: the
+/// binary carries what `apply` deploys, so it needs no build tree at run time.
+const ENFORCE_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/acl_enforce.o"));
 
 #[derive(Serialize)]
 struct ApplyReport {
@@ -122,14 +126,18 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let generation = a
         .generation
         .unwrap_or_else(|| enforce::content_generation(&rules));
-    let object_path = a
-        .object
-        .clone()
-        .unwrap_or_else(|| rdx_testdata::object_path("acl/enforce"));
-    let bytes = std::fs::read(&object_path)
-        .with_context(|| format!("cannot read {}", object_path.display()))?;
+    let (object_name, bytes) = match &a.object {
+        Some(path) => (
+            path.display().to_string(),
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?,
+        ),
+        None => (
+            "the built-in bpf/acl/enforce.c".to_string(),
+            ENFORCE_OBJECT.to_vec(),
+        ),
+    };
     let object = rdx_bpf::loader::load(&bytes)
-        .with_context(|| format!("cannot load {}", object_path.display()))?;
+        .with_context(|| format!("cannot load {object_name}"))?;
     // The code does not depend on the policy: it is compiled (and cached) from the object as
     // built; the classifier goes into the bank of its XState maps that no running version
     // reads, and the version's copy of the control section names that bank.
@@ -142,8 +150,7 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         .find(|m| m.name == enforce::RULES_SECTION)
         .with_context(|| {
             format!(
-                "{} has no {} section: not the ACL enforcement program",
-                object_path.display(),
+                "{object_name} has no {} section: not the ACL enforcement program",
                 enforce::RULES_SECTION
             )
         })?;
@@ -193,7 +200,9 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let compiled = cf.jit_compile_code(&code, &checked, Some(&registry))?;
     let compile_us = us(t);
     let t = Instant::now();
-    let mut prepared = cf.prepare_prog(&a.hook, &policy_ext, &compiled)?;
+    let mut prepared = cf
+        .prepare_prog(&a.hook, &policy_ext, &compiled)
+        .map_err(explain_held(&cf, &node))?;
     prepared.record_as(HistoryAction::AclApply);
     pause_point("prepared");
     let writes = enforce::bank_writes(&image, &rdx_acl::classify::image::Dirty::everything(), bank);

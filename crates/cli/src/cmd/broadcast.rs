@@ -28,6 +28,17 @@ pub struct Args {
     state: StateArgs,
 }
 
+/// Environment variable naming a phase (`prepared`, `held`, `decided`, `committed`,
+/// `first-flip`, `first-release`) at which `rdx broadcast` and `rdx migrate` kill themselves
+/// with SIGKILL: how the tests show that `rdx recover` on another state directory finishes
+/// or undoes an update whose control plane died there.
+const CRASH_ENV: &str = "RDX_FLEET_CRASH_AT";
+
+/// The phase [`CRASH_ENV`] names, if any.
+pub(crate) fn crash_point_from_env() -> Option<rdx_fleet::CrashPoint> {
+    std::env::var(CRASH_ENV).ok()?.parse().ok()
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     let plan = rdx_fleet::Plan::load(&args.plan)?;
     let state_dir = args
@@ -42,6 +53,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             _ => rdx_fleet::intent::Durability::Process,
         }),
         history: Some(args.state.registry()?),
+        crash_at: crash_point_from_env(),
         ..rdx_fleet::Options::new(state_dir)
     };
     let report = rdx_fleet::broadcast(&plan, &opts)

@@ -13,7 +13,7 @@ use rdx_control::{ControlError, Extension, Tier};
 use serde::Serialize;
 
 use super::compile::Tier as TierArg;
-use super::node::{attach, StateArgs};
+use super::node::{attach, explain_held, StateArgs};
 
 /// Which program goes to which node and hook: the arguments `deploy`, `profile` and
 /// `optimize` share.
@@ -208,7 +208,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             .into());
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(explain_held(&cf, &node)(e)),
     };
     let (artifact_hash, cached) = progress.artifact.expect("a deploy compiles");
     let artifact = rdx_control::codeflow::hex(&artifact_hash);

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::node::{attach, StateArgs};
+use super::node::{attach, explain_held, StateArgs};
 
 /// Detach the program from a node's hook.
 #[derive(clap::Args)]
@@ -31,7 +31,7 @@ struct Report {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let registry = args.state.registry()?;
     let (node, mut cf) = attach(&registry, &args.node)?;
-    let was = cf.detach(&args.hook)?;
+    let was = cf.detach(&args.hook).map_err(explain_held(&cf, &node))?;
     if args.json {
         println!(
             "{}",

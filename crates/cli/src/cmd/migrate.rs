@@ -89,7 +89,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &args.hook,
         &ext,
         args.class.as_deref(),
-        &rdx_fleet::Options::new(state_dir),
+        &rdx_fleet::Options {
+            crash_at: super::broadcast::crash_point_from_env(),
+            ..rdx_fleet::Options::new(state_dir)
+        },
     )
     .with_context(|| {
         format!(

@@ -61,6 +61,35 @@ where
     Ok((entry.name, cf))
 }
 
+/// The refusal of a deploy, rollback or detach on a held hook, with the update that holds
+/// it (read from the node's update record) and the way out; other errors unchanged.
+pub fn explain_held<'a>(
+    cf: &'a CodeFlow,
+    node: &'a str,
+) -> impl FnOnce(rdx_control::ControlError) -> anyhow::Error + 'a {
+    move |e| {
+        if !matches!(e, rdx_control::ControlError::Held { .. }) {
+            return e.into();
+        }
+        let update = rdx_fleet::record::unfinished(cf.transport(), cf.view().incarnation)
+            .ok()
+            .flatten();
+        let by = match update {
+            Some(u) => format!(
+                "update {} ({} on this node, coordinated by pid {})",
+                u.id,
+                u.decision.name(),
+                rdx_control::lease::holder_record_pid(u.coordinator)
+            ),
+            None => "a broadcast or migration".into(),
+        };
+        anyhow::Error::new(e).context(format!(
+            "node {node}: held by {by}; if its control plane died, `rdx recover --node {node}` \
+             (on any machine that reaches the nodes) finishes or undoes it"
+        ))
+    }
+}
+
 /// Manage and inspect nodes.
 #[derive(clap::Args)]
 pub struct Args {
@@ -136,7 +165,12 @@ struct NodeReport {
     region_bytes: u64,
     incarnation: u64,
     generation: u64,
+    /// How long a caller waits on a held hook before it runs the published version anyway.
+    hold_timeout_ns: u64,
     lease: String,
+    /// The collective update (broadcast or migration) recorded in the region for this host,
+    /// if any: unsettled, its hooks may still be held.
+    update: Option<rdx_fleet::record::NodeIntent>,
     hooks: Vec<HookReport>,
     maps: Vec<MapReport>,
 }
@@ -255,7 +289,9 @@ fn report(name: &str, address: &str, cf: &CodeFlow) -> anyhow::Result<NodeReport
         region_bytes: info.region_size,
         incarnation: view.incarnation,
         generation: t.read_u64(offsets::HEADER_GENERATION)?,
+        hold_timeout_ns: info.hold_timeout_ns,
         lease,
+        update: rdx_fleet::record::read(t)?.filter(|u| u.incarnation == view.incarnation),
         hooks,
         maps,
     })
@@ -264,18 +300,37 @@ fn report(name: &str, address: &str, cf: &CodeFlow) -> anyhow::Result<NodeReport
 fn print_report(r: &NodeReport) {
     println!("node {} ({})", r.name, r.address);
     println!(
-        "  host pid {}, {}, region {} KiB, incarnation {}, generation {}, lease {}",
+        "  host pid {}, {}, region {} KiB, incarnation {}, generation {}, lease {}, hold \
+         timeout {:?}",
         r.host_pid,
         r.arch,
         r.region_bytes / 1024,
         r.incarnation,
         r.generation,
-        r.lease
+        r.lease,
+        std::time::Duration::from_nanos(r.hold_timeout_ns)
     );
+    if let Some(u) = &r.update {
+        println!(
+            "  update {} ({}{}), {} node(s){}",
+            u.id,
+            u.decision.name(),
+            if u.settled { ", settled" } else { "" },
+            u.participants,
+            if u.settled {
+                String::new()
+            } else {
+                format!(
+                    "; unfinished: run `rdx recover --node {}` if its control plane died",
+                    r.name
+                )
+            }
+        );
+    }
     println!("hooks:");
     println!(
-        "  {:<20} {:>7} {:<10} {:>12} {:>9} {:>7} {:>8}  HELD VERSIONS",
-        "NAME", "VERSION", "TIER", "RUNS", "FAILURES", "ERRORS", "AVG NS"
+        "  {:<20} {:>7} {:<10} {:>12} {:>9} {:>7} {:>8} {:<4} {:>13}  HELD VERSIONS",
+        "NAME", "VERSION", "TIER", "RUNS", "FAILURES", "ERRORS", "AVG NS", "HOLD", "HOLD TIMEOUTS"
     );
     for h in &r.hooks {
         let held: Vec<String> = h
@@ -290,7 +345,7 @@ fn print_report(r: &NodeReport) {
             })
             .collect();
         println!(
-            "  {:<20} {:>7} {:<10} {:>12} {:>9} {:>7} {:>8}  {}",
+            "  {:<20} {:>7} {:<10} {:>12} {:>9} {:>7} {:>8} {:<4} {:>13}  {}",
             h.name,
             if h.status.version == 0 {
                 "-".to_string()
@@ -305,6 +360,8 @@ fn print_report(r: &NodeReport) {
                 .avg_ns
                 .map(|n| n.to_string())
                 .unwrap_or_else(|| "-".into()),
+            if h.status.held { "held" } else { "-" },
+            h.status.hold_timeouts,
             if held.is_empty() {
                 "-".into()
             } else {

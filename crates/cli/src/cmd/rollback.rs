@@ -3,7 +3,7 @@
 
 use rdx_control::registry::HistoryAction;
 
-use super::node::{attach, StateArgs};
+use super::node::{attach, explain_held, StateArgs};
 
 /// Roll a hook back to an earlier version.
 #[derive(clap::Args)]
@@ -27,7 +27,9 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let registry = args.state.registry()?;
     let (node, mut cf) = attach(&registry, &args.node)?;
-    let p = cf.rollback(&args.hook, args.to)?;
+    let p = cf
+        .rollback(&args.hook, args.to)
+        .map_err(explain_held(&cf, &node))?;
     // The program of that version, as the history entry of the rollback names it (from the
     // deploy that first published it).
     let program = registry

@@ -297,7 +297,9 @@ impl CodeFlow {
     }
 
     /// Recovery after taking the lease: pending records of a dead control plane are freed
-    /// unless a hook publishes them (then the publish happened and they are held).
+    /// unless a hook publishes them (then the publish happened and they are held). A held
+    /// hook is inside a collective update whose recovery may still publish its prepared
+    /// version: that version (and its maps) stays pending until the hold is settled.
     fn recover(&mut self) -> Result<()> {
         let pending: Vec<(usize, Record)> = self
             .alloc()
@@ -312,6 +314,9 @@ impl CodeFlow {
         for h in self.view.hooks() {
             live_words.insert(h.index, self.active_word(&h)?);
         }
+        let in_update = |r: &Record| {
+            r.arena == Arena::Code && live_words.get(&r.hook).is_some_and(|w| slot::is_held(*w))
+        };
         let referenced: Vec<u16> = pending
             .iter()
             .filter(|(_, r)| {
@@ -323,10 +328,20 @@ impl CodeFlow {
             })
             .flat_map(|(_, r)| r.maps.clone())
             .collect();
+        let kept: Vec<u16> = pending
+            .iter()
+            .filter(|(_, r)| in_update(r))
+            .flat_map(|(_, r)| r.maps.clone())
+            .collect();
         let t = self.t.as_ref();
         let info = self.view.info.clone();
         let table = self.alloc.as_mut().expect("loaded");
         for (i, r) in pending {
+            let kept =
+                in_update(&r) || (r.arena == Arena::Scratch && kept.contains(&(r.entry as u16)));
+            if kept {
+                continue;
+            }
             let published = match r.arena {
                 Arena::Code => {
                     live_words

@@ -1,105 +1,54 @@
-//! Real host processes for the end-to-end tests: the `control_host` example, driven over
+//! Real host processes for the end-to-end tests: `rdx-test-host control`, driven over
 //! its stdin/stdout.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
-pub fn example_bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let p = dir.join("examples").join(name);
-    assert!(
-        p.exists(),
-        "{} not built (cargo test builds examples)",
-        p.display()
-    );
-    p
-}
+use rdx_test_support::{HostProcess, ShmPath};
 
+/// `rdx-test-host control` with its region, removed (process and region file) on drop.
 pub struct Host {
-    pub child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+    process: HostProcess,
     pub path: PathBuf,
     pub pid: u32,
 }
 
 impl Host {
+    /// Starts the host with `extra` arguments (`--serve`, `--code-size N`).
     pub fn start(tag: &str, extra: &[&str]) -> Host {
-        let path = PathBuf::from(format!(
-            "/dev/shm/rdx-ctl-test-{tag}-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_file(&path);
-        let mut child = Command::new(example_bin("control_host"))
-            .arg("--path")
-            .arg(&path)
-            .args(extra)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start control_host");
-        let stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        assert!(line.starts_with("ready "), "host said {line:?}");
-        let pid = child.id();
+        let process =
+            HostProcess::start("control", ShmPath::new(&format!("ctl-test-{tag}")), extra);
+        // "ready PATH PID"
+        let pid = process.ready_words()[1].parse().expect("the host's pid");
         Host {
-            child,
-            stdin,
-            stdout,
-            path,
+            path: process.path().to_path_buf(),
             pid,
+            process,
         }
     }
 
     pub fn address(&self) -> String {
-        format!("shm:{}", self.path.display())
+        self.process.address()
     }
 
     pub fn cmd(&mut self, c: &str) -> String {
-        writeln!(self.stdin, "{c}").unwrap();
-        self.stdin.flush().unwrap();
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        line.trim().to_string()
+        self.process.cmd(c)
     }
 
     /// `(r0, out)` of one request with `value`.
     pub fn request(&mut self, value: u64) -> (u64, u64) {
-        let l = self.cmd(&format!("run {value}"));
-        let w: Vec<&str> = l.split_whitespace().collect();
-        assert_eq!(w.first(), Some(&"ret"), "host said {l:?}");
-        (w[1].parse().unwrap(), w[3].parse().unwrap())
+        self.process.run(&value.to_string())
     }
 
+    /// Requests the `--serve` worker completed so far.
     pub fn served(&mut self) -> u64 {
         let l = self.cmd("served");
         l.strip_prefix("served ").unwrap().parse().unwrap()
     }
 
+    /// SIGKILL: the region file stays until the host is dropped.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "quit");
-        let _ = self.stdin.flush();
-        for _ in 0..50 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.path);
+        self.process.kill();
     }
 }
 

@@ -1,4 +1,4 @@
-//! A request chain of `fleet-host --forward` processes (A -> B -> C -> D, each host's stdout
+//! A request chain of `rdx-test-host fleet --forward` processes (A -> B -> C -> D, each host's stdout
 //! piped into the next one's stdin) and a traffic generator that keeps requests flowing
 //! through it. Shared by the chain consistency test and the broadcast benchmark.
 
@@ -39,15 +39,21 @@ impl Chain {
                 Some(out) => Stdio::from(out),
                 None => Stdio::piped(),
             };
-            let mut child = Command::new(env!("CARGO_BIN_EXE_fleet-host"))
-                .args(["--forward", "--path", path.as_str(), "--hold-timeout-ms"])
+            let mut child = Command::new(rdx_test_support::test_host())
+                .args([
+                    "fleet",
+                    "--forward",
+                    "--path",
+                    path.as_str(),
+                    "--hold-timeout-ms",
+                ])
                 .arg(hold_timeout_ms.to_string())
                 .arg("on_request")
                 .stdin(stdin)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
-                .expect("start fleet-host");
+                .expect("start rdx-test-host");
             let mut err = BufReader::new(child.stderr.take().unwrap());
             let mut l = String::new();
             err.read_line(&mut l).unwrap();

@@ -52,9 +52,10 @@ pub fn stamp_plan(
 
 /// The phases a control plane can be killed at, each with whether recovery rolls the
 /// operation forward (it committed) or back.
-pub const CRASH_PHASES: [(&str, bool); 5] = [
+pub const CRASH_PHASES: [(&str, bool); 6] = [
     ("prepared", false),
     ("held", false),
+    ("decided", true),
     ("committed", true),
     ("first-flip", true),
     ("first-release", true),
@@ -115,15 +116,33 @@ pub fn active_word(address: &str) -> u64 {
 
 /// Recovers what a control plane killed at `phase` left in `state_dir`: exactly one
 /// operation, rolled forward if `forward`, else back.
-pub fn recover_one(state_dir: &Path, phase: &str, forward: bool) {
-    let rec = rdx_fleet::recover(state_dir, false).unwrap();
-    assert_eq!(rec.len(), 1, "{phase}");
+pub fn recover_one(state_dir: &Path, nodes: &[(&str, &str)], phase: &str, forward: bool) {
     let want = if forward {
         "rolled_forward"
     } else {
         "rolled_back"
     };
+    // From what the nodes hold, on a control plane with none of the dead one's state.
+    let elsewhere = rdx_test_support::ScratchDir::new(&format!("fleet-recover-{phase}"));
+    let opts = rdx_fleet::RecoverOptions {
+        nodes: nodes
+            .iter()
+            .map(|(name, address)| rdx_fleet::plan::NodeSpec {
+                name: name.to_string(),
+                address: address.to_string(),
+            })
+            .collect(),
+        ..rdx_fleet::RecoverOptions::new(elsewhere.path())
+    };
+    let rec = rdx_fleet::recover(&opts).unwrap();
+    assert_eq!(rec.len(), 1, "{phase}: {rec:?}");
     assert_eq!(rec[0].outcome, want, "{phase}: {:?}", rec[0].actions);
+    assert!(rec[0].intent_log.is_none(), "{phase}");
+    // The dead control plane's own log then only needs closing, with the same outcome.
+    let rec = rdx_fleet::recover(&rdx_fleet::RecoverOptions::new(state_dir)).unwrap();
+    assert_eq!(rec.len(), 1, "{phase}: {rec:?}");
+    assert_eq!(rec[0].outcome, want, "{phase}: {:?}", rec[0].actions);
+    assert!(rdx_fleet::recover(&opts).unwrap().is_empty(), "{phase}");
 }
 
 /// A rolling update of `on_request` to `ext`, node after node, every node's code validated

@@ -4,16 +4,15 @@
 //! records").
 //!
 //! Here: synchronous resumption ([`resume`], on the run's own thread before it leaves its
-//! epoch) and the state transfer of a run that leaves its thread ([`transfer`]). Elsewhere
-//! in this crate: `hook/stopped.rs` sends a stopped run here (or to queued mode), counting
+//! epoch). The state transfer of a run that leaves its thread is [`rdx_exec::transfer`],
+//! shared with `rdx-deopt`'s in-process tier (so that crate, a control-plane one, does not
+//! link the runtime). Elsewhere in this crate: `hook/stopped.rs` sends a stopped run here (or to queued mode), counting
 //! it in the thread's `deopts` cell; `hook/queued.rs` is the host's queued mode
 //! ([`crate::queued`]); `thread.rs` keeps each thread's `DeoptRunState`. Elsewhere in rdx:
 //! `docs/deopt.md`, "Where deopt lives".
 //!
 //! Nothing here parses, verifies or lowers a program: the image is already lowered and
 //! linked for this region, and `rdx_exec` only executes it.
-
-pub mod transfer;
 
 use crate::inner::Inner;
 use crate::thread;

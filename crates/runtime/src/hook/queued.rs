@@ -1,10 +1,13 @@
 //! Queued mode: a deoptimised run leaves the hook's thread. Its exact state, with copies of
-//! the context and the packet it points into, goes to a fallback queue
-//! ([`crate::deopt::transfer`]); the hook answers a "deferred" verdict at once and the fast
-//! path keeps serving, while a fallback worker thread finishes the run in the fallback image
-//! (`docs/deopt.md`). [`crate::Runtime::queued_fallback`] starts a worker thread for one
-//! hook and returns a [`FallbackWorker`], whose [`FallbackWorker::run`] runs the hook and
-//! answers the configured verdict for a run that deoptimised and was queued.
+//! the context and the packet it points into, goes to a fallback queue; the hook answers a
+//! "deferred" verdict at once and the fast path keeps serving, while a fallback worker
+//! thread finishes the run in the fallback image (`docs/deopt.md`).
+//!
+//! [`crate::Runtime::queued_fallback`] starts a worker thread for one hook and returns a
+//! [`FallbackWorker`], whose [`FallbackWorker::run`] runs the hook and answers the configured
+//! verdict for a run that deoptimised and was queued. The state transfer (copy and rebase,
+//! packet copies below 4 GiB, the queue) is [`rdx_exec::transfer`], shared with `rdx-deopt`'s
+//! in-process tier; the context layout a host configures queued mode with is re-exported here.
 //!
 //! The worker does not rely on the epoch of the run it continues (which ends when the hook
 //! returns): the fallback image is copied out of the code arena when the run is queued
@@ -20,8 +23,10 @@ use std::thread::JoinHandle;
 use rdx_region::abi::{DeoptRunState, RunStatus};
 use rdx_region::layout::SectionId;
 
+use rdx_exec::transfer::{capture, Captured, FallbackQueue, PacketArena};
+pub use rdx_exec::transfer::{ContextLayout, PacketField, PacketRole};
+
 use super::{Hook, Prepared};
-use crate::deopt::transfer::{capture, Captured, ContextLayout, FallbackQueue, PacketArena};
 use crate::inner::Inner;
 use crate::thread::{self, ThreadState};
 use crate::RuntimeError;

@@ -1,69 +1,54 @@
-//! Test harness shared by the cross-process tests: a spawned `rdx-stdio-host` and the
+//! Test harness shared by the cross-process tests: a spawned `rdx-test-host runtime` and the
 //! control plane's handle on its region.
 #![allow(dead_code)]
 
 use rdx_jit::link::{link, LinkTarget};
 use rdx_jit::{Build, CompileOptions, Compiler, Symbol};
 use rdx_region::layout::{active_word, offsets, ContextKind, MapType, SectionId, MAP_ALIGN};
+use rdx_test_support::{HostProcess, ShmPath};
 use rdx_transport::context::read_context;
 use rdx_transport::shm::ShmTransport;
 use rdx_transport::xstate::{self, Copies, MapRef, MapSpec, UPDATE_ANY};
 use rdx_transport::Transport;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 
+/// `rdx-test-host runtime` declaring hooks `h` and `other`, removed (process and region
+/// file) on drop.
 pub struct Host {
-    pub child: Child,
-    pub stdin: ChildStdin,
-    pub stdout: BufReader<ChildStdout>,
+    process: HostProcess,
     pub path: String,
 }
 
 impl Host {
     pub fn start(extra: &[&str]) -> Host {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let path = format!(
-            "/dev/shm/rdx-test-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rdx-stdio-host"))
-            .args(["--path", &path])
-            .args(extra)
-            .args(["h", "other"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn host");
-        let stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), format!("region {path}"));
+        let args: Vec<&str> = extra.iter().copied().chain(["h", "other"]).collect();
+        let process = HostProcess::start("runtime", ShmPath::new("rt-test"), &args);
         Host {
-            child,
-            stdin,
-            stdout,
-            path,
+            path: process.path().to_str().expect("UTF-8 path").to_string(),
+            process,
         }
     }
 
+    /// Sends `cmd` and returns the reply.
     pub fn ask(&mut self, cmd: &str) -> String {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        self.stdin.flush().unwrap();
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        line.trim().to_string()
+        self.process.cmd(cmd)
     }
 
+    /// Sends a line without waiting for the reply (read it with [`Host::line`]).
+    pub fn send(&mut self, line: &str) {
+        self.process.process().send(line)
+    }
+
+    /// The next reply line.
+    pub fn line(&mut self) -> String {
+        self.process.process().line()
+    }
+
+    /// `(r0, out)` of one run of `h` with `value`.
     pub fn run(&mut self, value: u64) -> (u64, u64) {
-        let r = self.ask(&format!("run h {value}"));
-        let w: Vec<&str> = r.split_whitespace().collect();
-        assert_eq!(w[0], "ret", "{r}");
-        (w[1].parse().unwrap(), w[3].parse().unwrap())
+        self.process.run(&format!("h {value}"))
     }
 
+    /// `h`'s counters: runs, failures, errors, hold timeouts.
     pub fn stats(&mut self) -> Vec<u64> {
         let r = self.ask("stats h");
         r.split_whitespace()
@@ -71,14 +56,6 @@ impl Host {
             .step_by(2)
             .map(|v| v.parse().unwrap())
             .collect()
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "quit");
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.path);
     }
 }
 

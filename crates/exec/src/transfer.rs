@@ -1,7 +1,14 @@
-//! The state transfer of a deoptimised run that leaves its thread (queued mode), shared by
-//! the host's queued mode ([`crate::queued`]) and `rdx-deopt`'s interpreter-side tier: the
-//! [`ContextLayout`] of a hook's context, the [`PacketArena`] of packet copies below 4 GiB,
-//! [`capture`] (copy and rebase) and the [`FallbackQueue`] a worker takes runs from.
+//! The state transfer of a deoptimised run that leaves its thread (queued mode,
+//! `docs/deopt.md`): its exact state, with copies of the context and the packet it points
+//! into, is captured for another thread to continue. Both executors that continue such runs
+//! use it: the host's queued mode (`rdx-runtime`, in the fallback image) and the in-process
+//! elite tier of `rdx-deopt` (in the interpreter).
+//!
+//! - [`ContextLayout`]: a hook's context size and the fields that point at a packet;
+//! - [`LowMemory`] and the [`PacketArena`]: packet copies below 4 GiB, where 32-bit context
+//!   fields can point;
+//! - [`capture`]: copy and rebase, into a [`Captured`] that owns the copies;
+//! - [`FallbackQueue`]: the queue from the hook's thread to the worker.
 //!
 //! Pointers are rebased onto the copies: a 64-bit word of the state — a register of the
 //! innermost frame, a callee-saved register of a caller frame, or an 8-byte-aligned word of a
@@ -29,24 +36,31 @@ pub const PACKET_POINTER_REACH: u64 = 1 << 16;
 /// Which part of the packet a context field points at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PacketRole {
+    /// The packet's first byte (`data`).
     Start,
+    /// One past its last byte (`data_end`).
     End,
+    /// The start of its metadata (`data_meta`).
     Meta,
 }
 
 /// A context field holding a packet pointer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PacketField {
+    /// Offset of the field in the context.
     pub offset: usize,
     /// 4 (a 32-bit field such as `xdp_md.data`: the copy is placed below 4 GiB) or 8.
     pub width: usize,
+    /// Which part of the packet it points at.
     pub role: PacketRole,
 }
 
 /// The shape of a hook's context as far as copying it is concerned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContextLayout {
+    /// The context's size in bytes.
     pub size: usize,
+    /// Its fields that point into a packet.
     pub packet_fields: Vec<PacketField>,
 }
 
@@ -133,16 +147,27 @@ impl ContextLayout {
 /// Why a deoptimised run could not be queued.
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
+    /// The run state handed over is not one that can be continued.
     #[error("state to queue: {0}")]
     State(String),
+    /// The context does not match its layout.
     #[error("context: {0}")]
     Context(String),
+    /// The packet is larger than a slot of the arena.
     #[error("packet of {len} bytes exceeds the queue's {slot}-byte packet slots")]
-    PacketTooLarge { len: usize, slot: usize },
+    PacketTooLarge {
+        /// The packet's length.
+        len: usize,
+        /// The arena's slot size.
+        slot: usize,
+    },
+    /// Every slot of the queue is taken.
     #[error("fallback queue is full ({0} runs waiting)")]
     Full(usize),
+    /// The arena's memory below 4 GiB could not be mapped.
     #[error("cannot map the packet arena: {0}")]
     Arena(std::io::Error),
+    /// The queue was closed: no more runs are taken.
     #[error("the queue is closed")]
     Closed,
 }
@@ -162,6 +187,8 @@ unsafe impl Send for LowMemory {}
 unsafe impl Sync for LowMemory {}
 
 impl LowMemory {
+    /// Maps `len` bytes below 4 GiB (`MAP_32BIT` on x86-64); an error when the kernel
+    /// places them higher.
     pub fn new(len: usize) -> std::io::Result<LowMemory> {
         #[cfg(target_arch = "x86_64")]
         let low = libc::MAP_32BIT;
@@ -196,19 +223,23 @@ impl LowMemory {
         self.ptr
     }
 
+    /// The mapping's length in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the mapping is empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// The mapping's bytes.
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: our mapping of `len` bytes.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
+    /// The mapping's bytes, writable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: our mapping of `len` bytes, borrowed exclusively.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
@@ -486,6 +517,7 @@ const SPINS: u32 = 256;
 const YIELDS: u32 = 16;
 
 impl<T> FallbackQueue<T> {
+    /// An empty queue that holds at most `capacity` runs.
     pub fn new(capacity: usize) -> FallbackQueue<T> {
         FallbackQueue {
             pending: Mutex::new(Pending {
@@ -524,6 +556,7 @@ impl<T> FallbackQueue<T> {
         self.pending.lock().expect("queue lock").runs.len()
     }
 
+    /// Whether no run is waiting.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
