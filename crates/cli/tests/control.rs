@@ -182,7 +182,8 @@ fn every_control_plane_command_against_a_live_host() {
 
     // two control planes: while this process holds the lease, the CLI is refused
     let mut holder =
-        rdx_control::create_codeflow(&host.address(), rdx_control::ExtSpec::default()).unwrap();
+        rdx_control::create_codeflow(&host.address(), rdx_control::AttachOptions::default())
+            .unwrap();
     holder.mutual_excl().unwrap();
     let err = env.fails(&["rollback", "--node", "kv", "--hook", "on_request"]);
     assert!(err.contains("leased by another control plane"), "{err}");

@@ -24,7 +24,7 @@
 
 use rdx_bpf::isa::Insn;
 use rdx_bpf::program::{MapDef, MapOrigin};
-use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension};
+use rdx_control::{create_codeflow, AttachOptions, CodeFlow, Extension};
 use rdx_region::layout::MapType;
 use rdx_test_support::programs::{generate, path_sensitive, Shape};
 use std::io::{BufRead, BufReader, Write};
@@ -214,8 +214,9 @@ fn host_main(path: &str) {
                     continue;
                 }
                 idle_r.store(false, Ordering::Relaxed);
-                let flow = cf
-                    .get_or_insert_with(|| create_codeflow(&address, ExtSpec::default()).unwrap());
+                let flow = cf.get_or_insert_with(|| {
+                    create_codeflow(&address, AttachOptions::default()).unwrap()
+                });
                 flow.deploy(HOOK, &ext, None, None).unwrap();
                 deploys += 1;
                 if deploys.is_multiple_of(8) {
@@ -435,11 +436,11 @@ fn latency(cf: &mut CodeFlow) {
             let c = cf.jit_compile_code(&ext, &checked, None).expect("JIT");
             cf.deploy_prog(HOOK, &ext, &c).expect("deploy");
             agent.push(t.elapsed().as_secs_f64() * 1e6);
-            processed = checked.facts.processed_insns;
+            processed = checked.facts().processed_insns;
             compiled = Some(c);
         }
         let compiled = compiled.unwrap();
-        let code_len = compiled.artifact.code.len() as u64;
+        let code_len = compiled.artifact().code.len() as u64;
         let reps = if case.insns.len() > 50_000 { 200 } else { 600 };
         let (mut total, mut publish) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
         // Warm up: first touches of the arena's pages in this process.
@@ -761,7 +762,7 @@ fn main() {
     let mut host = HostProc::start();
     pin_to_cpu(1);
     let address = format!("shm:{}", host.path);
-    let mut cf = create_codeflow(&address, ExtSpec::default()).expect("attach");
+    let mut cf = create_codeflow(&address, AttachOptions::default()).expect("attach");
     // `-- latency` or `-- throughput` runs one part.
     let only: Vec<String> = std::env::args()
         .skip(1)

@@ -10,17 +10,23 @@
 //! [`rdx_transport::slot`]), the JIT tier a deploy uses ([`tier`]), and the registry
 //! ([`registry`]).
 //!
+//! Nothing runs natively that the verifier did not accept for that hook's class: a
+//! [`Compiled`] is made only from a [`Validated`], carries the hook, class, program and EIM
+//! spec it was verified for, and is refused for anything else. A deploy reports its stages
+//! to a [`DeployObserver`]; with [`CodeFlow::record_history`], every publication, rollback
+//! and detach through the CodeFlow — whoever drives it — is recorded in the registry.
+//!
 //! It must not run anything in the node: every effect on a node is a one-sided read, write,
 //! compare-and-swap or fetch-and-add through [`rdx_transport::Transport`]. The host's CPU
 //! never runs loader, verifier or compiler code (a test checks it with strace). It also never
 //! holds a lock across nodes: one [`CodeFlow`] per node, independent of the others.
 //!
 //! ```no_run
-//! use rdx_control::{create_codeflow, registry::Registry, Extension, ExtSpec};
+//! use rdx_control::{create_codeflow, registry::Registry, Extension, AttachOptions};
 //! let registry = Registry::open(&rdx_control::registry::default_state_dir())?;
 //! let object = rdx_bpf::loader::load(&std::fs::read("count.o")?)?;
 //! let ext = Extension::from_object(&object, None)?;
-//! let mut cf = create_codeflow("shm:/dev/shm/rdx-kv-1234", ExtSpec::default())?;
+//! let mut cf = create_codeflow("shm:/dev/shm/rdx-kv-1234", AttachOptions::default())?;
 //! let v = cf.deploy("on_get", &ext, None, Some(&registry))?;
 //! println!("version {} live (generation {})", v.version, v.generation);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -35,8 +41,9 @@ pub mod registry;
 pub mod tier;
 
 pub use codeflow::{
-    create_codeflow, create_codeflow_read_only, CodeFlow, Compiled, DeployTimings, ExtSpec,
-    Extension, HeldVersion, Prepared, Published, Reclaimed, Validated,
+    create_codeflow, create_codeflow_read_only, AttachOptions, CodeFlow, Compiled, DeployObserver,
+    DeployStage, DeployTimings, Extension, HeldVersion, Prepared, Published, Reclaimed, StageDone,
+    Validated,
 };
-pub use error::{ControlError, Result};
+pub use error::{ControlError, Result, Unverified};
 pub use tier::Tier;

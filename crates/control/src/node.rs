@@ -234,12 +234,11 @@ impl NodeView {
         } else {
             let mut b = vec![0u8; info.eim_len as usize];
             t.read(info.section(SectionId::Eim).offset, &mut b)?;
-            Some(String::from_utf8(b).map_err(|e| {
-                ControlError::BadEimSpec(format!(
-                    "not UTF-8 at byte {}",
-                    e.utf8_error().valid_up_to()
-                ))
-            })?)
+            Some(
+                String::from_utf8(b).map_err(|e| ControlError::EimSpecNotUtf8 {
+                    valid_up_to: e.utf8_error().valid_up_to(),
+                })?,
+            )
         };
         let symbols = read_context(t, &info)?;
         Ok(NodeView {

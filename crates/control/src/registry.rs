@@ -21,6 +21,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use sha2::{Digest, Sha256};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 /// The state directory: `$RDX_STATE_DIR`, else `$XDG_STATE_HOME/rdx`, else
@@ -73,14 +74,78 @@ fn serialize_redacted<S: serde::Serializer>(
     s.serialize_str(&crate::node::redact_address(address))
 }
 
+/// What a history entry records. Stored (and serialised) as its [`HistoryAction::name`],
+/// the strings registries have always held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HistoryAction {
+    /// A generic build published.
+    Deploy,
+    /// An earlier held version published again.
+    Rollback,
+    /// The hook set to run nothing.
+    Detach,
+    /// An elite (speculative) build published.
+    Optimize,
+    /// A scouting build (branch counters) published.
+    Profile,
+    /// An ACL policy published with the enforcement program (`rdx acl apply`).
+    AclApply,
+}
+
+impl HistoryAction {
+    /// Every action, in declaration order.
+    pub const ALL: [HistoryAction; 6] = [
+        HistoryAction::Deploy,
+        HistoryAction::Rollback,
+        HistoryAction::Detach,
+        HistoryAction::Optimize,
+        HistoryAction::Profile,
+        HistoryAction::AclApply,
+    ];
+
+    /// The name the registry stores and `rdx history` shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            HistoryAction::Deploy => "deploy",
+            HistoryAction::Rollback => "rollback",
+            HistoryAction::Detach => "detach",
+            HistoryAction::Optimize => "optimize",
+            HistoryAction::Profile => "profile",
+            HistoryAction::AclApply => "acl apply",
+        }
+    }
+}
+
+impl std::fmt::Display for HistoryAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+impl std::str::FromStr for HistoryAction {
+    type Err = ControlError;
+
+    fn from_str(s: &str) -> Result<HistoryAction> {
+        HistoryAction::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| ControlError::Registry(format!("unknown history action {s:?}")))
+    }
+}
+
+impl serde::Serialize for HistoryAction {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
 /// One entry of a hook's deployment history.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct HistoryEntry {
     pub id: i64,
     pub node: String,
     pub hook: String,
-    /// `deploy`, `rollback` or `detach`.
-    pub action: String,
+    pub action: HistoryAction,
     pub version: u32,
     pub previous_version: u32,
     pub program: String,
@@ -91,8 +156,12 @@ pub struct HistoryEntry {
     pub generation: u64,
 }
 
+/// The registry of one state directory. Cloning it shares its one database connection
+/// (serialised by a lock), so a [`crate::CodeFlow`] per node can record its history in the
+/// same registry from several threads.
+#[derive(Clone)]
 pub struct Registry {
-    conn: Connection,
+    conn: Arc<Mutex<Connection>>,
     dir: PathBuf,
 }
 
@@ -102,8 +171,8 @@ impl std::fmt::Debug for Registry {
     }
 }
 
-fn db_err(e: rusqlite::Error) -> ControlError {
-    ControlError::Registry(e.to_string())
+fn db_err(source: rusqlite::Error) -> ControlError {
+    ControlError::RegistryDatabase { path: None, source }
 }
 
 impl Registry {
@@ -118,8 +187,10 @@ impl Registry {
         prepare_state_dir(dir)?;
         let path = dir.join("registry.sqlite");
         prepare_database_files(&path)?;
-        let conn = Connection::open(&path)
-            .map_err(|e| ControlError::Registry(format!("{}: {e}", path.display())))?;
+        let conn = Connection::open(&path).map_err(|source| ControlError::RegistryDatabase {
+            path: Some(path.clone()),
+            source,
+        })?;
         conn.busy_timeout(Duration::from_secs(10)).map_err(db_err)?;
         // secure_delete: rows deleted (a removed node's address, which may hold a token)
         // are overwritten with zeros instead of lingering in free pages.
@@ -141,9 +212,16 @@ impl Registry {
         .map_err(db_err)?;
         add_tier_column(&conn)?;
         Ok(Registry {
-            conn,
+            conn: Arc::new(Mutex::new(conn)),
             dir: dir.into(),
         })
+    }
+
+    /// The connection, for one statement or query at a time. A panic while holding it
+    /// leaves nothing half-done that matters (SQLite rolls back an unfinished statement), so
+    /// a poisoned lock is taken over.
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub fn dir(&self) -> &Path {
@@ -154,7 +232,7 @@ impl Registry {
     /// checked against the hash on every load ([`ControlError::ArtifactHashMismatch`]).
     pub fn cached_artifact(&self, key: &str) -> Result<Option<([u8; 32], Vec<u8>)>> {
         let row: Option<(String, Vec<u8>)> = self
-            .conn
+            .conn()
             .query_row(
                 "SELECT a.hash, a.bytes FROM compile_cache c JOIN artifacts a ON a.hash = c.hash WHERE c.key = ?1",
                 params![key],
@@ -172,13 +250,13 @@ impl Registry {
     /// Stores an artifact by content hash and points a compile key at it.
     pub fn put_artifact(&self, key: &str, hash: &[u8; 32], bytes: &[u8]) -> Result<()> {
         let h = crate::codeflow::hex(hash);
-        self.conn
+        self.conn()
             .execute(
                 "INSERT OR IGNORE INTO artifacts(hash, bytes, created_ms) VALUES (?1, ?2, ?3)",
                 params![h, bytes, crate::lease::now_ms() as i64],
             )
             .map_err(db_err)?;
-        self.conn
+        self.conn()
             .execute(
                 "INSERT OR REPLACE INTO compile_cache(key, hash) VALUES (?1, ?2)",
                 params![key, h],
@@ -191,7 +269,7 @@ impl Registry {
     /// hash like [`Registry::cached_artifact`].
     pub fn artifact(&self, hash_hex: &str) -> Result<Option<Vec<u8>>> {
         let row: Option<(String, Vec<u8>)> = self
-            .conn
+            .conn()
             .query_row(
                 "SELECT hash, bytes FROM artifacts WHERE hash LIKE ?1 || '%' LIMIT 1",
                 params![hash_hex],
@@ -212,7 +290,7 @@ impl Registry {
         if name.is_empty() || name.contains(char::is_whitespace) {
             return Err(ControlError::Invalid(format!("bad node name {name:?}")));
         }
-        self.conn
+        self.conn()
             .execute(
                 "INSERT OR REPLACE INTO nodes(name, address, added_ms) VALUES (?1, ?2, ?3)",
                 params![name, address, crate::lease::now_ms() as i64],
@@ -226,7 +304,7 @@ impl Registry {
     /// truncated, so a token in the node's address does not outlive the node in the files.
     pub fn remove_node(&self, name: &str) -> Result<bool> {
         let removed = self
-            .conn
+            .conn()
             .execute("DELETE FROM nodes WHERE name = ?1", params![name])
             .map_err(db_err)?
             > 0;
@@ -242,7 +320,7 @@ impl Registry {
     /// reported instead of being ignored.
     fn wipe_log(&self) -> Result<()> {
         let (busy, _, _): (i64, i64, i64) = self
-            .conn
+            .conn()
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?))
             })
@@ -257,8 +335,8 @@ impl Registry {
     }
 
     pub fn nodes(&self) -> Result<Vec<NodeEntry>> {
-        let mut st = self
-            .conn
+        let conn = self.conn();
+        let mut st = conn
             .prepare("SELECT name, address, added_ms FROM nodes ORDER BY name")
             .map_err(db_err)?;
         let rows = st
@@ -278,7 +356,7 @@ impl Registry {
     /// name is printed and recorded in the history).
     pub fn node(&self, name: &str) -> Result<NodeEntry> {
         let found = self
-            .conn
+            .conn()
             .query_row(
                 "SELECT name, address, added_ms FROM nodes WHERE name = ?1",
                 params![name],
@@ -316,14 +394,15 @@ impl Registry {
 
     /// Records `e` with the JIT tier that built the version it published (a deploy).
     pub fn record_with_tier(&self, e: &HistoryEntry, tier: Option<Tier>) -> Result<i64> {
-        self.conn
-            .execute(
+        // One lock for the insert and its row id: another thread's insert cannot come between.
+        let conn = self.conn();
+        conn.execute(
                 "INSERT INTO history(node, hook, action, version, previous, program, object, class, artifact, at_ms, generation, tier)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 params![
                     e.node,
                     e.hook,
-                    e.action,
+                    e.action.name(),
                     e.version,
                     e.previous_version,
                     e.program,
@@ -335,8 +414,8 @@ impl Registry {
                     tier.map(Tier::name)
                 ],
             )
-            .map_err(db_err)?;
-        Ok(self.conn.last_insert_rowid())
+        .map_err(db_err)?;
+        Ok(conn.last_insert_rowid())
     }
 
     /// History of a node, optionally one hook, oldest first.
@@ -355,8 +434,8 @@ impl Registry {
         node: &str,
         hook: Option<&str>,
     ) -> Result<Vec<(HistoryEntry, Option<Tier>)>> {
-        let mut st = self
-            .conn
+        let conn = self.conn();
+        let mut st = conn
             .prepare(
                 "SELECT id, node, hook, action, version, previous, program, object, class, artifact, at_ms, generation, tier
                  FROM history WHERE node = ?1 AND (?2 IS NULL OR hook = ?2) ORDER BY id",
@@ -370,7 +449,13 @@ impl Registry {
                         id: r.get(0)?,
                         node: r.get(1)?,
                         hook: r.get(2)?,
-                        action: r.get(3)?,
+                        action: r.get::<_, String>(3)?.parse().map_err(|e| {
+                            rusqlite::Error::FromSqlConversionFailure(
+                                3,
+                                rusqlite::types::Type::Text,
+                                Box::new(e),
+                            )
+                        })?,
                         version: r.get(4)?,
                         previous_version: r.get(5)?,
                         program: r.get(6)?,
@@ -551,7 +636,7 @@ mod tests {
             id: 0,
             node: "kv".into(),
             hook: "on_get".into(),
-            action: "deploy".into(),
+            action: HistoryAction::Deploy,
             version: 1,
             previous_version: 0,
             program: "p".into(),
@@ -584,6 +669,27 @@ mod tests {
         a.add_node("n2", "shm:/y").unwrap();
         assert_eq!(b.nodes().unwrap().len(), 2);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn history_actions_keep_the_names_registries_hold() {
+        let names: Vec<&str> = HistoryAction::ALL.iter().map(|a| a.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "deploy",
+                "rollback",
+                "detach",
+                "optimize",
+                "profile",
+                "acl apply"
+            ]
+        );
+        for a in HistoryAction::ALL {
+            assert_eq!(a.name().parse::<HistoryAction>().unwrap(), a);
+            assert_eq!(serde_json::to_value(a).unwrap(), a.name());
+        }
+        assert!("deploy2".parse::<HistoryAction>().is_err());
     }
 
     #[test]

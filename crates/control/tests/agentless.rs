@@ -7,7 +7,7 @@ mod common;
 
 use common::{extension, Host};
 use rdx_control::node::hook_status;
-use rdx_control::{create_codeflow, ExtSpec};
+use rdx_control::{create_codeflow, AttachOptions};
 use rdx_transport::xstate::{self, ringbuf};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -28,7 +28,7 @@ fn host_makes_no_system_call_while_programs_are_deployed() {
         return;
     }
     let host = Host::start("agentless", &["--serve"]);
-    let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&host.address(), AttachOptions::default()).unwrap();
     // Compile both versions up front, as a control plane with a warm cache would.
     let a = extension("plus_one");
     let b = extension("times_two");

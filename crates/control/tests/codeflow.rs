@@ -5,7 +5,7 @@ mod common;
 
 use common::{extension, state_dir, Host};
 use rdx_control::registry::Registry;
-use rdx_control::{create_codeflow, ControlError, ExtSpec};
+use rdx_control::{create_codeflow, AttachOptions, ControlError, Unverified};
 use std::time::Duration;
 
 #[test]
@@ -17,7 +17,7 @@ fn deploy_upgrade_rollback_detach_across_processes() {
         "nothing attached: the hook's default"
     );
     let reg = Registry::open(&state_dir("cycle")).unwrap();
-    let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&host.address(), AttachOptions::default()).unwrap();
 
     let a = extension("plus_one");
     let v1 = cf.deploy("on_request", &a, None, Some(&reg)).unwrap();
@@ -70,24 +70,29 @@ fn deploy_upgrade_rollback_detach_across_processes() {
 
     // The second deploy of the same bytecode comes from the registry's compile cache.
     let checked = cf.validate_code(&a, "on_request", None).unwrap();
-    assert!(
-        cf.jit_compile_code(&a, &checked, Some(&reg))
-            .unwrap()
-            .cached
-    );
+    assert!(cf
+        .jit_compile_code(&a, &checked, Some(&reg))
+        .unwrap()
+        .cached());
 }
 
 #[test]
 fn a_rejected_program_never_reaches_the_node() {
     let mut host = Host::start("reject", &[]);
-    let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&host.address(), AttachOptions::default()).unwrap();
     cf.deploy("on_request", &extension("plus_one"), None, None)
         .unwrap();
     let before = cf.arena_usage().unwrap();
     let err = cf
         .deploy("on_request", &extension("out_of_bounds"), None, None)
         .unwrap_err();
-    assert!(matches!(err, ControlError::Verify { .. }), "{err}");
+    // The verifier's typed rule reaches the caller as the error's source.
+    let ControlError::Verify { source, .. } = &err else {
+        panic!("not a verifier rejection: {err}");
+    };
+    assert_eq!(source.rule, rdx_verifier::Rule::CtxAccess, "{err}");
+    let chained = std::error::Error::source(&err).expect("the verifier's error is the source");
+    assert_eq!(chained.to_string(), source.to_string());
     assert!(err.to_string().contains("on_request"), "{err}");
     assert_eq!(cf.arena_usage().unwrap(), before, "nothing allocated");
     assert_eq!(host.request(3), (1, 4), "still the previous version");
@@ -103,10 +108,150 @@ fn a_rejected_program_never_reaches_the_node() {
 }
 
 #[test]
+fn a_verdict_is_refused_for_another_hook_or_program() {
+    let mut host = Host::start("unverified", &[]);
+    let mut cf = create_codeflow(&host.address(), AttachOptions::default()).unwrap();
+    let plus_one = extension("plus_one");
+    let times_two = extension("times_two");
+    let checked = cf.validate_code(&plus_one, "on_request", None).unwrap();
+    let refused = |e: ControlError, want: Unverified| match e {
+        ControlError::NotVerifiedFor { mismatch, hook, .. } => {
+            assert_eq!(mismatch, want);
+            assert_eq!(hook, "on_request");
+        }
+        e => panic!("expected NotVerifiedFor {want:?}, got {e}"),
+    };
+    // One program's verdict does not compile another.
+    refused(
+        cf.jit_compile_code(&times_two, &checked, None).unwrap_err(),
+        Unverified::Program,
+    );
+    let compiled = cf.jit_compile_code(&plus_one, &checked, None).unwrap();
+    assert_eq!(
+        (compiled.hook(), compiled.class()),
+        ("on_request", checked.class())
+    );
+    let before = cf.arena_usage().unwrap();
+    // Nor is its code written for another program or another hook.
+    refused(
+        cf.prepare_prog("on_request", &times_two, &compiled)
+            .unwrap_err(),
+        Unverified::Program,
+    );
+    refused(
+        cf.prepare_prog("on_response", &plus_one, &compiled)
+            .unwrap_err(),
+        Unverified::Hook("on_response".into()),
+    );
+    assert_eq!(cf.arena_usage().unwrap(), before, "nothing allocated");
+    assert_eq!(host.request(3), (0, 0), "nothing published");
+    cf.deploy_prog("on_request", &plus_one, &compiled).unwrap();
+    assert_eq!(host.request(3), (1, 4));
+}
+
+#[test]
+fn the_library_records_every_publication_in_the_history() {
+    use rdx_control::registry::HistoryAction;
+    use rdx_control::{DeployObserver, DeployStage, DeployTimings, StageDone};
+    let host = Host::start("history", &[]);
+    let reg = Registry::open(&state_dir("history")).unwrap();
+    let mut cf = create_codeflow(&host.address(), AttachOptions::default()).unwrap();
+    cf.record_history(reg.clone(), "kv");
+    let a = extension("plus_one").with_origin("plus_one.o");
+    /// Stages as an observer hears them, with the timings observer inside.
+    #[derive(Default)]
+    struct Heard(Vec<(DeployStage, bool)>, DeployTimings);
+    impl DeployObserver for Heard {
+        fn started(&mut self, stage: DeployStage) {
+            self.0.push((stage, false));
+        }
+        fn finished(&mut self, done: StageDone<'_>, took: std::time::Duration) {
+            self.0.push((done.stage(), true));
+            self.1.finished(done, took);
+        }
+    }
+    let mut heard = Heard::default();
+    let v1 = cf
+        .deploy_observed("on_request", &a, None, None, &mut heard)
+        .unwrap();
+    let stages = [
+        DeployStage::Verify,
+        DeployStage::Compile,
+        DeployStage::Prepare,
+        DeployStage::Publish,
+    ];
+    let want: Vec<(DeployStage, bool)> = stages
+        .iter()
+        .flat_map(|&s| [(s, false), (s, true)])
+        .collect();
+    assert_eq!(heard.0, want);
+    assert!(heard.1.validate_us > 0.0 && heard.1.publish_us > 0.0);
+    // A version published with `tx` directly, as fleet and embedding programs do.
+    let b = extension("times_two");
+    let checked = cf.validate_code(&b, "on_request", None).unwrap();
+    let compiled = cf.jit_compile_code(&b, &checked, None).unwrap();
+    let p = cf.prepare_prog("on_request", &b, &compiled).unwrap();
+    let v2 = cf.tx(vec![p]).unwrap().remove(0);
+    cf.rollback("on_request", None).unwrap();
+    cf.detach("on_request").unwrap();
+    let history = reg.history_with_tiers("kv", Some("on_request")).unwrap();
+    let actions: Vec<_> = history.iter().map(|(e, _)| e.action).collect();
+    assert_eq!(
+        actions,
+        [
+            HistoryAction::Deploy,
+            HistoryAction::Deploy,
+            HistoryAction::Rollback,
+            HistoryAction::Detach
+        ]
+    );
+    let (first, tier) = &history[0];
+    assert_eq!(
+        (first.version, first.program.as_str(), first.object.as_str()),
+        (v1.version, "plus_one", "plus_one.o")
+    );
+    assert_eq!(*tier, Some(v1.tier));
+    assert_eq!(history[1].0.generation, v2.generation);
+    // The rollback names the program of the version it went back to.
+    assert_eq!(
+        (history[2].0.version, history[2].0.program.as_str()),
+        (1, "plus_one")
+    );
+    assert_eq!(
+        (history[3].0.version, history[3].0.previous_version),
+        (0, 1)
+    );
+}
+
+#[test]
+fn a_verdict_covers_writable_initial_data_but_not_read_only_data() {
+    use rdx_bpf::program::{MapDef, MapOrigin};
+    use rdx_region::layout::MapType;
+    let map = |read_only: bool, initial: u8| MapDef {
+        name: ".data".into(),
+        map_type: MapType::Array.into(),
+        key_size: 4,
+        value_size: 8,
+        max_entries: 1,
+        flags: 0,
+        origin: MapOrigin::GlobalData,
+        initial_value: Some(vec![initial; 8]),
+        read_only,
+    };
+    let insns = extension("plus_one").insns().to_vec();
+    let ext = |read_only, initial| {
+        rdx_control::Extension::new("p", "s", insns.clone(), vec![map(read_only, initial)])
+    };
+    assert_eq!(ext(false, 1).code_hash(), ext(false, 2).code_hash());
+    assert_ne!(ext(false, 1).hash(), ext(false, 2).hash());
+    assert_ne!(ext(true, 1).code_hash(), ext(true, 2).code_hash());
+}
+
+#[test]
 fn a_full_code_arena_is_refused_and_the_old_version_stays() {
     // 64 KiB of code arena: the smallest the layout allows.
     let mut host = Host::start("full", &["--code-size", "65536"]);
-    let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&host.address(), AttachOptions::default()).unwrap();
     cf.deploy("on_request", &extension("plus_one"), None, None)
         .unwrap();
     // A program larger than the arena.
@@ -167,9 +312,9 @@ fn a_full_code_arena_is_refused_and_the_old_version_stays() {
 #[test]
 fn two_control_planes_contend_for_the_lease() {
     let mut host = Host::start("lease", &[]);
-    let spec = ExtSpec {
+    let spec = AttachOptions {
         lease_ttl: Duration::from_millis(2500),
-        ..ExtSpec::default()
+        ..AttachOptions::default()
     };
     let mut first = create_codeflow(&host.address(), spec.clone()).unwrap();
     let mut second = create_codeflow(&host.address(), spec).unwrap();
@@ -201,7 +346,7 @@ fn two_control_planes_contend_for_the_lease() {
     assert_eq!(host.request(1), (2, 2));
     // A holder that stops renewing (as if it died) loses the lease once it expires.
     std::mem::forget(second);
-    let mut third = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    let mut third = create_codeflow(&host.address(), AttachOptions::default()).unwrap();
     assert!(matches!(
         third.detach("on_request"),
         Err(ControlError::LeaseHeld { .. })
@@ -214,7 +359,7 @@ fn two_control_planes_contend_for_the_lease() {
 #[test]
 fn a_dead_or_restarted_host_is_named() {
     let mut host = Host::start("dead", &[]);
-    let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&host.address(), AttachOptions::default()).unwrap();
     cf.deploy("on_request", &extension("plus_one"), None, None)
         .unwrap();
     // Keep the region file: the host dies without tearing down.
@@ -231,7 +376,8 @@ fn a_dead_or_restarted_host_is_named() {
         ),
         "{err}"
     );
-    let err = create_codeflow(&format!("shm:{}", keep.display()), ExtSpec::default()).unwrap_err();
+    let err =
+        create_codeflow(&format!("shm:{}", keep.display()), AttachOptions::default()).unwrap_err();
     assert!(
         matches!(
             err,
@@ -240,8 +386,8 @@ fn a_dead_or_restarted_host_is_named() {
         "{err}"
     );
     let _ = std::fs::remove_file(&keep);
-    assert!(create_codeflow("shm:/dev/shm/rdx-no-such-region", ExtSpec::default()).is_err());
-    assert!(create_codeflow("rdma:somewhere", ExtSpec::default())
+    assert!(create_codeflow("shm:/dev/shm/rdx-no-such-region", AttachOptions::default()).is_err());
+    assert!(create_codeflow("rdma:somewhere", AttachOptions::default())
         .unwrap_err()
         .to_string()
         .contains("unknown transport scheme"));
@@ -254,7 +400,8 @@ fn a_region_of_another_layout_version_is_refused() {
     let mut bytes = std::fs::read(&host.path).unwrap();
     bytes[8] = 9; // layout_version
     std::fs::write(&copy, &bytes).unwrap();
-    let err = create_codeflow(&format!("shm:{}", copy.display()), ExtSpec::default()).unwrap_err();
+    let err =
+        create_codeflow(&format!("shm:{}", copy.display()), AttachOptions::default()).unwrap_err();
     let _ = std::fs::remove_file(&copy);
     assert!(err.to_string().contains("layout version 9"), "{err}");
 }
@@ -273,7 +420,7 @@ fn mapped_and_unmapped_deploys_write_the_linked_code() {
     let a = extension("plus_one");
     let b = extension("times_two");
 
-    let mut mapped = create_codeflow(&address, ExtSpec::default()).unwrap();
+    let mut mapped = create_codeflow(&address, AttachOptions::default()).unwrap();
     let checked = mapped.validate_code(&a, "on_request", None).unwrap();
     let compiled = mapped.jit_compile_code(&a, &checked, None).unwrap();
     let v1 = mapped.deploy_prog("on_request", &a, &compiled).unwrap();
@@ -291,7 +438,7 @@ fn mapped_and_unmapped_deploys_write_the_linked_code() {
 
     let shm = rdx_transport::shm::ShmTransport::open(&path).unwrap();
     let mut unmapped =
-        rdx_control::CodeFlow::attach(Box::new(shm), &address, ExtSpec::default()).unwrap();
+        rdx_control::CodeFlow::attach(Box::new(shm), &address, AttachOptions::default()).unwrap();
     let checked = unmapped.validate_code(&b, "on_request", None).unwrap();
     let compiled = unmapped.jit_compile_code(&b, &checked, None).unwrap();
     let v2 = unmapped.deploy_prog("on_request", &b, &compiled).unwrap();

@@ -11,7 +11,7 @@ use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::maps::MapSet;
 use rdx_control::node::hook_status;
-use rdx_control::{create_codeflow, ExtSpec, Extension};
+use rdx_control::{create_codeflow, AttachOptions, Extension};
 use rdx_jit::{branch_sites, Expect, Speculation};
 
 fn request_classify() -> Extension {
@@ -40,8 +40,8 @@ fn classes(cf: &rdx_control::CodeFlow, map_id: u32) -> Vec<u64> {
 fn failed_guards_continue_in_the_fallback_image_inside_the_host() {
     let ext = request_classify();
     // The reference: the interpreter alone, on its own maps.
-    let maps = MapSet::new(&ext.maps).unwrap();
-    let vm = Vm::new(&ext.insns, &maps, &Helpers::standard(), Config::default()).unwrap();
+    let maps = MapSet::new(ext.maps()).unwrap();
+    let vm = Vm::new(ext.insns(), &maps, &Helpers::standard(), Config::default()).unwrap();
     let mut reference = Vec::new();
     for &v in &VALUES {
         let mut ctx = [0u8; 16];
@@ -56,19 +56,19 @@ fn failed_guards_continue_in_the_fallback_image_inside_the_host() {
         })
         .collect();
 
-    let sites = branch_sites(&ext.insns);
+    let sites = branch_sites(ext.insns());
     assert!(sites.len() >= 2);
     // Two elite builds: every conditional jump guarded one way, then the other, so that
     // every request of the mix fails some guard in at least one of them.
     for expect in [Expect::NotTaken, Expect::Taken] {
         let mut host = Host::start(&format!("deopt-{expect:?}"), &[]);
-        let mut cf = create_codeflow(&host.address(), ExtSpec::default()).unwrap();
+        let mut cf = create_codeflow(&host.address(), AttachOptions::default()).unwrap();
         let checked = cf.validate_code(&ext, "on_request", None).unwrap();
         let speculation = Speculation {
             guards: sites.iter().map(|&pc| (pc, expect)).collect(),
         };
         let (elite, stats) = cf.jit_compile_elite(&ext, &checked, speculation).unwrap();
-        assert!(elite.artifact.meta.deoptimises());
+        assert!(elite.artifact().meta.deoptimises());
         assert_eq!(stats.guards, sites.len());
         let prepared = cf.prepare_prog("on_request", &ext, &elite).unwrap();
         let published = cf.tx(vec![prepared]).unwrap().remove(0);

@@ -2,7 +2,7 @@
 //! each attack is run as an unprivileged user ([`Stranger`]) against a host (this test
 //! process, root, linking the runtime) and a control plane (the CodeFlow API).
 
-use rdx_control::{create_codeflow, create_codeflow_read_only, ControlError, ExtSpec};
+use rdx_control::{create_codeflow, create_codeflow_read_only, AttachOptions, ControlError};
 use rdx_runtime::{Runtime, RuntimeError};
 use rdx_test_support::{EimSpec, LocalHost, ScratchDir, ShmPath, Stranger};
 use rdx_transport::region_file::UntrustedRegion;
@@ -156,10 +156,10 @@ fn the_control_plane_refuses_regions_of_other_users_and_writable_by_others() {
     };
     let host = LocalHost::start("sec-cp-owner", &eim());
     assert_eq!(mode(host.path()), 0o600);
-    create_codeflow(&host.address(), ExtSpec::default()).expect("our own region");
+    create_codeflow(&host.address(), AttachOptions::default()).expect("our own region");
 
     chown(host.path(), stranger.uid());
-    let e = create_codeflow(&host.address(), ExtSpec::default()).unwrap_err();
+    let e = create_codeflow(&host.address(), AttachOptions::default()).unwrap_err();
     assert!(
         matches!(
             &e,
@@ -171,7 +171,7 @@ fn the_control_plane_refuses_regions_of_other_users_and_writable_by_others() {
         "{e}"
     );
     assert!(
-        create_codeflow_read_only(&host.address(), ExtSpec::default()).is_err(),
+        create_codeflow_read_only(&host.address(), AttachOptions::default()).is_err(),
         "read-only attaches check the owner too"
     );
     // A control plane told to trust that user accepts it: in the library, and in the
@@ -183,14 +183,14 @@ fn the_control_plane_refuses_regions_of_other_users_and_writable_by_others() {
     .expect("an explicitly trusted owner");
     create_codeflow(
         &format!("{}?owner={}", host.address(), stranger.uid()),
-        ExtSpec::default(),
+        AttachOptions::default(),
     )
     .expect("an owner the address trusts");
 
     chown(host.path(), 0);
     for writable in [0o620, 0o602, 0o666] {
         chmod(host.path(), writable);
-        let e = create_codeflow(&host.address(), ExtSpec::default()).unwrap_err();
+        let e = create_codeflow(&host.address(), AttachOptions::default()).unwrap_err();
         assert!(
             matches!(
                 &e,
@@ -203,14 +203,14 @@ fn the_control_plane_refuses_regions_of_other_users_and_writable_by_others() {
         );
     }
     chmod(host.path(), 0o600);
-    create_codeflow(&host.address(), ExtSpec::default()).expect("private again");
+    create_codeflow(&host.address(), AttachOptions::default()).expect("private again");
 }
 
 #[test]
 fn a_read_only_attach_cannot_change_the_node() {
     let host = LocalHost::start("sec-read-only", &eim());
     let before = std::fs::read(host.path()).unwrap();
-    let mut cf = create_codeflow_read_only(&host.address(), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow_read_only(&host.address(), AttachOptions::default()).unwrap();
     assert_eq!(cf.view().hooks().len(), 1);
     let e = cf.versions("on_request").unwrap_err();
     assert!(e.to_string().contains("read-only"), "{e}");

@@ -7,7 +7,7 @@ mod common;
 
 use common::{extension, state_dir, Host};
 use rdx_control::registry::Registry;
-use rdx_control::{create_codeflow, ControlError, ExtSpec, Tier};
+use rdx_control::{create_codeflow, AttachOptions, ControlError, Tier};
 use rdx_jit::{branch_sites, Expect, Speculation};
 
 const VALUES: [u64; 8] = [5, 0, 999, 1000, 7, 123_456, 1, 5];
@@ -17,13 +17,13 @@ fn a_baseline_codeflow_deploys_records_and_caches_its_tier() {
     let mut opt = Host::start("tier-opt", &[]);
     let mut base = Host::start("tier-base", &[]);
     let reg = Registry::open(&state_dir("tier")).unwrap();
-    let mut cf_opt = create_codeflow(&opt.address(), ExtSpec::default()).unwrap();
+    let mut cf_opt = create_codeflow(&opt.address(), AttachOptions::default()).unwrap();
     assert_eq!(cf_opt.tier(), Tier::Optimizing, "the default");
     let mut cf_base = create_codeflow(
         &base.address(),
-        ExtSpec {
+        AttachOptions {
             tier: Tier::Baseline,
-            ..ExtSpec::default()
+            ..AttachOptions::default()
         },
     )
     .unwrap();
@@ -55,9 +55,9 @@ fn a_baseline_codeflow_deploys_records_and_caches_its_tier() {
         .jit_compile_code(&ext, &checked, Some(&reg))
         .unwrap();
     let o = cf_opt.jit_compile_code(&ext, &checked, Some(&reg)).unwrap();
-    assert!(b.cached && o.cached);
-    assert_eq!((b.tier, o.tier), (Tier::Baseline, Tier::Optimizing));
-    assert_ne!(b.artifact_hash, o.artifact_hash);
+    assert!(b.cached() && o.cached());
+    assert_eq!((b.tier(), o.tier()), (Tier::Baseline, Tier::Optimizing));
+    assert_ne!(b.artifact_hash(), o.artifact_hash());
     assert_ne!(
         cf_base.cache_key(&ext, &checked),
         cf_opt.cache_key(&ext, &checked)
@@ -71,7 +71,7 @@ fn a_baseline_codeflow_deploys_records_and_caches_its_tier() {
         .unwrap();
     assert_eq!((v3.version, v3.tier), (3, Tier::Optimizing));
     drop(cf_base);
-    let mut later = create_codeflow(&base.address(), ExtSpec::default()).unwrap();
+    let mut later = create_codeflow(&base.address(), AttachOptions::default()).unwrap();
     let tiers: Vec<(u32, bool, Tier)> = later
         .versions("on_request")
         .unwrap()
@@ -95,7 +95,7 @@ fn a_baseline_codeflow_deploys_records_and_caches_its_tier() {
     later.set_tier(Tier::Baseline);
     let checked = later.validate_code(&ext, "on_request", None).unwrap();
     let speculation = Speculation {
-        guards: branch_sites(&ext.insns)
+        guards: branch_sites(ext.insns())
             .into_iter()
             .map(|pc| (pc, Expect::NotTaken))
             .collect(),
@@ -112,8 +112,8 @@ fn a_baseline_codeflow_deploys_records_and_caches_its_tier() {
     let (elite, _) = later
         .jit_compile_elite(&ext, &checked, speculation)
         .unwrap();
-    assert!(elite.artifact.meta.deoptimises());
-    assert_eq!(elite.tier, Tier::Optimizing);
+    assert!(elite.artifact().meta.deoptimises());
+    assert_eq!(elite.tier(), Tier::Optimizing);
     assert_eq!(base.request(4), (2, 8));
     let _ = std::fs::remove_dir_all(reg.dir());
 }

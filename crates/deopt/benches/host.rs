@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension};
+use rdx_control::{create_codeflow, AttachOptions, CodeFlow, Extension};
 use rdx_jit::{branch_sites, Expect, Speculation};
 use rdx_runtime::queued::{ContextLayout, FallbackWorker, QueuedFallback};
 use rdx_runtime::Hook;
@@ -130,12 +130,12 @@ fn main() {
     let hook = rt.hook("on_request").unwrap();
     let obj = rdx_bpf::loader::load(&rdx_testdata::object("deopt/request_classify")).unwrap();
     let ext = Extension::from_object(&obj, None).unwrap();
-    let mut cf = create_codeflow(&rt.address(), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&rt.address(), AttachOptions::default()).unwrap();
 
     // The profile of traffic 1..999: each conditional jump's direction on it, found by
     // publishing a one-guard build per jump and seeing whether a hot request deoptimises.
     let mut guards = Speculation::default();
-    for pc in branch_sites(&ext.insns) {
+    for pc in branch_sites(ext.insns()) {
         let one = Speculation {
             guards: [(pc, Expect::Taken)].into_iter().collect(),
         };
@@ -202,7 +202,7 @@ fn main() {
     // The handover alone: one guard, on the last conditional jump value 5 reaches, failing
     // for it.
     let mut last_guard = None;
-    for &pc in branch_sites(&ext.insns).iter().rev() {
+    for &pc in branch_sites(ext.insns()).iter().rev() {
         let wrong_way = match guards.guards.get(&pc) {
             Some(Expect::Taken) => Expect::NotTaken,
             _ => Expect::Taken,
@@ -225,7 +225,7 @@ fn main() {
 
     println!(
         "request_classify through Hook::run ({} slots, {n_guards} guards), medians of {BATCHES} batches of {BATCH}",
-        ext.insns.len()
+        ext.insns().len()
     );
     println!("| measurement | ns per run |");
     println!("| --- | --- |");

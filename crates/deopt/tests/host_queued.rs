@@ -14,7 +14,7 @@ use std::time::Duration;
 use rdx_bpf::helpers::Helpers;
 use rdx_bpf::interp::{Config, Input, Vm};
 use rdx_bpf::maps::MapSet;
-use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension};
+use rdx_control::{create_codeflow, AttachOptions, CodeFlow, Extension};
 use rdx_jit::{branch_sites, Expect, Speculation};
 use rdx_runtime::queued::{
     Completed, ContextLayout, FallbackWorker, PacketField, PacketRole, QueuedFallback,
@@ -34,8 +34,8 @@ fn request_classify() -> Extension {
 
 /// `(r0, out)` per value and the map's counts after them, in the interpreter alone.
 fn reference(ext: &Extension, values: &[u64]) -> (Vec<(u64, u64)>, Vec<u64>) {
-    let maps = MapSet::new(&ext.maps).unwrap();
-    let vm = Vm::new(&ext.insns, &maps, &Helpers::standard(), Config::default()).unwrap();
+    let maps = MapSet::new(ext.maps()).unwrap();
+    let vm = Vm::new(ext.insns(), &maps, &Helpers::standard(), Config::default()).unwrap();
     let answers = values
         .iter()
         .map(|&v| {
@@ -88,14 +88,14 @@ fn answer_of(c: &Completed) -> (u64, u64) {
 #[test]
 fn queued_runs_finish_in_the_worker_exactly_once() {
     let ext = request_classify();
-    let sites = branch_sites(&ext.insns);
+    let sites = branch_sites(ext.insns());
     assert!(sites.len() >= 2);
     for expect in [Expect::NotTaken, Expect::Taken] {
         let rt = LocalHost::start(
             &format!("deopt-queued-{expect:?}"),
             &eim::on_request(&["map_lookup_elem", "map_update_elem"]),
         );
-        let mut cf = create_codeflow(&rt.address(), ExtSpec::default()).unwrap();
+        let mut cf = create_codeflow(&rt.address(), AttachOptions::default()).unwrap();
         let checked = cf.validate_code(&ext, "on_request", None).unwrap();
         let speculation = Speculation {
             guards: sites.iter().map(|&pc| (pc, expect)).collect(),
@@ -209,7 +209,7 @@ struct PacketCtx {
 fn queued_runs_read_their_packet_copy() {
     let obj = rdx_bpf::loader::load(&rdx_testdata::object("verifier/c_packet_eim_filter")).unwrap();
     let ext = Extension::from_object(&obj, None).unwrap();
-    let sites = branch_sites(&ext.insns);
+    let sites = branch_sites(ext.insns());
     let layout = ContextLayout {
         size: 24,
         packet_fields: vec![
@@ -254,7 +254,7 @@ fn queued_runs_read_their_packet_copy() {
             .build()
             .unwrap();
         rt.register().unwrap();
-        let mut cf = create_codeflow(&region.address(), ExtSpec::default()).unwrap();
+        let mut cf = create_codeflow(&region.address(), AttachOptions::default()).unwrap();
         let checked = cf.validate_code(&ext, "packet_in", Some("filter")).unwrap();
         let speculation = Speculation {
             guards: sites.iter().map(|&pc| (pc, expect)).collect(),
@@ -308,10 +308,10 @@ fn a_full_queue_finishes_runs_synchronously() {
         "deopt-queued-full",
         &eim::on_request(&["map_lookup_elem", "map_update_elem"]),
     );
-    let mut cf = create_codeflow(&rt.address(), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&rt.address(), AttachOptions::default()).unwrap();
     let checked = cf.validate_code(&ext, "on_request", None).unwrap();
     // Value 0 fails the first guard; every other jump is left unguarded.
-    let first = branch_sites(&ext.insns)[0];
+    let first = branch_sites(ext.insns())[0];
     let mut guards = Speculation::default();
     let mut map_id = None;
     for expect in [Expect::NotTaken, Expect::Taken] {

@@ -13,7 +13,7 @@
 //! `cargo bench -p rdx-fabric --bench fabric_vs_shm` (root for the kernel baseline; without
 //! it that column prints why it is missing).
 
-use rdx_control::{CodeFlow, ExtSpec, Extension};
+use rdx_control::{AttachOptions, CodeFlow, Extension};
 use rdx_fabric::{
     serve, ConnectOptions, FabricTransport, ProgressThread, Provider, ServeConfig, Token,
 };
@@ -337,7 +337,7 @@ fn full_deploys(rt: &Runtime, token: &Token) {
     };
     let address = format!("shm:{}", rt.path().display());
     let shm = counting(ShmTransport::open(rt.path()).unwrap());
-    let mut cf = CodeFlow::attach(Box::new(shm), &address, ExtSpec::default()).unwrap();
+    let mut cf = CodeFlow::attach(Box::new(shm), &address, AttachOptions::default()).unwrap();
     rows.push((
         "rdx over shm".into(),
         rdx_deploys(&mut cf, &calls, &object, ITERS),
@@ -360,7 +360,7 @@ fn full_deploys(rt: &Runtime, token: &Token) {
             inner: t,
             calls: calls.clone(),
         };
-        let mut cf = CodeFlow::attach(Box::new(t), &address, ExtSpec::default()).unwrap();
+        let mut cf = CodeFlow::attach(Box::new(t), &address, AttachOptions::default()).unwrap();
         rows.push((
             format!("rdx over fabric, {provider}"),
             rdx_deploys(&mut cf, &calls, &object, ITERS),

@@ -11,7 +11,7 @@
 //! quit
 //! ```
 
-use rdx_control::{CodeFlow, ExtSpec, Extension};
+use rdx_control::{AttachOptions, CodeFlow, Extension};
 use rdx_fabric::{ConnectOptions, FabricTransport, Token};
 use rdx_transport::xstate::{self, Copies};
 use std::collections::HashMap;
@@ -40,7 +40,7 @@ fn command(nodes: &mut HashMap<String, CodeFlow>, words: &[&str]) -> Result<Stri
             let t = FabricTransport::connect(addr.parse()?, &Token::from_hex(token)?, &options)?;
             let provider = t.provider().to_string();
             let address = format!("fabric://{addr}");
-            let cf = CodeFlow::attach(Box::new(t), &address, ExtSpec::default())?;
+            let cf = CodeFlow::attach(Box::new(t), &address, AttachOptions::default())?;
             nodes.insert(name.to_string(), cf);
             format!("ok {provider}")
         }

@@ -2,7 +2,7 @@
 //! service (`remote_barrier`), reads the thread epochs remotely and frees what no thread can
 //! run; a node serving without the service refuses, and nothing is freed.
 
-use rdx_control::{CodeFlow, ExtSpec, Extension};
+use rdx_control::{AttachOptions, CodeFlow, Extension};
 use rdx_fabric::{serve, ConnectOptions, FabricTransport, ProgressThread, Provider, ServeConfig};
 use rdx_fabric::{FabricServer, Token};
 use rdx_test_support::eim::{self, MAP_AND_RINGBUF_HELPERS};
@@ -40,7 +40,7 @@ fn attach(server: &FabricServer, token: &Token) -> CodeFlow {
     };
     let t = FabricTransport::connect(server.bootstrap_addr(), token, &options).unwrap();
     let address = format!("fabric://{}", server.bootstrap_addr());
-    CodeFlow::attach(Box::new(t), &address, ExtSpec::default()).unwrap()
+    CodeFlow::attach(Box::new(t), &address, AttachOptions::default()).unwrap()
 }
 
 #[test]

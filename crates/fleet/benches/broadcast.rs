@@ -16,7 +16,7 @@ mod common;
 
 use common::{chain, extension, rolling_update, spawn_watcher, stamp_plan};
 
-use rdx_control::{create_codeflow, ExtSpec, Extension};
+use rdx_control::{create_codeflow, AttachOptions, Extension};
 use rdx_fleet::{broadcast, Options, Plan, Session};
 use rdx_test_support::{HostProcess, ScratchDir, ShmPath};
 use std::path::Path;
@@ -98,7 +98,7 @@ fn main() {
     let exts: Vec<Extension> = ["stamp_v1", "stamp_v2"].map(extension).into();
     let mut cfs: Vec<_> = addresses
         .iter()
-        .map(|a| create_codeflow(a, ExtSpec::default()).unwrap())
+        .map(|a| create_codeflow(a, AttachOptions::default()).unwrap())
         .collect();
     let mut window = vec![];
     for r in 0..ROUNDS {
@@ -165,7 +165,7 @@ fn watch_phase() {
     let mut c = chain::Chain::start("bench-watch", 1, 100);
     let address = c.address(0);
     let (good, faulty) = (extension("stamp_v1"), extension("stamp_fault"));
-    let mut cf = create_codeflow(&address, ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&address, AttachOptions::default()).unwrap();
     cf.deploy("on_request", &good, Some("default"), None)
         .unwrap();
     cf.release().unwrap();
@@ -252,7 +252,7 @@ fn chain_phase(state: &Path, exts: &[Extension]) {
                     let ext = &exts[v as usize - 1];
                     let mut cfs: Vec<_> = addresses
                         .iter()
-                        .map(|a| create_codeflow(a, ExtSpec::default()).unwrap())
+                        .map(|a| create_codeflow(a, AttachOptions::default()).unwrap())
                         .collect();
                     row.window
                         .push(rolling_update(&mut cfs, ext).as_secs_f64() * 1e6);
@@ -324,7 +324,7 @@ fn migrate_phase(state: &Path, ext: &Extension) {
             (h, node)
         })
         .collect();
-    let mut cf = create_codeflow(&hosts[0].1.address, ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&hosts[0].1.address, AttachOptions::default()).unwrap();
     cf.deploy("on_request", ext, Some("default"), None).unwrap();
     cf.release().unwrap();
     let opts = Options::new(state);

@@ -26,7 +26,10 @@ use crate::intent::{Durability, Entry, IntentLog};
 use crate::plan::Plan;
 use crate::record::{self, Decision, NodeIntent};
 use rdx_control::node::hook_status;
-use rdx_control::{create_codeflow, CodeFlow, Compiled, ExtSpec, Extension, Prepared};
+use rdx_control::registry::Registry;
+use rdx_control::{
+    create_codeflow, AttachOptions, CodeFlow, Compiled, ControlError, Extension, Prepared,
+};
 use rdx_region::layout::{active_version, offsets, IntentSlot};
 use rdx_transport::slot::{self, QuiesceError};
 use serde::Serialize;
@@ -80,6 +83,9 @@ pub struct Options {
     /// What the intent log's records must survive; default: chosen from the nodes'
     /// addresses ([`Durability::for_addresses`]).
     pub durability: Option<Durability>,
+    /// Where each node's CodeFlow records what the broadcast publishes, under the plan's
+    /// node names (default: nowhere).
+    pub history: Option<Registry>,
 }
 
 impl Options {
@@ -87,9 +93,10 @@ impl Options {
         Options {
             state_dir: state_dir.into(),
             dry_run: false,
-            lease_ttl: ExtSpec::default().lease_ttl,
+            lease_ttl: AttachOptions::default().lease_ttl,
             crash_at: None,
             durability: None,
+            history: None,
         }
     }
 }
@@ -133,6 +140,10 @@ pub struct Report {
     pub updates: Vec<HookUpdate>,
     pub timings: Timings,
     pub intent_log: Option<PathBuf>,
+    /// Publications the history ([`Options::history`]) could not record; the broadcast
+    /// itself completed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unrecorded: Vec<String>,
 }
 
 /// One node's share of the broadcast.
@@ -282,14 +293,14 @@ fn check(
     plan: &Plan,
     exts: &[Extension],
     holder: u32,
-    ttl: Duration,
+    opts: &Options,
     attached: &mut HashMap<String, CodeFlow>,
     compiled_cache: &mut CompileCache,
 ) -> Result<Vec<NodeWork>> {
-    let spec = ExtSpec {
+    let spec = AttachOptions {
         holder: Some(holder),
-        lease_ttl: ttl,
-        ..ExtSpec::default()
+        lease_ttl: opts.lease_ttl,
+        ..AttachOptions::default()
     };
     let workers = workers_for(plan.nodes.iter().map(|n| n.address.as_str()));
     let nodes: Vec<_> = plan
@@ -305,10 +316,13 @@ fn check(
                 .read_u64(offsets::HEADER_INCARNATION)
                 .is_ok_and(|now| now == cf.view().incarnation)
         });
-        let cf = match reused {
+        let mut cf = match reused {
             Some(cf) => cf,
             None => create_codeflow(&n.address, spec.clone()).map_err(node_err(&n.name))?,
         };
+        if let Some(registry) = &opts.history {
+            cf.record_history(registry.clone(), &n.name);
+        }
         for f in plan.flows.iter().filter(|f| f.exit.node == n.name) {
             if cf.view().hook(&f.exit.hook).is_err() {
                 return Err(FleetError::HookMissing {
@@ -331,7 +345,7 @@ fn check(
             let rejected = |reason: String| FleetError::Rejected {
                 node: n.name.clone(),
                 hook: u.hook.clone(),
-                program: exts[i].name.clone(),
+                program: exts[i].name().to_string(),
                 reason,
             };
             let class = cf
@@ -587,8 +601,10 @@ fn take_holds<'a>(
 
 /// Flip: every slot to its new version, still held. Each node's [`CodeFlow::tx`] with the
 /// held words, so the records are marked held and the class budget written exactly as for
-/// a single deploy.
-fn flip(work: &mut [NodeWork], opts: &Options) -> Result<()> {
+/// a single deploy. Returns what the history could not record: that must not stop the
+/// broadcast between flip and release.
+fn flip(work: &mut [NodeWork], opts: &Options) -> Result<Vec<String>> {
+    let mut unrecorded = Vec::new();
     for (wi, w) in work.iter_mut().enumerate() {
         let batch: Vec<Prepared> = w
             .prepared
@@ -602,12 +618,18 @@ fn flip(work: &mut [NodeWork], opts: &Options) -> Result<()> {
             .collect();
         // Cannot fail while we hold every slot unless the lease was lost or the host died:
         // recovery (roll forward: the nodes' records say committed) is the way out.
-        w.cf.tx(batch).map_err(node_err(&w.name))?;
+        match w.cf.tx(batch) {
+            Ok(_) => {}
+            Err(e @ ControlError::NotRecorded { .. }) => {
+                unrecorded.push(format!("node {}: {e}", w.name));
+            }
+            Err(e) => return Err(node_err(&w.name)(e)),
+        }
         if wi == 0 {
             crash_if(opts, CrashPoint::FirstFlip);
         }
     }
-    Ok(())
+    Ok(unrecorded)
 }
 
 /// Release: every hold, by levels of the dependency order (a hook's dependencies before it).
@@ -676,8 +698,8 @@ fn describe(plan: &Plan, exts: &[Extension], work: &[NodeWork], prepared: bool) 
             out.push(HookUpdate {
                 node: w.name.clone(),
                 hook: u.hook.clone(),
-                program: exts[*i].name.clone(),
-                class: c.class.clone(),
+                program: exts[*i].name().to_string(),
+                class: c.class().to_string(),
                 previous_version: prev,
                 version: ver,
             });
@@ -838,7 +860,7 @@ fn run(
     let release_order = plan.validate()?;
     let exts = load_extensions(plan)?;
     let t_check = Instant::now();
-    let mut work = check(plan, &exts, holder, opts.lease_ttl, attached, compiled)?;
+    let mut work = check(plan, &exts, holder, opts, attached, compiled)?;
     let mut timings = Timings {
         check_us: us(t_check),
         ..Timings::default()
@@ -854,6 +876,7 @@ fn run(
             updates,
             timings,
             intent_log: None,
+            unrecorded: Vec::new(),
         });
     }
 
@@ -893,7 +916,7 @@ fn run(
     crash_if(opts, CrashPoint::Committed);
 
     let t_flip = Instant::now();
-    flip(&mut work, opts)?;
+    let unrecorded = flip(&mut work, opts)?;
     timings.flip_us = us(t_flip);
     release(&release_order, &work, opts)?;
     timings.hold_us = us(t_hold);
@@ -911,5 +934,6 @@ fn run(
         updates,
         timings,
         intent_log: Some(path),
+        unrecorded,
     })
 }

@@ -17,7 +17,7 @@ use crate::error::{node_err, slot_err, transport_err, FleetError, Result};
 use crate::intent::{Durability, Entry, IntentLog};
 use crate::plan::NodeSpec;
 use crate::record::{self, Decision, NodeIntent};
-use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension, Prepared};
+use rdx_control::{create_codeflow, AttachOptions, CodeFlow, Extension, Prepared};
 use rdx_region::layout::{active_version, IntentSlot, MapType};
 use rdx_transport::slot::{self, QuiesceError};
 use rdx_transport::xstate::{self, Copies, MapRef, UPDATE_ANY};
@@ -84,16 +84,16 @@ fn source_maps(cf: &CodeFlow, node: &str, hook: &str, ext: &Extension) -> Result
         .iter()
         .find(|v| v.active)
         .ok_or_else(|| refuse(format!("{node}/{hook} runs nothing: nothing to migrate")))?;
-    if active.map_ids.len() != ext.maps.len() {
+    if active.map_ids.len() != ext.maps().len() {
         return Err(refuse(format!(
             "{node}/{hook} runs a version with {} maps, {} declares {}",
             active.map_ids.len(),
-            ext.name,
-            ext.maps.len()
+            ext.name(),
+            ext.maps().len()
         )));
     }
     let mut out = Vec::new();
-    for (&id, want) in active.map_ids.iter().zip(&ext.maps) {
+    for (&id, want) in active.map_ids.iter().zip(ext.maps()) {
         let m = xstate::open(cf.transport(), &cf.view().info, id as u32)
             .map_err(|e| refuse(format!("{node}: map {id} of the active version: {e}")))?;
         let r = m.map;
@@ -112,7 +112,7 @@ fn source_maps(cf: &CodeFlow, node: &str, hook: &str, ext: &Extension) -> Result
                 r.key_size,
                 r.value_size,
                 r.max_entries,
-                ext.name,
+                ext.name(),
                 want.name,
                 want.key_size,
                 want.value_size,
@@ -191,10 +191,10 @@ pub fn migrate(
         return Err(refuse("source and target are the same node".into()));
     }
     let holder = rdx_control::lease::new_holder_id();
-    let spec = ExtSpec {
+    let spec = AttachOptions {
         holder: Some(holder),
         lease_ttl: opts.lease_ttl,
-        ..ExtSpec::default()
+        ..AttachOptions::default()
     };
     let t_check = Instant::now();
     let mut cfs = per_node(vec![source.clone(), target.clone()], 2, |n| {
@@ -216,7 +216,7 @@ pub fn migrate(
     let rejected = |e: rdx_control::ControlError| FleetError::Rejected {
         node: dname.into(),
         hook: hook.into(),
-        program: ext.name.clone(),
+        program: ext.name().to_string(),
         reason: e.to_string(),
     };
     let checked = dst.validate_code(ext, hook, class).map_err(rejected)?;
@@ -423,7 +423,7 @@ pub fn migrate(
     Ok(MigrationReport {
         id,
         hook: hook.into(),
-        program: ext.name.clone(),
+        program: ext.name().to_string(),
         source: sname.into(),
         target: dname.into(),
         source_version: active_version(s_word),

@@ -15,7 +15,7 @@ use crate::error::{node_err, transport_err, Result};
 use crate::intent::{self, Entry, IntentLog};
 use crate::plan::NodeSpec;
 use crate::record::{self, Decision, NodeIntent};
-use rdx_control::{create_codeflow, ExtSpec};
+use rdx_control::{create_codeflow, AttachOptions};
 use rdx_region::layout::{offsets, IntentSlot};
 use rdx_transport::slot::{self, HeldUpdate};
 use rdx_transport::Transport;
@@ -414,9 +414,9 @@ fn settle_node(
     slots: &[IntentSlot],
     committed: bool,
 ) -> Result<Vec<String>> {
-    let spec = ExtSpec {
+    let spec = AttachOptions {
         holder: Some(holder),
-        ..ExtSpec::default()
+        ..AttachOptions::default()
     };
     let mut cf = match create_codeflow(address, spec) {
         Ok(cf) => cf,

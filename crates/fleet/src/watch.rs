@@ -24,7 +24,8 @@
 //! version, or revert to the generic one), each change one `tx`.
 
 use crate::error::{node_err, transport_err, Result};
-use rdx_control::{create_codeflow, lease, CodeFlow, ControlError, ExtSpec};
+use rdx_control::registry::Registry;
+use rdx_control::{create_codeflow, lease, AttachOptions, CodeFlow, ControlError};
 use rdx_deopt::profile::{reprofile_decision, Reprofile};
 use rdx_region::layout::{active_version, offsets, HookCounters};
 use rdx_transport::slot;
@@ -67,6 +68,9 @@ pub struct WatchOptions {
     pub duration: Option<Duration>,
     /// Stop after this many rollbacks (default: never).
     pub max_rollbacks: Option<usize>,
+    /// Where the rollbacks and re-optimisations are recorded, each target's under its node
+    /// name (default: nowhere).
+    pub history: Option<Registry>,
 }
 
 impl Default for WatchOptions {
@@ -76,6 +80,7 @@ impl Default for WatchOptions {
             thresholds: Thresholds::default(),
             duration: None,
             max_rollbacks: None,
+            history: None,
         }
     }
 }
@@ -413,7 +418,11 @@ pub fn watch_reprofiling(
 ) -> Result<Vec<Rollback>> {
     let mut watched = Vec::new();
     for t in targets {
-        let cf = create_codeflow(&t.address, ExtSpec::default()).map_err(node_err(&t.node))?;
+        let mut cf =
+            create_codeflow(&t.address, AttachOptions::default()).map_err(node_err(&t.node))?;
+        if let Some(registry) = &opts.history {
+            cf.record_history(registry.clone(), &t.node);
+        }
         let index = cf.view().hook(&t.hook).map_err(node_err(&t.node))?.index;
         let s = sample(&cf, &t.node, index)?;
         watched.push(Watched {

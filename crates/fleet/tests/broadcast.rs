@@ -57,7 +57,28 @@ fn broadcast_updates_every_node_or_none() {
         assert_eq!(request(h, "on_request"), (1, 1), "a dry run writes nothing");
     }
     let refs: Vec<&HostProcess> = hosts.iter().collect();
-    let r2 = broadcast(&plan_for(&refs, 2, None), &Options::new(dir.path())).unwrap();
+    // With a registry, every node's CodeFlow records what the broadcast published.
+    let registry = rdx_control::registry::Registry::open(&dir.path().join("registry")).unwrap();
+    let recording = Options {
+        history: Some(registry.clone()),
+        ..Options::new(dir.path())
+    };
+    let r2 = broadcast(&plan_for(&refs, 2, None), &recording).unwrap();
+    assert!(r2.unrecorded.is_empty());
+    for i in 0..3 {
+        let history = registry
+            .history(&format!("n{i}"), Some("on_request"))
+            .unwrap();
+        assert_eq!(history.len(), 1, "node n{i}");
+        assert_eq!(
+            (
+                history[0].action,
+                history[0].version,
+                history[0].program.as_str()
+            ),
+            (rdx_control::registry::HistoryAction::Deploy, 2, "stamp_v2")
+        );
+    }
     assert!(r2
         .updates
         .iter()

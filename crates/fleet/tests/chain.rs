@@ -10,7 +10,7 @@ mod common;
 
 use common::chain::{tally, Chain};
 use common::{extension, rolling_update, stamp_plan};
-use rdx_control::{create_codeflow, ExtSpec};
+use rdx_control::{create_codeflow, AttachOptions};
 use rdx_fleet::{broadcast, Options, Plan};
 use rdx_test_support::ScratchDir;
 use std::path::Path;
@@ -72,7 +72,7 @@ fn broadcast_leaves_no_mixed_request_where_a_rolling_update_does_not_promise_it(
     // Rolling update back to v1, node after node, every node compiled before the first deploy.
     let ext = extension("stamp_v1");
     let mut cfs: Vec<_> = (0..HOPS)
-        .map(|i| create_codeflow(&chain.address(i), ExtSpec::default()).unwrap())
+        .map(|i| create_codeflow(&chain.address(i), AttachOptions::default()).unwrap())
         .collect();
     let traffic = chain.traffic(IN_FLIGHT);
     traffic.wait_for(WINDOW);

@@ -5,7 +5,7 @@
 
 mod common;
 
-use rdx_control::{create_codeflow, ExtSpec, Extension};
+use rdx_control::{create_codeflow, AttachOptions, Extension};
 use rdx_fleet::migrate::migrate;
 use rdx_fleet::plan::NodeSpec;
 use rdx_fleet::Options;
@@ -40,7 +40,7 @@ fn stamp_v1() -> Extension {
 }
 
 fn hits(node: &NodeSpec) -> u64 {
-    let cf = create_codeflow(&node.address, ExtSpec::default()).unwrap();
+    let cf = create_codeflow(&node.address, AttachOptions::default()).unwrap();
     let m = xstate::find(cf.transport(), &cf.view().info, "hits").unwrap();
     let mut v = [0u8; 8];
     assert!(xstate::lookup(cf.transport(), &m.map, &0u32.to_le_bytes(), &mut v).unwrap());
@@ -57,7 +57,7 @@ fn migration_under_traffic_loses_no_update() {
     let target = host("dst");
     let (s, t) = (node(&source, "s"), node(&target, "t"));
     let ext = stamp_v1();
-    let mut cf = create_codeflow(&s.address, ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&s.address, AttachOptions::default()).unwrap();
     let v = cf
         .deploy("on_request", &ext, Some("default"), None)
         .unwrap();
@@ -127,7 +127,7 @@ fn migration_under_traffic_loses_no_update() {
         "every update made on either node is in the target's map"
     );
     for (node, want) in [(&s, 0), (&t, 1)] {
-        let cf = create_codeflow(&node.address, ExtSpec::default()).unwrap();
+        let cf = create_codeflow(&node.address, AttachOptions::default()).unwrap();
         let st = rdx_control::node::hook_status(
             cf.transport(),
             &cf.view().info,
@@ -194,7 +194,7 @@ fn a_killed_migration_is_recovered_at_every_phase() {
         let mut source = host(&format!("crash-{phase}-s"));
         let mut target = host(&format!("crash-{phase}-t"));
         let (s, t) = (node(&source, "s"), node(&target, "t"));
-        let mut cf = create_codeflow(&s.address, ExtSpec::default()).unwrap();
+        let mut cf = create_codeflow(&s.address, AttachOptions::default()).unwrap();
         cf.deploy("on_request", &stamp_v1(), Some("default"), None)
             .unwrap();
         cf.release().unwrap();
@@ -214,7 +214,7 @@ fn a_killed_migration_is_recovered_at_every_phase() {
             let w = common::active_word(&node.address);
             assert_eq!(w & ACTIVE_HOLD, 0, "{phase}: {} still held", node.name);
             assert_eq!(w != 0, runs, "{phase}: {} word {w:#x}", node.name);
-            let cf = create_codeflow(&node.address, ExtSpec::default()).unwrap();
+            let cf = create_codeflow(&node.address, AttachOptions::default()).unwrap();
             let held = cf.versions_readonly("on_request").unwrap().len();
             if node.name == "t" {
                 assert_eq!(held, forward as usize, "{phase}: unpublished code freed");

@@ -9,7 +9,7 @@ mod common;
 
 use common::chain::{Chain, Response};
 use common::{extension, spawn_watcher};
-use rdx_control::{create_codeflow, node::hook_status, CodeFlow, ExtSpec, Published};
+use rdx_control::{create_codeflow, node::hook_status, AttachOptions, CodeFlow, Published};
 use rdx_fleet::watch::{Event, Rollback};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 /// given back).
 fn chain_on_v1(tag: &str) -> (Chain, CodeFlow, u32) {
     let chain = Chain::start(tag, 1, 100);
-    let mut cf = create_codeflow(&chain.address(0), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&chain.address(0), AttachOptions::default()).unwrap();
     let v1 = cf
         .deploy("on_request", &extension("stamp_v1"), Some("default"), None)
         .unwrap()

@@ -33,7 +33,7 @@
 //! `XCALL_BENCH_DIAG=1` runs the load-level diagnosis of [`diagnose`] instead).
 
 use iceoryx2::prelude::*;
-use rdx_control::{create_codeflow, ExtSpec};
+use rdx_control::{create_codeflow, AttachOptions};
 use rdx_xcall::call::call;
 use rdx_xcall::plan::{Plan, PlanSpec};
 use rdx_xcall::service::Service;
@@ -817,7 +817,7 @@ fn main() {
     let plan = Plan::create(&plan_path, PlanSpec::default()).expect("plan");
 
     let (mut storage, mut storage_out, address) = spawn("storage", &plan_path);
-    let mut cf = create_codeflow(&address, ExtSpec::default()).expect("attach storage");
+    let mut cf = create_codeflow(&address, AttachOptions::default()).expect("attach storage");
     let ext = |prog: &str| {
         let obj = rdx_bpf::loader::load(&rdx_testdata::object("xcall/storage")).unwrap();
         rdx_control::Extension::from_object(&obj, Some(prog)).unwrap()

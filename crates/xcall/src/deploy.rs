@@ -10,10 +10,8 @@
 
 use crate::callee::{callee_helper_ids, callee_may_call};
 use rdx_bpf::isa::{CallTarget, Insn};
-use rdx_control::{CodeFlow, Compiled, ControlError, Extension, Published};
-use rdx_jit::{Build, CompileOptions, Compiler, HelperCalls};
+use rdx_control::{CodeFlow, ControlError, Extension, Published};
 use rdx_region::helpers::HelperId;
-use sha2::{Digest, Sha256};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
@@ -32,8 +30,6 @@ pub enum DeployError {
         eim: u64,
         declared: u64,
     },
-    #[error("compiling {entry:?}: {reason}")]
-    Compile { entry: String, reason: String },
 }
 
 /// Checks that `insns` only call helpers a callee may use.
@@ -78,30 +74,7 @@ pub fn deploy_export(
         });
     }
     let checked = cf.validate_code(ext, entry, class)?;
-    check_callee_helpers(&ext.insns)?;
-    let arch = cf.arch();
-    let mut opts = CompileOptions::new(arch, Build::Generic);
-    opts.needs_budget = checked.facts.needs_budget;
-    opts.helper_calls = HelperCalls::Table {
-        table_len: cf.view().info.helper_capacity,
-    };
-    opts.eim_class = format!("{}/{}", checked.hook, checked.class);
-    opts.verify_ir = false;
-    let compile_err = |e: rdx_jit::CompileError| DeployError::Compile {
-        entry: entry.into(),
-        reason: e.to_string(),
-    };
-    let (artifact, _) = Compiler::new(arch)
-        .map_err(compile_err)?
-        .compile(&ext.insns, &opts)
-        .map_err(compile_err)?;
-    let compiled = Compiled {
-        artifact_hash: Sha256::digest(artifact.to_bytes()).into(),
-        artifact,
-        cached: false,
-        budget: checked.facts.budget.unwrap_or(u64::MAX),
-        class: checked.class.clone(),
-        tier: rdx_control::Tier::Optimizing,
-    };
+    check_callee_helpers(ext.insns())?;
+    let compiled = cf.jit_compile_helper_table(ext, &checked)?;
     Ok(cf.deploy_prog(entry, ext, &compiled)?)
 }

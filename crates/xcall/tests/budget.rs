@@ -7,7 +7,7 @@
 mod common;
 
 use common::{extension, Storage};
-use rdx_control::{create_codeflow, ExtSpec};
+use rdx_control::{create_codeflow, AttachOptions};
 use rdx_runtime::{HookSpec, Runtime};
 use rdx_xcall::call::{call, xcall_call, CallError};
 use rdx_xcall::deploy::deploy_export;
@@ -80,7 +80,7 @@ struct Charged {
 #[test]
 fn callers_budget_covers_the_call() {
     let storage = Storage::start("budget-cover", STORAGE_SLOT);
-    let mut cf = create_codeflow(&storage.address, ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&storage.address, AttachOptions::default()).unwrap();
     deploy_export(&mut cf, "spin", &extension("xcall/budget", "count"), None).unwrap();
 
     let caller = Service::builder(&storage.plan, "caller")
@@ -98,7 +98,7 @@ fn callers_budget_covers_the_call() {
     rt.register_function("budget_left", 1101, budget_left)
         .unwrap();
     attach::attach(&storage.plan, STORAGE_SLOT).unwrap();
-    let mut ccf = create_codeflow(&caller.address(), ExtSpec::default()).unwrap();
+    let mut ccf = create_codeflow(&caller.address(), AttachOptions::default()).unwrap();
     ccf.deploy(
         "on_call",
         &extension("xcall/budget", "charged_call"),

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{cache_eim, extension, Storage};
-use rdx_control::{create_codeflow, ExtSpec};
+use rdx_control::{create_codeflow, AttachOptions};
 use rdx_runtime::{HookSpec, Runtime};
 use rdx_xcall::call::{call, xcall_call, CallError};
 use rdx_xcall::deploy::{deploy_export, DeployError};
@@ -20,7 +20,7 @@ fn child() {
 }
 
 fn deploy_storage(storage: &Storage, exports: &[(&str, &str)]) {
-    let mut cf = create_codeflow(&storage.address, ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&storage.address, AttachOptions::default()).unwrap();
     cf.deploy("put", &extension("xcall/storage", "put"), None, None)
         .unwrap();
     for (entry, prog) in exports {
@@ -64,7 +64,7 @@ fn miss_path_calls_storage_directly_even_when_it_is_stopped() {
         .unwrap();
     let svc = attach::attach(&storage.plan, 1).unwrap();
     assert_eq!(svc.name, "storage");
-    let mut cf = create_codeflow(&cache.address(), ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&cache.address(), AttachOptions::default()).unwrap();
     cf.deploy("on_get", &extension("xcall/cache", "on_get"), None, None)
         .unwrap();
     let hook = cache.runtime().hook("on_get").unwrap();
@@ -196,10 +196,10 @@ fn bad_input_gets_typed_errors() {
 
     // Deploy-time refusals: a helper with no cross-sandbox meaning, and a caller passing
     // more than its capability allows.
-    let mut cf = create_codeflow(&storage.address, ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&storage.address, AttachOptions::default()).unwrap();
     let printk = extension("xcall/misbehave", "uses_printk");
     assert!(matches!(
-        rdx_xcall::deploy::check_callee_helpers(&printk.insns),
+        rdx_xcall::deploy::check_callee_helpers(printk.insns()),
         Err(DeployError::UnsupportedHelper { id: 6, .. })
     ));
     assert!(deploy_export(&mut cf, "slow", &printk, None).is_err());
@@ -211,7 +211,7 @@ fn bad_input_gets_typed_errors() {
         .runtime(Runtime::builder().eim_spec(common::storage_eim()))
         .build()
         .unwrap();
-    let mut wcf = create_codeflow(&wide.address(), ExtSpec::default()).unwrap();
+    let mut wcf = create_codeflow(&wide.address(), AttachOptions::default()).unwrap();
     assert!(matches!(
         deploy_export(
             &mut wcf,
@@ -237,7 +237,7 @@ fn bad_input_gets_typed_errors() {
         )
         .build()
         .unwrap();
-    let mut ocf = create_codeflow(&other.address(), ExtSpec::default()).unwrap();
+    let mut ocf = create_codeflow(&other.address(), AttachOptions::default()).unwrap();
     let err = ocf
         .deploy("on_get", &extension("xcall/cache", "on_get"), None, None)
         .unwrap_err();
@@ -256,7 +256,7 @@ fn bad_input_gets_typed_errors() {
         .runtime()
         .register_function("call_storage_lookup", 1100, xcall_call)
         .unwrap();
-    let mut ccf = create_codeflow(&cache.address(), ExtSpec::default()).unwrap();
+    let mut ccf = create_codeflow(&cache.address(), AttachOptions::default()).unwrap();
     ccf.deploy("on_get", &extension("xcall/cache", "on_get"), None, None)
         .unwrap();
     let err = ccf
@@ -325,7 +325,7 @@ fn callee_replaced_mid_call_finishes_on_its_version() {
         (r, u64::from_le_bytes(out), Instant::now())
     });
     std::thread::sleep(Duration::from_millis(100));
-    let mut cf = create_codeflow(&storage.address, ExtSpec::default()).unwrap();
+    let mut cf = create_codeflow(&storage.address, AttachOptions::default()).unwrap();
     let v2 = deploy_export(
         &mut cf,
         "slow",

@@ -18,7 +18,7 @@
 //! for the demo, which also kills the storage process; its own region for the storage).
 
 use anyhow::{bail, Context, Result};
-use rdx_control::{create_codeflow, ExtSpec, Extension};
+use rdx_control::{create_codeflow, AttachOptions, Extension};
 use rdx_runtime::{HookSpec, Runtime};
 use rdx_xcall::plan::{Plan, PlanSpec};
 use rdx_xcall::service::Service;
@@ -211,7 +211,7 @@ fn run(plan: &Plan, child: &mut std::process::Child) -> Result<()> {
     println!("storage sandbox: pid {storage_pid}, slot {STORAGE_SLOT}, region {address}");
 
     // Control plane: the storage's write path and its exported lookup.
-    let mut cf = create_codeflow(&address, ExtSpec::default())?;
+    let mut cf = create_codeflow(&address, AttachOptions::default())?;
     cf.deploy("put", &extension("xcall/storage", "put")?, None, None)?;
     let v = rdx_xcall::deploy::deploy_export(
         &mut cf,
@@ -246,7 +246,7 @@ fn run(plan: &Plan, child: &mut std::process::Child) -> Result<()> {
         rdx_xcall::call::xcall_call,
     )?;
     rdx_xcall::attach::attach(plan, STORAGE_SLOT)?;
-    let mut ccf = create_codeflow(&cache.address(), ExtSpec::default())?;
+    let mut ccf = create_codeflow(&cache.address(), AttachOptions::default())?;
     ccf.deploy("on_get", &extension("xcall/cache", "on_get")?, None, None)?;
     let hook = cache.runtime().hook("on_get")?;
     let result = requests(&hook, storage_pid);

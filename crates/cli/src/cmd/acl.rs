@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use rdx_acl::enforce;
-use rdx_control::registry::HistoryEntry;
+use rdx_control::registry::HistoryAction;
 use rdx_control::Extension;
 use serde::Serialize;
 
@@ -174,7 +174,8 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         tag,
         section_size,
     )?);
-    let policy_ext = Extension::from_object(&with_rules, None)?;
+    let policy_ext =
+        Extension::from_object(&with_rules, None)?.with_origin(a.file.display().to_string());
     let progress = |msg: String| {
         if !a.json {
             eprint!("{msg}");
@@ -199,9 +200,10 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let compiled = cf.jit_compile_code(&code, &checked, Some(&registry))?;
     let compile_us = us(t);
     let t = Instant::now();
-    let prepared = cf
+    let mut prepared = cf
         .prepare_prog(&a.hook, &policy_ext, &compiled)
         .map_err(explain_held(&cf, &node))?;
+    prepared.record_as(HistoryAction::AclApply);
     pause_point("prepared");
     let writes = enforce::bank_writes(&image, &rdx_acl::classify::image::Dirty::everything(), bank);
     let (first_half, second_half) = writes.split_at(writes.len() / 2);
@@ -219,30 +221,16 @@ fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let published = cf.tx(vec![prepared])?.remove(0);
     let publish_us = us(t);
     pause_point("published");
-    registry.record(&HistoryEntry {
-        id: 0,
-        node: node.clone(),
-        hook: a.hook.clone(),
-        action: "acl apply".into(),
-        version: published.version,
-        previous_version: published.previous_version,
-        program: policy_ext.name.clone(),
-        object: a.file.display().to_string(),
-        class: checked.class.clone(),
-        artifact: rdx_control::codeflow::hex(&compiled.artifact_hash),
-        at_ms: rdx_control::lease::now_ms(),
-        generation: published.generation,
-    })?;
     let report = ApplyReport {
         node,
         hook: a.hook,
         policy: a.file.display().to_string(),
         rules: rules.rules.len(),
         generation,
-        class: checked.class,
+        class: checked.class().to_string(),
         version: published.version,
         previous_version: published.previous_version,
-        cached: compiled.cached,
+        cached: compiled.cached(),
         verify_us,
         compile_us,
         write_us,

@@ -52,11 +52,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "machine" => rdx_fleet::intent::Durability::Machine,
             _ => rdx_fleet::intent::Durability::Process,
         }),
+        history: Some(args.state.registry()?),
         crash_at: crash_point_from_env(),
         ..rdx_fleet::Options::new(state_dir)
     };
     let report = rdx_fleet::broadcast(&plan, &opts)
         .with_context(|| format!("broadcast of {} failed", args.plan.display()))?;
+    for u in &report.unrecorded {
+        eprintln!("rdx: the broadcast completed, but the history could not record it: {u}");
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());

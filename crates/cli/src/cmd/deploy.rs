@@ -5,11 +5,11 @@
 
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::Duration;
 
 use anyhow::Context as _;
-use rdx_control::registry::HistoryEntry;
-use rdx_control::{Extension, Tier};
+use rdx_control::codeflow::{DeployObserver, DeployStage, DeployTimings, StageDone};
+use rdx_control::{ControlError, Extension, Tier};
 use serde::Serialize;
 
 use super::compile::Tier as TierArg;
@@ -73,110 +73,171 @@ struct Report {
     publish_us: f64,
 }
 
+/// Prints each stage's progress on stderr (unless `--json`) and keeps what the report needs.
+struct Progress {
+    quiet: bool,
+    /// `{name} ({n} insns) for {node}/{hook}`, printed as verification starts.
+    what: String,
+    /// `{arch} ({tier} tier)`, printed as compilation starts.
+    target: String,
+    timings: DeployTimings,
+    class: Option<String>,
+    artifact: Option<([u8; 32], bool)>,
+}
+
+impl Progress {
+    fn print(&self, msg: &str) {
+        if !self.quiet {
+            eprint!("{msg}");
+            let _ = std::io::stderr().flush();
+        }
+    }
+}
+
+impl DeployObserver for Progress {
+    fn started(&mut self, stage: DeployStage) {
+        match stage {
+            DeployStage::Verify => self.print(&format!("verifying {} ... ", self.what)),
+            DeployStage::Compile => self.print(&format!("compiling for {} ... ", self.target)),
+            DeployStage::Prepare => self.print("linking and writing ... "),
+            DeployStage::Publish => {}
+        }
+    }
+
+    fn finished(&mut self, done: StageDone<'_>, took: Duration) {
+        self.timings.finished(done, took);
+        let us = took.as_secs_f64() * 1e6;
+        match done {
+            StageDone::Verified(v) => {
+                self.print(&format!("ok, class {} ({us:.0} us)\n", v.class()));
+                self.class = Some(v.class().to_string());
+            }
+            StageDone::Compiled(c) => {
+                self.print(&format!(
+                    "{} ({} bytes, {us:.0} us)\n",
+                    if c.cached() { "cached" } else { "done" },
+                    c.artifact().code.len()
+                ));
+                self.artifact = Some((*c.artifact_hash(), c.cached()));
+            }
+            StageDone::Prepared(p) => self.print(&format!(
+                "{} bytes at {:#x} ({us:.0} us)\n",
+                p.code_len, p.code_offset
+            )),
+            StageDone::Published(_) => {}
+        }
+    }
+
+    fn failed(&mut self, stage: DeployStage, _: &ControlError) {
+        if stage == DeployStage::Verify {
+            self.print("rejected\n");
+        }
+    }
+}
+
+/// The verifier's rejection as `--json` prints it: the rule broken and where.
+#[derive(Serialize)]
+struct Rejected<'a> {
+    node: &'a str,
+    hook: &'a str,
+    program: &'a str,
+    class: &'a str,
+    accepted: bool,
+    rule: &'static str,
+    pc: Option<usize>,
+    insn: Option<&'a str>,
+    message: &'a str,
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     let bytes = std::fs::read(&args.target.object)
         .with_context(|| format!("cannot read {}", args.target.object.display()))?;
     let object = rdx_bpf::loader::load(&bytes)
         .with_context(|| format!("cannot load {}", args.target.object.display()))?;
-    let ext = Extension::from_object(&object, args.target.program.as_deref())?;
+    let ext = Extension::from_object(&object, args.target.program.as_deref())?
+        .with_origin(args.target.object.display().to_string());
     let registry = args.state.registry()?;
     let (node, mut cf) = attach(&registry, &args.target.node)?;
     cf.set_tier(match args.tier {
         TierArg::Optimizing => Tier::Optimizing,
         TierArg::Baseline => Tier::Baseline,
     });
-    let progress = |msg: String| {
-        if !args.json {
-            eprint!("{msg}");
-            let _ = std::io::stderr().flush();
-        }
+    let mut progress = Progress {
+        quiet: args.json,
+        what: format!(
+            "{} ({} insns) for {node}/{}",
+            ext.name(),
+            ext.insns().len(),
+            args.target.hook
+        ),
+        target: format!("{} ({} tier)", cf.arch().name(), cf.tier()),
+        timings: DeployTimings::default(),
+        class: None,
+        artifact: None,
     };
-    let us = |t: Instant| t.elapsed().as_secs_f64() * 1e6;
-
-    progress(format!(
-        "verifying {} ({} insns) for {node}/{} ... ",
-        ext.name,
-        ext.insns.len(),
-        args.target.hook
-    ));
-    let t = Instant::now();
-    let checked = cf
-        .validate_code(&ext, &args.target.hook, args.target.class.as_deref())
-        .inspect_err(|_| progress("rejected\n".into()))?;
-    let verify_us = us(t);
-    progress(format!("ok, class {} ({verify_us:.0} us)\n", checked.class));
-
-    progress(format!(
-        "compiling for {} ({} tier) ... ",
-        cf.arch().name(),
-        cf.tier()
-    ));
-    let t = Instant::now();
-    let compiled = cf.jit_compile_code(&ext, &checked, Some(&registry))?;
-    let compile_us = us(t);
-    progress(format!(
-        "{} ({} bytes, {compile_us:.0} us)\n",
-        if compiled.cached { "cached" } else { "done" },
-        compiled.artifact.code.len()
-    ));
-
-    progress("linking and writing ... ".into());
-    let t = Instant::now();
-    let prepared = cf
-        .prepare_prog(&args.target.hook, &ext, &compiled)
-        .map_err(explain_held(&cf, &node))?;
-    let write_us = us(t);
-    progress(format!(
-        "{} bytes at {:#x} ({write_us:.0} us)\n",
-        prepared.code_len, prepared.code_offset
-    ));
-
-    let t = Instant::now();
-    let published = cf.tx(vec![prepared])?.remove(0);
-    let publish_us = us(t);
-    let artifact = rdx_control::codeflow::hex(&compiled.artifact_hash);
-    registry.record_with_tier(
-        &HistoryEntry {
-        id: 0,
-        node: node.clone(),
-        hook: args.target.hook.clone(),
-        action: "deploy".into(),
-        version: published.version,
-        previous_version: published.previous_version,
-        program: ext.name.clone(),
-        object: args.target.object.display().to_string(),
-        class: checked.class.clone(),
-        artifact: artifact.clone(),
-        at_ms: rdx_control::lease::now_ms(),
-        generation: published.generation,
-        },
-        Some(published.tier),
-    )?;
+    let deployed = cf.deploy_observed(
+        &args.target.hook,
+        &ext,
+        args.target.class.as_deref(),
+        Some(&registry),
+        &mut progress,
+    );
+    let published = match deployed {
+        Ok(p) => p,
+        Err(ControlError::Verify {
+            hook,
+            class,
+            source,
+        }) if args.json => {
+            let rejected = Rejected {
+                node: &node,
+                hook: &hook,
+                program: ext.name(),
+                class: &class,
+                accepted: false,
+                rule: source.rule.id(),
+                pc: source.pc,
+                insn: source.insn.as_deref(),
+                message: &source.message,
+            };
+            println!("{}", serde_json::to_string_pretty(&rejected)?);
+            return Err(ControlError::Verify {
+                hook,
+                class,
+                source,
+            }
+            .into());
+        }
+        Err(e) => return Err(explain_held(&cf, &node)(e)),
+    };
+    let (artifact_hash, cached) = progress.artifact.expect("a deploy compiles");
+    let artifact = rdx_control::codeflow::hex(&artifact_hash);
+    let timings = &progress.timings;
     if args.json {
         let r = Report {
             node,
             hook: args.target.hook,
-            program: ext.name,
-            class: checked.class,
+            program: ext.name().to_string(),
+            class: progress.class.unwrap_or_default(),
             tier: published.tier,
             version: published.version,
             previous_version: published.previous_version,
             generation: published.generation,
             artifact,
-            cached: compiled.cached,
-            insns: ext.insns.len(),
+            cached,
+            insns: ext.insns().len(),
             code_bytes: published.code_len,
             map_ids: published.map_ids,
-            verify_us,
-            compile_us,
-            write_us,
-            publish_us,
+            verify_us: timings.validate_us,
+            compile_us: timings.compile_us,
+            write_us: timings.prepare_us,
+            publish_us: timings.publish_us,
         };
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         println!(
-            "deployed {} to {node}/{}: version {} (was {}), {} tier, published in {publish_us:.1} us",
-            ext.name,
+            "deployed {} to {node}/{}: version {} (was {}), {} tier, published in {:.1} us",
+            ext.name(),
             args.target.hook,
             published.version,
             if published.previous_version == 0 {
@@ -184,7 +245,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             } else {
                 published.previous_version.to_string()
             },
-            published.tier
+            published.tier,
+            timings.publish_us
         );
     }
     Ok(())

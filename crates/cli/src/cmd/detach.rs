@@ -1,7 +1,6 @@
 //! `rdx detach`: the hook stops running its program (one compare-and-swap); the program stays
 //! held in the node so that `rdx rollback` can re-attach it.
 
-use rdx_control::registry::HistoryEntry;
 use serde::Serialize;
 
 use super::node::{attach, explain_held, StateArgs};
@@ -33,24 +32,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let registry = args.state.registry()?;
     let (node, mut cf) = attach(&registry, &args.node)?;
     let was = cf.detach(&args.hook).map_err(explain_held(&cf, &node))?;
-    if was != 0 {
-        registry.record(&HistoryEntry {
-            id: 0,
-            node: node.clone(),
-            hook: args.hook.clone(),
-            action: "detach".into(),
-            version: 0,
-            previous_version: was,
-            program: String::new(),
-            object: String::new(),
-            class: String::new(),
-            artifact: String::new(),
-            at_ms: rdx_control::lease::now_ms(),
-            generation: cf
-                .transport()
-                .read_u64(rdx_region::layout::offsets::HEADER_GENERATION)?,
-        })?;
-    }
     if args.json {
         println!(
             "{}",

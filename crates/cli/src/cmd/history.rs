@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use rdx_control::registry::HistoryAction;
 use serde::Serialize;
 
 use super::node::{attach_read_only, StateArgs};
@@ -70,7 +71,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Row {
                 held: reachable.then_some(h.is_some()),
                 active: reachable
-                    .then_some(h.is_some_and(|(_, a, _)| *a) && e.action != "detach"),
+                    .then_some(h.is_some_and(|(_, a, _)| *a) && e.action != HistoryAction::Detach),
                 tier: tier.or(h.map(|(_, _, t)| *t)),
                 entry: e,
             }

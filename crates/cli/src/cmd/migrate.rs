@@ -2,7 +2,7 @@
 //! (a scale-out replica) so that no update is lost (see docs/broadcast.md).
 
 use anyhow::Context as _;
-use rdx_control::registry::HistoryEntry;
+use rdx_control::registry::{HistoryAction, HistoryEntry};
 use rdx_control::Extension;
 use rdx_fleet::plan::NodeSpec;
 use std::path::PathBuf;
@@ -54,7 +54,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .history(&from.name, Some(&args.hook))?
                 .into_iter()
                 .rev()
-                .find(|e| e.action == "deploy" && e.version == active.version)
+                .find(|e| e.action == HistoryAction::Deploy && e.version == active.version)
                 .with_context(|| {
                     format!(
                         "no deploy of version {} of {}/{} in the history: name the object file",
@@ -101,22 +101,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         )
     })?;
     let now = rdx_control::lease::now_ms();
-    let entry = |node: &str, action: &str, version: u32, previous: u32| HistoryEntry {
+    // The migration's CodeFlows are fleet's: the command records both ends itself.
+    let entry = |node: &str, action: HistoryAction, version: u32, previous: u32| HistoryEntry {
         id: 0,
         node: node.into(),
         hook: args.hook.clone(),
-        action: action.into(),
+        action,
         version,
         previous_version: previous,
-        program: ext.name.clone(),
+        program: ext.name().to_string(),
         object: object.display().to_string(),
         class: args.class.clone().unwrap_or_default(),
         artifact: String::new(),
         at_ms: now,
         generation: 0,
     };
-    registry.record(&entry(&to.name, "deploy", report.target_version, 0))?;
-    registry.record(&entry(&from.name, "detach", 0, report.source_version))?;
+    registry.record(&entry(
+        &to.name,
+        HistoryAction::Deploy,
+        report.target_version,
+        0,
+    ))?;
+    registry.record(&entry(
+        &from.name,
+        HistoryAction::Detach,
+        0,
+        report.source_version,
+    ))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());

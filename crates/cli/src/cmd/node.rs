@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use rdx_control::node::{hook_status, redact_address, HookStatus};
 use rdx_control::registry::{default_state_dir, Registry};
-use rdx_control::{create_codeflow, create_codeflow_read_only, CodeFlow, ExtSpec, HeldVersion};
+use rdx_control::{create_codeflow, create_codeflow_read_only, CodeFlow, AttachOptions, HeldVersion};
 use rdx_region::layout::offsets;
 use serde::Serialize;
 
@@ -31,7 +31,9 @@ impl StateArgs {
 
 /// Attaches to a node by registered name or address.
 pub fn attach(registry: &Registry, node: &str) -> anyhow::Result<(String, CodeFlow)> {
-    attach_with(registry, node, create_codeflow)
+    let (name, mut cf) = attach_with(registry, node, create_codeflow)?;
+    cf.record_history(registry.clone(), &name);
+    Ok((name, cf))
 }
 
 /// [`attach`] for commands that only read the node: a shared-memory region is mapped
@@ -43,13 +45,13 @@ pub fn attach_read_only(registry: &Registry, node: &str) -> anyhow::Result<(Stri
 fn attach_with<E>(
     registry: &Registry,
     node: &str,
-    create: impl FnOnce(&str, ExtSpec) -> Result<CodeFlow, E>,
+    create: impl FnOnce(&str, AttachOptions) -> Result<CodeFlow, E>,
 ) -> anyhow::Result<(String, CodeFlow)>
 where
     E: std::error::Error + Send + Sync + 'static,
 {
     let entry = registry.node(node)?;
-    let cf = create(&entry.address, ExtSpec::default()).with_context(|| {
+    let cf = create(&entry.address, AttachOptions::default()).with_context(|| {
         format!(
             "cannot attach to node {} ({})",
             entry.name,
@@ -209,7 +211,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             if !no_check {
                 // Registering only reads the node: map it read-only.
-                let cf = create_codeflow_read_only(&address, ExtSpec::default()).with_context(|| {
+                let cf = create_codeflow_read_only(&address, AttachOptions::default()).with_context(|| {
                     format!("cannot reach {shown} (use --no-check to add it anyway)")
                 })?;
                 let hooks: Vec<String> = cf.view().hooks().into_iter().map(|h| h.name).collect();

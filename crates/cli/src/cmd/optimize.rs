@@ -8,7 +8,6 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
-use rdx_control::registry::HistoryEntry;
 use rdx_control::Extension;
 use serde::Serialize;
 
@@ -59,29 +58,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .unwrap_or_else(|_| args.target.object.clone())
         .display()
         .to_string();
+    let ext = ext.with_origin(object_label);
     let checked = cf.validate_code(&ext, &args.target.hook, args.target.class.as_deref())?;
 
     if args.revert {
         let compiled = cf.jit_compile_code(&ext, &checked, Some(&registry))?;
         let prepared = cf.prepare_prog(&args.target.hook, &ext, &compiled)?;
         let published = cf.tx(vec![prepared])?.remove(0);
-        registry.record(&HistoryEntry {
-            id: 0,
-            node: node.clone(),
-            hook: args.target.hook.clone(),
-            action: "deploy".into(),
-            version: published.version,
-            previous_version: published.previous_version,
-            program: ext.name.clone(),
-            object: object_label.clone(),
-            class: checked.class.clone(),
-            artifact: rdx_control::codeflow::hex(&compiled.artifact_hash),
-            at_ms: rdx_control::lease::now_ms(),
-            generation: published.generation,
-        })?;
         println!(
             "reverted {node}/{} to the plain build of {}: version {} (was {})",
-            args.target.hook, ext.name, published.version, published.previous_version
+            args.target.hook, ext.name(), published.version, published.previous_version
         );
         return Ok(());
     }
@@ -99,43 +85,28 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             path.display(),
             saved.program,
             &saved.program_hash[..saved.program_hash.len().min(12)],
-            ext.name,
+            ext.name(),
             &ext.hash_hex()[..12]
         );
     }
-    saved.profile.check(&ext.insns)?;
+    saved.profile.check(ext.insns())?;
     // The generic build, for the size comparison (and cached for `--revert`).
-    let generic = cf
-        .jit_compile_code(&ext, &checked, Some(&registry))?
-        .artifact;
+    let generic = cf.jit_compile_code(&ext, &checked, Some(&registry))?;
+    let generic = generic.artifact();
     let speculation = saved.profile.speculation(&saved.policy);
     let (elite, stats) = cf.jit_compile_elite(&ext, &checked, speculation)?;
     let prepared = cf.prepare_prog(&args.target.hook, &ext, &elite)?;
     let published = cf.tx(vec![prepared])?.remove(0);
-    registry.record(&HistoryEntry {
-        id: 0,
-        node: node.clone(),
-        hook: args.target.hook.clone(),
-        action: "optimize".into(),
-        version: published.version,
-        previous_version: published.previous_version,
-        program: ext.name.clone(),
-        object: object_label.clone(),
-        class: checked.class.clone(),
-        artifact: rdx_control::codeflow::hex(&elite.artifact_hash),
-        at_ms: rdx_control::lease::now_ms(),
-        generation: published.generation,
-    })?;
     // Kept for `rdx watch`, which merges a fresh window into it when this version
     // deoptimises too often.
     saved.node = node.clone();
     saved.hook = args.target.hook.clone();
     save_published_profile(registry.dir(), published.version, &saved)?;
     let report = Report {
-        program: ext.name.clone(),
+        program: ext.name().to_string(),
         guards: stats.guards,
         dropped_insns: stats.dropped_insns,
-        elite_code_bytes: elite.artifact.code.len(),
+        elite_code_bytes: elite.artifact().code.len(),
         generic_code_bytes: generic.code.len(),
         published: true,
         version: published.version,
@@ -146,11 +117,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         println!(
             "elite build of {}: {} guards, {} of {} slots dropped, {} code bytes (generic: {})",
-            ext.name,
+            ext.name(),
             stats.guards,
             stats.dropped_insns,
-            ext.insns.len(),
-            elite.artifact.code.len(),
+            ext.insns().len(),
+            elite.artifact().code.len(),
             generic.code.len()
         );
         println!(

@@ -10,11 +10,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use rdx_bpf::program::{MapDef, MapOrigin};
 use rdx_region::layout::MapType;
-use rdx_control::codeflow::{hex, Compiled};
-use rdx_control::registry::{HistoryEntry, Registry};
+use rdx_control::registry::Registry;
 use rdx_control::{CodeFlow, Extension};
 use rdx_deopt::profile::{BranchProfile, Policy};
-use rdx_jit::{branch_sites, BranchCounters, Build, CompileOptions, Compiler, Symbol};
+use rdx_jit::{branch_sites, BranchCounters, Symbol};
 use serde::{Deserialize, Serialize};
 
 use super::deploy::ProgramTarget;
@@ -127,11 +126,8 @@ fn read_counters(cf: &CodeFlow, name: &str, len: usize) -> anyhow::Result<Vec<u8
 /// call it to re-profile: what to profile and where.
 pub struct Scout<'a> {
     pub ext: &'a Extension,
-    pub node: &'a str,
     pub hook: &'a str,
     pub class: Option<&'a str>,
-    /// Recorded in the registry's history as the object the versions came from.
-    pub object: &'a str,
     pub window: Duration,
     /// Leave the instrumented build published (default: publish the plain build again).
     pub keep: bool,
@@ -147,43 +143,18 @@ pub struct Scouted {
     pub restored_version: Option<u32>,
 }
 
-fn record(
-    registry: &Registry,
-    s: &Scout<'_>,
-    action: &str,
-    class: &str,
-    artifact_hash: &[u8; 32],
-    p: &rdx_control::Published,
-) -> anyhow::Result<()> {
-    registry.record(&HistoryEntry {
-        id: 0,
-        node: s.node.to_string(),
-        hook: s.hook.to_string(),
-        action: action.into(),
-        version: p.version,
-        previous_version: p.previous_version,
-        program: s.ext.name.clone(),
-        object: s.object.to_string(),
-        class: class.to_string(),
-        artifact: hex(artifact_hash),
-        at_ms: rdx_control::lease::now_ms(),
-        generation: p.generation,
-    })?;
-    Ok(())
-}
-
 /// Publishes the instrumented build of `s.ext` with one `tx`, measures its branch counters
 /// (read remotely from the node's XState) over `s.window`, and unless `s.keep` publishes the
 /// plain build again with one `tx`. Requests are served throughout by a complete version.
 pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::Result<Scouted> {
     let ext = s.ext;
-    let sites = branch_sites(&ext.insns);
+    let sites = branch_sites(ext.insns());
     if sites.is_empty() {
-        bail!("{} has no conditional jump: nothing to profile", ext.name);
+        bail!("{} has no conditional jump: nothing to profile", ext.name());
     }
     let counter_bytes = 16 * sites.len();
     let map_name = counter_map_name(ext);
-    let mut maps = ext.maps.clone();
+    let mut maps = ext.maps().to_vec();
     let counter_index = maps.len() as u32;
     maps.push(MapDef {
         name: map_name.clone(),
@@ -196,40 +167,19 @@ pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::R
         initial_value: None,
         read_only: false,
     });
-    let scout = Extension::new(&ext.name, &ext.section, ext.insns.clone(), maps);
+    let scout = Extension::new(ext.name(), ext.section(), ext.insns().to_vec(), maps)
+        .with_origin(ext.origin());
 
     let checked = cf.validate_code(&scout, s.hook, s.class)?;
-    let arch = cf.arch();
-    let counters = BranchCounters {
-        symbol: Symbol::MapValue(counter_index),
-    };
-    let mut opts = CompileOptions::new(arch, Build::Scouting(counters));
-    opts.needs_budget = checked.facts.needs_budget;
-    opts.eim_class = format!("{}/{}", checked.hook, checked.class);
-    opts.verify_ir = false;
-    let (artifact, _) = Compiler::new(arch)?.compile(&scout.insns, &opts)?;
-    let artifact_bytes = artifact.to_bytes();
-    let compiled = Compiled {
-        artifact_hash: sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(
-            &artifact_bytes,
-        ))
-        .into(),
-        artifact,
-        cached: false,
-        budget: checked.facts.budget.unwrap_or(u64::MAX),
-        class: checked.class.clone(),
-        tier: rdx_control::Tier::Optimizing,
-    };
+    let compiled = cf.jit_compile_scouting(
+        &scout,
+        &checked,
+        BranchCounters {
+            symbol: Symbol::MapValue(counter_index),
+        },
+    )?;
     let prepared = cf.prepare_prog(s.hook, &scout, &compiled)?;
     let published = cf.tx(vec![prepared])?.remove(0);
-    record(
-        registry,
-        s,
-        "profile",
-        &checked.class,
-        &compiled.artifact_hash,
-        &published,
-    )?;
 
     // The counter map may be an earlier profile's (same program, same name): measure the
     // difference over this window only.
@@ -238,8 +188,8 @@ pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::R
     std::thread::sleep(s.window);
     let after = read_counters(cf, &map_name, counter_bytes)?;
     let seconds = started.elapsed().as_secs_f64();
-    let mut profile = BranchProfile::from_counters(&ext.insns, &after)?;
-    let base = BranchProfile::from_counters(&ext.insns, &before)?;
+    let mut profile = BranchProfile::from_counters(ext.insns(), &after)?;
+    let base = BranchProfile::from_counters(ext.insns(), &before)?;
     for (p, b) in profile.branches.iter_mut().zip(&base.branches) {
         p.taken = p.taken.wrapping_sub(b.taken);
         p.fell_through = p.fell_through.wrapping_sub(b.fell_through);
@@ -251,14 +201,6 @@ pub fn scout(cf: &mut CodeFlow, registry: &Registry, s: &Scout<'_>) -> anyhow::R
         let compiled = cf.jit_compile_code(ext, &plain, Some(registry))?;
         let prepared = cf.prepare_prog(s.hook, ext, &compiled)?;
         let restored = cf.tx(vec![prepared])?.remove(0);
-        record(
-            registry,
-            s,
-            "deploy",
-            &plain.class,
-            &compiled.artifact_hash,
-            &restored,
-        )?;
         restored_version = Some(restored.version);
     }
     Ok(Scouted {
@@ -274,17 +216,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("cannot read {}", args.target.object.display()))?;
     let object = rdx_bpf::loader::load(&bytes)
         .with_context(|| format!("cannot load {}", args.target.object.display()))?;
-    let ext = Extension::from_object(&object, args.target.program.as_deref())?;
+    let ext = Extension::from_object(&object, args.target.program.as_deref())?
+        .with_origin(args.target.object.display().to_string());
     if !(args.seconds.is_finite() && args.seconds >= 0.0) {
         bail!("--seconds must be a non-negative number");
     }
     let registry = args.state.registry()?;
     let (node, mut cf) = attach(&registry, &args.target.node)?;
-    let object_label = args.target.object.display().to_string();
     if !args.json {
         eprintln!(
             "deploying an instrumented build of {} to {node}/{} and profiling for {:.1} s",
-            ext.name, args.target.hook, args.seconds
+            ext.name(), args.target.hook, args.seconds
         );
     }
     let scouted = scout(
@@ -292,10 +234,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &registry,
         &Scout {
             ext: &ext,
-            node: &node,
             hook: &args.target.hook,
             class: args.target.class.as_deref(),
-            object: &object_label,
             window: Duration::from_secs_f64(args.seconds),
             keep: args.keep,
         },
@@ -329,7 +269,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         })
         .collect();
     let saved = SavedProfile {
-        program: ext.name.clone(),
+        program: ext.name().to_string(),
         program_hash: ext.hash_hex(),
         node: node.clone(),
         hook: args.target.hook.clone(),
@@ -346,7 +286,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         println!(
             "profile of {} on {node}/{} over {elapsed:.1} s:",
-            ext.name, args.target.hook
+            ext.name(), args.target.hook
         );
         println!("{:>6} {:>12} {:>12}  bias", "slot", "taken", "fell through");
         for r in rows {

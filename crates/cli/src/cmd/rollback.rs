@@ -1,7 +1,7 @@
 //! `rdx rollback`: republish an earlier version still held in the node's code arena (the
 //! previous one by default), with one compare-and-swap.
 
-use rdx_control::registry::HistoryEntry;
+use rdx_control::registry::HistoryAction;
 
 use super::node::{attach, explain_held, StateArgs};
 
@@ -30,38 +30,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let p = cf
         .rollback(&args.hook, args.to)
         .map_err(explain_held(&cf, &node))?;
-    // The program name of that version, from the history that deployed it.
-    let deployed = registry
+    // The program of that version, as the history entry of the rollback names it (from the
+    // deploy that first published it).
+    let program = registry
         .history(&node, Some(&args.hook))?
-        .into_iter()
-        .rev()
-        .find(|e| e.action == "deploy" && e.version == p.version);
-    registry.record(&HistoryEntry {
-        id: 0,
-        node: node.clone(),
-        hook: args.hook.clone(),
-        action: "rollback".into(),
-        version: p.version,
-        previous_version: p.previous_version,
-        program: deployed
-            .as_ref()
-            .map(|e| e.program.clone())
-            .unwrap_or_default(),
-        object: deployed
-            .as_ref()
-            .map(|e| e.object.clone())
-            .unwrap_or_default(),
-        class: deployed
-            .as_ref()
-            .map(|e| e.class.clone())
-            .unwrap_or_default(),
-        artifact: deployed
-            .as_ref()
-            .map(|e| e.artifact.clone())
-            .unwrap_or_default(),
-        at_ms: rdx_control::lease::now_ms(),
-        generation: p.generation,
-    })?;
+        .pop()
+        .filter(|e| e.action == HistoryAction::Rollback && e.version == p.version)
+        .map(|e| e.program)
+        .filter(|program| !program.is_empty());
     if args.json {
         println!("{}", serde_json::to_string_pretty(&p)?);
     } else {
@@ -74,8 +50,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             } else {
                 p.previous_version.to_string()
             },
-            deployed
-                .map(|e| format!(", program {}", e.program))
+            program
+                .map(|program| format!(", program {program}"))
                 .unwrap_or_default()
         );
     }

@@ -3,7 +3,7 @@
 //! whose elite version deoptimises too often (see docs/broadcast.md and docs/deopt.md).
 
 use anyhow::{bail, Context as _};
-use rdx_control::registry::{HistoryEntry, Registry};
+use rdx_control::registry::{HistoryAction, Registry};
 use rdx_control::{CodeFlow, Extension};
 use rdx_deopt::profile::Policy;
 use rdx_fleet::watch::{
@@ -110,6 +110,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .transpose()
             .context("--duration")?,
         max_rollbacks: args.max_rollbacks,
+        history: Some(registry.clone()),
     };
     let mut reoptimizer = CliReoptimizer {
         registry: &registry,
@@ -123,27 +124,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         },
         reoptimizer: &mut reoptimizer,
     });
-    let mut failed_record = None;
     watch_reprofiling(&targets, &opts, reprofiling, |e| {
-        if let Event::RolledBack(r) = e {
-            let recorded = registry.record(&HistoryEntry {
-                id: 0,
-                node: r.node.clone(),
-                hook: r.hook.clone(),
-                action: "rollback".into(),
-                version: r.to_version,
-                previous_version: r.from_version,
-                program: String::new(),
-                object: String::new(),
-                class: String::new(),
-                artifact: String::new(),
-                at_ms: rdx_control::lease::now_ms(),
-                generation: 0,
-            });
-            if let Err(err) = recorded {
-                failed_record.get_or_insert(err);
-            }
-        }
         if args.json {
             if let Ok(line) = serde_json::to_string(e) {
                 println!("{line}");
@@ -194,9 +175,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             } => println!("{node}/{hook}: version {version} unhealthy: {reason}"),
         }
     })?;
-    if let Some(e) = failed_record {
-        return Err(e).context("a rollback was done but could not be recorded in the history");
-    }
     Ok(())
 }
 
@@ -213,7 +191,6 @@ struct CliReoptimizer<'a> {
 /// Where an elite version came from.
 struct Source {
     ext: Extension,
-    object: String,
     class: String,
     /// The profile it was compiled from, when it was kept and fits this program.
     profile: Option<SavedProfile>,
@@ -226,7 +203,7 @@ impl CliReoptimizer<'_> {
             .history(&target.node, Some(&target.hook))?
             .into_iter()
             .rev()
-            .find(|e| e.version == version && e.action == "optimize")
+            .find(|e| e.version == version && e.action == HistoryAction::Optimize)
             .with_context(|| {
                 format!(
                     "version {version} of {}/{} was not published by `rdx optimize` \
@@ -238,43 +215,18 @@ impl CliReoptimizer<'_> {
             .with_context(|| format!("cannot read {}", entry.object))?;
         let object = rdx_bpf::loader::load(&bytes)
             .with_context(|| format!("cannot load {}", entry.object))?;
-        let ext = Extension::from_object(&object, Some(&entry.program))?;
+        let ext =
+            Extension::from_object(&object, Some(&entry.program))?.with_origin(&entry.object);
         let path = published_profile_path(self.registry.dir(), &target.node, &target.hook, version);
         let profile = std::fs::read_to_string(&path)
             .ok()
             .and_then(|t| serde_json::from_str::<SavedProfile>(&t).ok())
-            .filter(|p| p.program_hash == ext.hash_hex() && p.profile.check(&ext.insns).is_ok());
+            .filter(|p| p.program_hash == ext.hash_hex() && p.profile.check(ext.insns()).is_ok());
         Ok(Source {
             ext,
-            object: entry.object,
             class: entry.class,
             profile,
         })
-    }
-
-    fn record(
-        &self,
-        target: &Target,
-        src: &Source,
-        action: &str,
-        artifact: &[u8; 32],
-        p: &rdx_control::Published,
-    ) -> anyhow::Result<()> {
-        self.registry.record(&HistoryEntry {
-            id: 0,
-            node: target.node.clone(),
-            hook: target.hook.clone(),
-            action: action.into(),
-            version: p.version,
-            previous_version: p.previous_version,
-            program: src.ext.name.clone(),
-            object: src.object.clone(),
-            class: src.class.clone(),
-            artifact: rdx_control::codeflow::hex(artifact),
-            at_ms: rdx_control::lease::now_ms(),
-            generation: p.generation,
-        })?;
-        Ok(())
     }
 
     /// Publishes the plain build with one `tx`.
@@ -282,9 +234,7 @@ impl CliReoptimizer<'_> {
         let checked = cf.validate_code(&src.ext, &target.hook, Some(&src.class))?;
         let compiled = cf.jit_compile_code(&src.ext, &checked, Some(self.registry))?;
         let prepared = cf.prepare_prog(&target.hook, &src.ext, &compiled)?;
-        let published = cf.tx(vec![prepared])?.remove(0);
-        self.record(target, src, "deploy", &compiled.artifact_hash, &published)?;
-        Ok(published.version)
+        Ok(cf.tx(vec![prepared])?.remove(0).version)
     }
 
     /// Scouts, merges and publishes a new elite build; `Ok(None)` when the merged profile
@@ -300,10 +250,8 @@ impl CliReoptimizer<'_> {
             self.registry,
             &Scout {
                 ext: &src.ext,
-                node: &target.node,
                 hook: &target.hook,
                 class: Some(&src.class),
-                object: &src.object,
                 window: self.window,
                 // The next version published is the new elite build (or the plain one).
                 keep: true,
@@ -326,9 +274,8 @@ impl CliReoptimizer<'_> {
         let (elite, stats) = cf.jit_compile_elite(&src.ext, &checked, speculation)?;
         let prepared = cf.prepare_prog(&target.hook, &src.ext, &elite)?;
         let published = cf.tx(vec![prepared])?.remove(0);
-        self.record(target, src, "optimize", &elite.artifact_hash, &published)?;
         let saved = SavedProfile {
-            program: src.ext.name.clone(),
+            program: src.ext.name().to_string(),
             program_hash: src.ext.hash_hex(),
             node: target.node.clone(),
             hook: target.hook.clone(),

@@ -2,7 +2,7 @@
 //! and exports, and deploy an exported entry (see docs/xcall.md).
 
 use anyhow::Context;
-use rdx_control::{create_codeflow, ExtSpec, Extension};
+use rdx_control::{create_codeflow, AttachOptions, Extension};
 use rdx_xcall::plan::{Plan, EXPORT_SERIALIZED};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -139,7 +139,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .with_context(|| format!("loading {}", object.display()))?;
             let ext = Extension::from_object(&obj, prog.as_deref())?;
             let address = format!("shm:{}", s.path.display());
-            let mut cf = create_codeflow(&address, ExtSpec::default())?;
+            let mut cf = create_codeflow(&address, AttachOptions::default())?;
             let published =
                 rdx_xcall::deploy::deploy_export(&mut cf, &entry, &ext, class.as_deref())?;
             let target = p.target(&service, &entry)?;

@@ -96,6 +96,7 @@ pub fn spawn_watcher(address: &str, interval: Duration) -> (JoinHandle<()>, Rece
             },
             duration: Some(Duration::from_secs(30)),
             max_rollbacks: Some(1),
+            history: None,
         };
         watch(&[target], &opts, |e| {
             let _ = tx.send(e.clone());

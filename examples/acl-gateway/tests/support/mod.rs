@@ -12,7 +12,7 @@ use rdx_acl::compile::RuleSet;
 use rdx_acl::enforce::{self, Stats};
 use rdx_bpf::program::Object;
 use rdx_control::codeflow::{Compiled, Published};
-use rdx_control::{create_codeflow, CodeFlow, ExtSpec, Extension};
+use rdx_control::{create_codeflow, AttachOptions, CodeFlow, Extension};
 use rdx_transport::xstate;
 
 /// The native tree and its image as the newest published version uses them.
@@ -81,8 +81,11 @@ pub fn enforcement_object() -> Object {
 
 impl Applier {
     pub fn attach(region: &std::path::Path) -> Applier {
-        let cf = create_codeflow(&format!("shm:{}", region.display()), ExtSpec::default())
-            .expect("attach");
+        let cf = create_codeflow(
+            &format!("shm:{}", region.display()),
+            AttachOptions::default(),
+        )
+        .expect("attach");
         Applier::new(cf)
     }
 
