@@ -266,8 +266,9 @@ impl<'a> Explorer<'a> {
             Value::Ptr(Ptr {
                 kind: PtrKind::Stack { frame },
                 off,
+                var,
                 ..
-            }) => Some((frame as usize, off)),
+            }) => Some((frame as usize, off, var)),
             _ => None,
         };
         match *insn {
@@ -277,18 +278,25 @@ impl<'a> Explorer<'a> {
             | Insn::Atomic {
                 base, off, size, ..
             } => {
-                if let Some((frame, o)) = stack_ptr(base) {
-                    let start = o + off as i64;
-                    let (hi, _) = Frame::locate(start);
-                    let (lo, _) = Frame::locate(start + size.bytes() as i64 - 1);
-                    f(frame, slot_range(lo, hi));
+                if let Some((frame, o, var)) = stack_ptr(base) {
+                    // Every byte the access may touch, in wide arithmetic; the check refuses
+                    // a range leaving the frame, so clamping it to the frame loses nothing.
+                    let frame_bytes = rdx_bpf::isa::STACK_SIZE as i128;
+                    let start = (o as i128 + var.smin as i128 + off as i128).max(-frame_bytes);
+                    let end =
+                        (o as i128 + var.smax as i128 + off as i128 + size.bytes() as i128).min(0);
+                    if start < end {
+                        let (hi, _) = Frame::locate(start as i64);
+                        let (lo, _) = Frame::locate(end as i64 - 1);
+                        f(frame, slot_range(lo, hi));
+                    }
                 }
             }
             Insn::Call(CallTarget::Helper(id)) => {
                 let n = self.env.helpers.get(&id).map_or(5, |h| h.args.len().min(5));
                 for r in 1..=n {
                     // A buffer starts at the pointer and goes up toward the frame pointer.
-                    if let Some((frame, o)) = stack_ptr(Reg(r as u8)) {
+                    if let Some((frame, o, _)) = stack_ptr(Reg(r as u8)) {
                         if o < 0 {
                             f(frame, slot_range(0, Frame::locate(o).0));
                         }
@@ -976,6 +984,21 @@ impl<'a> Explorer<'a> {
                     unreachable!("stack region")
                 };
                 let fr = &st.frames[frame as usize];
+                if p.has_var_off() {
+                    // Checked: every byte the load may read is initialised data. The result
+                    // is known only when all of them are known zero.
+                    let lo = p.off + p.var.smin + off;
+                    let hi = p.off + p.var.smax + off + bytes as i64;
+                    let all_zero = (lo..hi).all(|b| {
+                        let (k, i) = Frame::locate(b);
+                        fr.slot(k).byte(i) == ByteState::Zero
+                    });
+                    return Ok(Value::scalar(if all_zero {
+                        Scalar::constant(0)
+                    } else {
+                        bounded()
+                    }));
+                }
                 let start = p.off + off;
                 let (k, first) = Frame::locate(start);
                 let slot = fr.slot(k);
