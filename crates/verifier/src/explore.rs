@@ -352,10 +352,14 @@ impl<'a> Explorer<'a> {
             self.finish(p.cp, p.len + tail);
             return Ok(true);
         }
+        let may_goto = matches!(self.insns[pc], Insn::MayGoto { .. });
         if let Some(exact) = looping {
             // The path came back to a state no better than one of its own ancestors: nothing
-            // forces progress, so it may loop forever.
-            if self.env.allow_budgeted_loops {
+            // forces progress, so it may loop forever, unless the cycle passes a `may_goto`,
+            // whose frame counter ends it at run time. Either way everything the path can do
+            // from here the ancestor can, and the ancestor's exploration covers it (the
+            // `may_goto` ancestor's taken branch included).
+            if self.env.allow_budgeted_loops || may_goto {
                 // What the ancestor's continuation reads is not known yet: everything.
                 for f in 0..p.state.frames.len().min(MAX_FRAMES) {
                     self.mark_read(p, f, ALL_SLOTS);
@@ -378,7 +382,7 @@ impl<'a> Explorer<'a> {
         // Widening only at loop heads: elsewhere it would lose precision on straight-line
         // branches inside a loop's body (and at every call of a function from a loop) for
         // nothing, since every cycle passes a loop head.
-        let widen_here = self.env.allow_budgeted_loops && self.cfg.loop_head[pc];
+        let widen_here = (self.env.allow_budgeted_loops && self.cfg.loop_head[pc]) || may_goto;
         if widen_here && in_progress >= 1 {
             if let Some(i) = last_in_progress {
                 if let Some(w) = widen(&self.cps[i].state, &p.state) {
@@ -597,6 +601,12 @@ impl<'a> Explorer<'a> {
                 Ok(Step::Next(pc + 1))
             }
             Insn::Ja { off } => Ok(Step::Next((pc as i64 + 1 + off as i64) as usize)),
+            // The counter is not in the abstract state: either way may be taken.
+            Insn::MayGoto { off } => Ok(Step::Branch {
+                fall: pc + 1,
+                target: (pc as i64 + 1 + off as i64) as usize,
+                other: st.clone(),
+            }),
             Insn::LoadImm64 {
                 dst,
                 kind,
