@@ -331,6 +331,14 @@ fn parse_line(mnemonic: &str, ops: &[&str], line: usize) -> Result<Pending, AsmE
                 target: Some(target),
             });
         }
+        "may_goto" => {
+            expect_operands(ops, 1, mnemonic, line)?;
+            return Ok(Pending {
+                line,
+                insn: Insn::MayGoto { off: 0 },
+                target: Some(parse_target(ops[0], line)?),
+            });
+        }
         "exit" => {
             expect_operands(ops, 0, mnemonic, line)?;
             return p(Insn::Exit);
@@ -553,7 +561,7 @@ fn assemble_slots(source: &str) -> Result<(Vec<Insn>, Vec<usize>), AsmError> {
                     }
                     *off = rel as i32;
                 }
-                Insn::Jmp { off, .. } => {
+                Insn::Jmp { off, .. } | Insn::MayGoto { off } => {
                     *off = i16::try_from(rel)
                         .map_err(|_| err(p.line, format!("jump offset {rel} out of range")))?;
                 }

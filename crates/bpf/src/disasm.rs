@@ -184,6 +184,12 @@ impl fmt::Display for InsnText<'_> {
             Insn::Call(CallTarget::Kfunc(id)) => write!(f, "call kfunc#{id}"),
             Insn::Call(CallTarget::Reg(r)) => write!(f, "callx {r}"),
             Insn::Exit => write!(f, "exit"),
+            Insn::MayGoto { off } => write!(
+                f,
+                "may_goto {} <{}>",
+                rel(off as i64),
+                label(pc + 1 + off as i64)
+            ),
             Insn::Load {
                 size,
                 sign_extend,
@@ -432,6 +438,14 @@ mod tests {
             raw,
             "     0:\t61 10 04 00 00 00 00 00\tr0 = *(u32 *)(r1 + 4)\n"
         );
+    }
+
+    #[test]
+    fn may_goto_round_trips_through_the_assembler() {
+        let insns = assemble("loop:\nmay_goto out\nja loop\nout:\nexit").unwrap();
+        assert_eq!(insns[0], Insn::MayGoto { off: 1 });
+        let text = disassemble(&insns);
+        assert!(text.contains("may_goto +1 <LBB0_2>"), "{text}");
     }
 
     #[test]

@@ -102,6 +102,11 @@ pub mod op {
     pub const JMP_JSLT: u8 = 0xc0;
     /// `BPF_JSLE`: jump if `dst <= src`, signed.
     pub const JMP_JSLE: u8 = 0xd0;
+    /// `BPF_JCOND`: a jump on a condition the machine keeps (`src` names it; only
+    /// [`MAY_GOTO`] exists).
+    pub const JMP_JCOND: u8 = 0xe0;
+    /// `src` of `BPF_JCOND` for `may_goto`.
+    pub const MAY_GOTO: u8 = 0;
 
     /// `BPF_W`: 4-byte access.
     pub const SIZE_W: u8 = 0x00;
@@ -483,6 +488,13 @@ pub enum Insn {
         /// Slots to skip, relative to the next slot.
         off: i16,
     },
+    /// `may_goto` (`0xe5`): jumps `off` slots after the next when the current frame's hidden
+    /// loop counter has run out, else takes one from it and falls through. The counter starts
+    /// at `rdx_exec::machine::MAY_GOTO_LOOPS` in every frame, so a loop through it ends.
+    MayGoto {
+        /// Slots to skip, relative to the next slot.
+        off: i16,
+    },
     /// A call to a helper, a local function, a kernel function or a register's target.
     Call(CallTarget),
     /// Return `r0` from the current function (ends the program in the entry function).
@@ -551,7 +563,7 @@ impl Insn {
     pub fn jump_target(&self, pc: usize) -> Option<i64> {
         match *self {
             Insn::Ja { off } => Some(pc as i64 + 1 + off as i64),
-            Insn::Jmp { off, .. } => Some(pc as i64 + 1 + off as i64),
+            Insn::Jmp { off, .. } | Insn::MayGoto { off } => Some(pc as i64 + 1 + off as i64),
             _ => None,
         }
     }
@@ -807,6 +819,17 @@ fn decode_jmp(raw: RawInsn) -> Result<Insn, DecodeErrorKind> {
                 op::PSEUDO_KFUNC_CALL => CallTarget::Kfunc(raw.imm),
                 other => return Err(DecodeErrorKind::InvalidSource(other)),
             }))
+        }
+        op::JMP_JCOND => {
+            if is_x || width == Width::W32 {
+                return Err(DecodeErrorKind::UnknownOpcode);
+            }
+            if raw.src != op::MAY_GOTO {
+                return Err(DecodeErrorKind::InvalidSource(raw.src));
+            }
+            zero("destination", raw.dst as i64)?;
+            zero("immediate", raw.imm as i64)?;
+            Ok(Insn::MayGoto { off: raw.off })
         }
         op::JMP_EXIT => {
             if is_x || width == Width::W32 {
@@ -1117,6 +1140,9 @@ pub fn encode_one(insn: &Insn) -> RawInsn {
             }
         }
         Insn::Exit => RawInsn::new(op::CLASS_JMP | op::JMP_EXIT, 0, 0, 0, 0),
+        Insn::MayGoto { off } => {
+            RawInsn::new(op::CLASS_JMP | op::JMP_JCOND, 0, op::MAY_GOTO, off, 0)
+        }
         Insn::Load {
             size,
             sign_extend,
@@ -1262,6 +1288,38 @@ mod tests {
             }
         );
         assert_eq!(Insn::imm64(1, 2), 0x2_0000_0001);
+    }
+
+    #[test]
+    fn may_goto_decodes_from_0xe5_only() {
+        let raw = [
+            RawInsn::new(0xe5, 0, 0, 1, 0),
+            RawInsn::new(0x95, 0, 0, 0, 0),
+            RawInsn::new(0x95, 0, 0, 0, 0),
+        ];
+        let insns = decode(&raw).unwrap();
+        assert_eq!(insns[0], Insn::MayGoto { off: 1 });
+        assert_eq!(insns[0].jump_target(0), Some(2));
+        assert_eq!(encode(&insns), raw);
+        for (bad, kind) in [
+            (
+                RawInsn::new(0xe5, 0, 1, 1, 0),
+                DecodeErrorKind::InvalidSource(1),
+            ),
+            (
+                RawInsn::new(0xe6, 0, 0, 1, 0),
+                DecodeErrorKind::UnknownOpcode,
+            ),
+            (
+                RawInsn::new(0xed, 0, 0, 1, 0),
+                DecodeErrorKind::UnknownOpcode,
+            ),
+        ] {
+            let e = decode(&[bad, raw[1], raw[2]]).unwrap_err();
+            assert_eq!(e.kind, kind, "{bad:?}");
+        }
+        assert!(decode(&[RawInsn::new(0xe5, 1, 0, 1, 0), raw[1], raw[2]]).is_err());
+        assert!(decode(&[RawInsn::new(0xe5, 0, 0, 1, 7), raw[1], raw[2]]).is_err());
     }
 
     #[test]

@@ -149,12 +149,18 @@ pub struct Start<'f> {
     pub budget: u64,
 }
 
+/// Times `may_goto` falls through in one call frame before it jumps (the kernel's
+/// `BPF_MAX_LOOPS`): every frame starts with this many, so a loop through it ends. A resumed
+/// run starts each frame's count afresh (no tier that hands runs over compiles `may_goto`).
+pub const MAY_GOTO_LOOPS: u32 = 8 * 1024 * 1024;
+
 #[derive(Clone, Copy, Default)]
 struct Frame {
     ret: usize,
     saved: [u64; 4],
     fp: u64,
     init: u16,
+    may_goto: u32,
 }
 
 /// Reasons a handed-over state cannot be continued, checked before any of it runs.
@@ -227,10 +233,13 @@ pub fn run<E: Env>(env: &mut E, start: Start<'_>) -> Result<u64, E::Error> {
             saved: f.saved,
             fp: start.stack_top - k as u64 * FRAME,
             init: ALL_REGS,
+            may_goto: MAY_GOTO_LOOPS,
         };
     }
     let mut depth = start.frames.len().min(MAX_FRAMES - 1);
     let mut pc = start.pc;
+    // The current frame's `may_goto` count; callers' wait in `frames`.
+    let mut may_goto = MAY_GOTO_LOOPS;
     let max_steps = start.budget;
     let mut budget = start.budget;
     env.frame(regs[10]);
@@ -318,7 +327,9 @@ pub fn run<E: Env>(env: &mut E, start: Start<'_>) -> Result<u64, E::Error> {
                     saved: [regs[6], regs[7], regs[8], regs[9]],
                     fp: regs[10],
                     init,
+                    may_goto,
                 };
+                may_goto = MAY_GOTO_LOOPS;
                 depth += 1;
                 regs[10] -= FRAME;
                 env.frame(regs[10]);
@@ -336,7 +347,15 @@ pub fn run<E: Env>(env: &mut E, start: Start<'_>) -> Result<u64, E::Error> {
                 regs[10] = f.fp;
                 env.frame(f.fp);
                 init = (f.init & (SAVED_REGS | R10)) | R0;
+                may_goto = f.may_goto;
                 pc = f.ret;
+            }
+            Code::MayGoto => {
+                if may_goto == 0 {
+                    pc = op.aux as usize;
+                } else {
+                    may_goto -= 1;
+                }
             }
             Code::LdImm64Hi => return Err(env.fault(cur, Fault::IntoLddw)),
             _ => return Err(env.fault(cur, Fault::FellOff)),

@@ -301,6 +301,9 @@ opcodes! {
     LdImm64Hi,
     /// One past the last instruction: reaching it means the program fell off its end.
     FellOff,
+    /// `may_goto`: jump to slot `aux` when the frame's loop counter is used up, else take one
+    /// from it (see [`crate::machine::MAY_GOTO_LOOPS`]).
+    MayGoto,
 }
 
 impl Code {

@@ -121,6 +121,7 @@ impl Compiler {
             };
             return Ok((artifact, stats));
         }
+        refuse_may_goto(insns)?;
         let opts = &*plan::effective_options(opts, insns);
         if insns.is_empty() {
             return Err(CompileError::Empty);
@@ -397,6 +398,23 @@ fn branches_back(arch: Arch, code: &[u8], end: usize, to: usize) -> bool {
                 && end.is_multiple_of(4)
                 && (hits(end - 4) || (end >= 8 && unconditional(end - 4) && hits(end - 8)))
         }
+    }
+}
+
+/// The refusal of `may_goto` at `pc`: neither code generator keeps the per-frame counter yet
+/// (the interpreter does), and a tier must not run an instruction it cannot run as specified.
+pub(crate) fn may_goto_unsupported(pc: usize) -> CompileError {
+    CompileError::Unsupported {
+        pc,
+        what: "may_goto (its per-frame loop counter is kept by the interpreter only)".into(),
+    }
+}
+
+/// Refuses a program with `may_goto` anywhere, before any planning looks at it.
+pub(crate) fn refuse_may_goto(insns: &[Insn]) -> Result<(), CompileError> {
+    match insns.iter().position(|i| matches!(i, Insn::MayGoto { .. })) {
+        Some(pc) => Err(may_goto_unsupported(pc)),
+        None => Ok(()),
     }
 }
 

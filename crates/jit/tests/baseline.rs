@@ -150,6 +150,21 @@ mod behaviour {
     }
 
     #[test]
+    fn may_goto_is_refused_by_both_tiers() {
+        // The interpreter keeps the per-frame counter; neither code generator does yet.
+        let prog =
+            assemble("mov %r0, 0\nloop:\nmay_goto out\nadd %r0, 1\nja loop\nout:\nexit").unwrap();
+        for pipeline in [Pipeline::Baseline, Pipeline::Optimizing] {
+            match rdx_jit::compile(&prog, &opts(pipeline)) {
+                Err(CompileError::Unsupported { pc: 1, what }) => {
+                    assert!(what.contains("may_goto"), "{pipeline:?}: {what}")
+                }
+                other => panic!("{pipeline:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn artifacts_differ_from_cranelift_ones_only_in_code_and_options() {
         let prog = assemble(CALLS).unwrap();
         for arch in [Arch::X86_64, Arch::Aarch64] {

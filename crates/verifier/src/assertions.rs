@@ -108,7 +108,9 @@ pub fn of(insn: &Insn) -> Vec<Assertion> {
             v
         }
         Insn::Endian { dst, .. } => vec![Init(dst), IsScalar(dst)],
-        Insn::Ja { .. } | Insn::LoadImm64 { .. } | Insn::LoadImm64Hi => vec![],
+        Insn::Ja { .. } | Insn::MayGoto { .. } | Insn::LoadImm64 { .. } | Insn::LoadImm64Hi => {
+            vec![]
+        }
         Insn::Jmp {
             width,
             cond,

@@ -133,8 +133,12 @@ impl Cfg {
                 }
                 cfg.prune[t] = true;
                 cfg.join[t] = true;
-                if matches!(insn, Insn::Jmp { .. }) {
+                if matches!(insn, Insn::Jmp { .. } | Insn::MayGoto { .. }) {
                     cfg.prune[next] = true;
+                }
+                // A loop through `may_goto` closes there: the explorer must see its states.
+                if matches!(insn, Insn::MayGoto { .. }) {
+                    cfg.prune[pc] = true;
                 }
                 s[1] = Some(t);
             }

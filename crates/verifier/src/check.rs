@@ -463,10 +463,20 @@ impl Explorer<'_> {
             }
             PtrKind::Stack { frame } => {
                 if p.has_var_off() {
-                    return Err(v(
-                        Rule::VarStackOffset,
-                        format!("{what} = {p}: stack access with a variable offset"),
-                    ));
+                    // Only loads: a write at a variable offset would have to mark every byte
+                    // it may touch and drop every spill it may hit; a helper buffer would
+                    // need the same care for the bytes the helper reads and writes.
+                    if access != Access::Read || insn_size.is_none() {
+                        return Err(v(
+                            Rule::VarStackOffset,
+                            format!(
+                                "{what} = {p}: stack write or helper buffer at a variable offset"
+                            ),
+                        ));
+                    }
+                    let fr = &st.frames[frame as usize];
+                    return check_stack_var_read(fr, p, off, size, lo, hi, what)
+                        .map(|_| Region::Stack);
                 }
                 if start < -(rdx_bpf::isa::STACK_SIZE as i64) {
                     return Err(v(
@@ -803,6 +813,60 @@ impl Explorer<'_> {
         }
         Ok(())
     }
+}
+
+/// A load at a variable stack offset: every address it may read, `[lo, hi)` relative to the
+/// frame pointer (computed wide by the caller), lies in the frame, every possible start is
+/// aligned to `size`, and every byte of the range is initialised and no part of a spilled
+/// pointer (reading pointer bytes as a number would hand the program a host address).
+fn check_stack_var_read(
+    fr: &Frame,
+    p: &Ptr,
+    off: i64,
+    size: u64,
+    lo: i128,
+    hi: i128,
+    what: &str,
+) -> Result<(), Violation> {
+    if lo < -(rdx_bpf::isa::STACK_SIZE as i128) {
+        return Err(v(
+            Rule::StackLimit,
+            format!("{what} = {p}: a read of {size} bytes at offset {off} may start at fp{lo}, below the 512-byte frame"),
+        ));
+    }
+    if hi > 0 {
+        return Err(v(
+            Rule::OutOfBounds,
+            format!("{what} = {p}: a read of {size} bytes at offset {off} may reach fp+{hi}, above the frame pointer"),
+        ));
+    }
+    // Every start is `p.off + off + var`; its low bits are known when the variable part's are.
+    let low = size - 1;
+    let fixed = (p.off + off) as u64;
+    if p.var.bits.mask & low != 0 || fixed.wrapping_add(p.var.bits.value) & low != 0 {
+        return Err(v(
+            Rule::Misaligned,
+            format!("{what} = {p}: a read of {size} bytes at offset {off} may be misaligned"),
+        ));
+    }
+    // The range lies in [-512, 0), so these fit an i64.
+    for b in lo as i64..hi as i64 {
+        let (k, i) = Frame::locate(b);
+        let slot = fr.slot(k);
+        if slot.holds_pointer() {
+            return Err(v(
+                Rule::PointerLeak,
+                format!("{what} = {p}: a read at a variable offset may cover the spilled pointer at fp{}", -8 * (k as i64 + 1)),
+            ));
+        }
+        if slot.byte(i) == ByteState::Invalid {
+            return Err(v(
+                Rule::UninitStack,
+                format!("{what} = {p}: a read at a variable offset may cover stack byte fp{b}, never written"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_stack_init(

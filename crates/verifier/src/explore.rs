@@ -266,8 +266,9 @@ impl<'a> Explorer<'a> {
             Value::Ptr(Ptr {
                 kind: PtrKind::Stack { frame },
                 off,
+                var,
                 ..
-            }) => Some((frame as usize, off)),
+            }) => Some((frame as usize, off, var)),
             _ => None,
         };
         match *insn {
@@ -277,18 +278,25 @@ impl<'a> Explorer<'a> {
             | Insn::Atomic {
                 base, off, size, ..
             } => {
-                if let Some((frame, o)) = stack_ptr(base) {
-                    let start = o + off as i64;
-                    let (hi, _) = Frame::locate(start);
-                    let (lo, _) = Frame::locate(start + size.bytes() as i64 - 1);
-                    f(frame, slot_range(lo, hi));
+                if let Some((frame, o, var)) = stack_ptr(base) {
+                    // Every byte the access may touch, in wide arithmetic; the check refuses
+                    // a range leaving the frame, so clamping it to the frame loses nothing.
+                    let frame_bytes = rdx_bpf::isa::STACK_SIZE as i128;
+                    let start = (o as i128 + var.smin as i128 + off as i128).max(-frame_bytes);
+                    let end =
+                        (o as i128 + var.smax as i128 + off as i128 + size.bytes() as i128).min(0);
+                    if start < end {
+                        let (hi, _) = Frame::locate(start as i64);
+                        let (lo, _) = Frame::locate(end as i64 - 1);
+                        f(frame, slot_range(lo, hi));
+                    }
                 }
             }
             Insn::Call(CallTarget::Helper(id)) => {
                 let n = self.env.helpers.get(&id).map_or(5, |h| h.args.len().min(5));
                 for r in 1..=n {
                     // A buffer starts at the pointer and goes up toward the frame pointer.
-                    if let Some((frame, o)) = stack_ptr(Reg(r as u8)) {
+                    if let Some((frame, o, _)) = stack_ptr(Reg(r as u8)) {
                         if o < 0 {
                             f(frame, slot_range(0, Frame::locate(o).0));
                         }
@@ -344,10 +352,14 @@ impl<'a> Explorer<'a> {
             self.finish(p.cp, p.len + tail);
             return Ok(true);
         }
+        let may_goto = matches!(self.insns[pc], Insn::MayGoto { .. });
         if let Some(exact) = looping {
             // The path came back to a state no better than one of its own ancestors: nothing
-            // forces progress, so it may loop forever.
-            if self.env.allow_budgeted_loops {
+            // forces progress, so it may loop forever, unless the cycle passes a `may_goto`,
+            // whose frame counter ends it at run time. Either way everything the path can do
+            // from here the ancestor can, and the ancestor's exploration covers it (the
+            // `may_goto` ancestor's taken branch included).
+            if self.env.allow_budgeted_loops || may_goto {
                 // What the ancestor's continuation reads is not known yet: everything.
                 for f in 0..p.state.frames.len().min(MAX_FRAMES) {
                     self.mark_read(p, f, ALL_SLOTS);
@@ -370,7 +382,7 @@ impl<'a> Explorer<'a> {
         // Widening only at loop heads: elsewhere it would lose precision on straight-line
         // branches inside a loop's body (and at every call of a function from a loop) for
         // nothing, since every cycle passes a loop head.
-        let widen_here = self.env.allow_budgeted_loops && self.cfg.loop_head[pc];
+        let widen_here = (self.env.allow_budgeted_loops && self.cfg.loop_head[pc]) || may_goto;
         if widen_here && in_progress >= 1 {
             if let Some(i) = last_in_progress {
                 if let Some(w) = widen(&self.cps[i].state, &p.state) {
@@ -589,6 +601,12 @@ impl<'a> Explorer<'a> {
                 Ok(Step::Next(pc + 1))
             }
             Insn::Ja { off } => Ok(Step::Next((pc as i64 + 1 + off as i64) as usize)),
+            // The counter is not in the abstract state: either way may be taken.
+            Insn::MayGoto { off } => Ok(Step::Branch {
+                fall: pc + 1,
+                target: (pc as i64 + 1 + off as i64) as usize,
+                other: st.clone(),
+            }),
             Insn::LoadImm64 {
                 dst,
                 kind,
@@ -976,6 +994,21 @@ impl<'a> Explorer<'a> {
                     unreachable!("stack region")
                 };
                 let fr = &st.frames[frame as usize];
+                if p.has_var_off() {
+                    // Checked: every byte the load may read is initialised data. The result
+                    // is known only when all of them are known zero.
+                    let lo = p.off + p.var.smin + off;
+                    let hi = p.off + p.var.smax + off + bytes as i64;
+                    let all_zero = (lo..hi).all(|b| {
+                        let (k, i) = Frame::locate(b);
+                        fr.slot(k).byte(i) == ByteState::Zero
+                    });
+                    return Ok(Value::scalar(if all_zero {
+                        Scalar::constant(0)
+                    } else {
+                        bounded()
+                    }));
+                }
                 let start = p.off + off;
                 let (k, first) = Frame::locate(start);
                 let slot = fr.slot(k);

@@ -50,7 +50,7 @@ fn uses_defs(
             _ => (bit(dst.0) | operand(src), bit(dst.0)),
         },
         Insn::Endian { dst, .. } => (bit(dst.0), bit(dst.0)),
-        Insn::Ja { .. } | Insn::LoadImm64Hi => (0, 0),
+        Insn::Ja { .. } | Insn::MayGoto { .. } | Insn::LoadImm64Hi => (0, 0),
         Insn::LoadImm64 { dst, .. } => (0, bit(dst.0)),
         Insn::Load { dst, base, .. } => (bit(base.0), bit(dst.0)),
         Insn::Store { base, src, .. } => (bit(base.0) | operand(src), 0),

@@ -3,6 +3,8 @@
 //! pointer arithmetic on every pointer kind, comparisons through pointers with unknown
 //! offsets, every data-map and ring-buffer helper with every map type (program arrays and
 //! ring buffers included), tail calls, partial spills and helpers writing into spilled slots,
+//! reads at variable stack offsets (bounded and unbounded, negative, shifted by extreme
+//! constants, over spilled pointers, uninitialised bytes and both ends of the frame),
 //! sign-extending loads and moves on pointers, 32-bit ALU and jumps.
 //!
 //! Every accepted program runs in the checked interpreter under state embedding
@@ -230,6 +232,21 @@ enum Block {
         sext: bool,
     },
     Spill(u8, i16),
+    /// `r5 = src & mask; r5 <<= shift; [r5 += bias]; r4 = r10 + at; r4 += r5 (or -= r5);
+    /// r0 = *(size *)(r4 + off)`: a read at a variable stack offset, over the numbers the
+    /// prologue stored, spilled pointers, uninitialised bytes and past either end of the
+    /// frame.
+    StackVarLoad {
+        src: u8,
+        mask: i32,
+        shift: u8,
+        bias: Option<i64>,
+        at: i16,
+        sub: bool,
+        off: i16,
+        size: Size,
+        sext: bool,
+    },
     StackStoreImm(i16, Size, i32),
     StackLoad {
         dst: u8,
@@ -279,6 +296,11 @@ fn block() -> impl Strategy<Value = Block> {
         2 => (reg(), prop_oneof![4 => (0i16..6).prop_map(|i| i * 4), 1 => 0i16..26], size(), any::<bool>())
             .prop_map(|(dst, off, size, sext)| Block::CtxLoad { dst, off, size, sext }),
         2 => (src_reg(), 1i16..10).prop_map(|(r, k)| Block::Spill(r, -8 * k)),
+        3 => (
+            (reg(), prop_oneof![Just(7), Just(15), Just(0x38), Just(63), Just(0xffff), Just(-1)], 0u8..4, proptest::option::weighted(0.2, extreme64())),
+            (prop_oneof![4 => -80i16..0, 1 => -520i16..-500, 1 => Just(-512)], prop_oneof![4 => Just(false), 1 => Just(true)], -16i16..16, size(), any::<bool>()),
+        )
+            .prop_map(|((src, mask, shift, bias), (at, sub, off, size, sext))| Block::StackVarLoad { src, mask, shift, bias, at, sub, off, size, sext }),
         2 => (-80i16..0, size(), extreme32()).prop_map(|(o, z, i)| Block::StackStoreImm(o, z, i)),
         2 => (reg(), -80i16..0, size(), any::<bool>()).prop_map(|(dst, off, size, sext)| Block::StackLoad { dst, off, size, sext }),
         3 => (prop_oneof![Just(1), Just(2), Just(3)], map_index(), any::<bool>())
@@ -486,6 +508,32 @@ fn lower(kind: Kind, blocks: &[Block]) -> Vec<Insn> {
                 off: *off,
                 src: Operand::Reg(R(*r)),
             }),
+            Block::StackVarLoad {
+                src,
+                mask,
+                shift,
+                bias,
+                at,
+                sub,
+                off,
+                size,
+                sext,
+            } => {
+                v.push(mov(5, *src));
+                v.push(alu(Width::W64, AluOp::And, 5, Operand::Imm(*mask)));
+                if *shift > 0 {
+                    v.push(alu(Width::W64, AluOp::Lsh, 5, Operand::Imm(*shift as i32)));
+                }
+                if let Some(b) = bias {
+                    v.extend(lddw(4, *b));
+                    v.push(alu(Width::W64, AluOp::Add, 5, Operand::Reg(R(4))));
+                }
+                v.push(mov(4, 10));
+                v.push(alu(Width::W64, AluOp::Add, 4, Operand::Imm(*at as i32)));
+                let op = if *sub { AluOp::Sub } else { AluOp::Add };
+                v.push(alu(Width::W64, op, 4, Operand::Reg(R(5))));
+                v.push(load(*size, *sext, 0, 4, *off));
+            }
             Block::StackStoreImm(off, size, imm) => {
                 v.push(store_imm(*size, 10, aligned(*off, *size), *imm))
             }
@@ -834,6 +882,14 @@ fn campaign() {
         match outcome {
             Ok(Outcome::Accepted) => {
                 *verdicts.entry("accepted".into()).or_default() += 1;
+                if blocks
+                    .iter()
+                    .any(|b| matches!(b, Block::StackVarLoad { .. }))
+                {
+                    *verdicts
+                        .entry("accepted with a variable-offset stack load".into())
+                        .or_default() += 1;
+                }
                 if let Some(km) = &kernel_maps {
                     let prog = rdx_bpf::Program {
                         name: "campaign".into(),

@@ -252,6 +252,10 @@ pub(crate) fn lower(
                 op.code = Code::Ja;
                 op.aux = target(pc, off as i64)?;
             }
+            Insn::MayGoto { off } => {
+                op.code = Code::MayGoto;
+                op.aux = target(pc, off as i64)?;
+            }
             Insn::Jmp {
                 width,
                 cond,

@@ -27,6 +27,54 @@ fn kind(r: Result<u64, RunError>) -> RunErrorKind {
 }
 
 #[test]
+fn may_goto_falls_through_until_the_frame_counter_runs_out() {
+    use rdx_exec::machine::MAY_GOTO_LOOPS;
+    // Counts the fall-throughs of the caller's loop and of one in a callee, which has its
+    // own counter; the caller's count goes on after the call.
+    let src = "mov %r6, 0
+        mov %r7, 0
+        top:
+        may_goto done
+        add %r6, 1
+        jne %r6, 10, top
+        call local count
+        mov %r7, %r0
+        ja top
+        done:
+        mov %r0, %r6
+        lsh %r0, 32
+        or %r0, %r7
+        exit
+        count:
+        mov %r0, 0
+        again:
+        may_goto out
+        add %r0, 1
+        ja again
+        out:
+        exit";
+    let insns = assemble(src).unwrap();
+    let v = Vm::new(
+        &insns,
+        &MapSet::default(),
+        &Helpers::standard(),
+        Config {
+            max_steps: 1 << 28,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let r0 = v.run_checked(Input::Empty).unwrap();
+    let loops = MAY_GOTO_LOOPS as u64;
+    assert_eq!(r0 >> 32, loops, "the caller's loop");
+    assert_eq!(
+        r0 & 0xffff_ffff,
+        loops,
+        "the callee's loop, from a fresh counter"
+    );
+}
+
+#[test]
 fn out_of_bounds_is_an_error_naming_pc_and_address() {
     let v = vm("mov %r0, 0\nldxb %r0, [%r1+8]\nexit");
     let mut mem = [0u8; 8];

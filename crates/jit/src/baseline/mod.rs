@@ -131,6 +131,7 @@ pub(crate) fn compile(
     insns: &[Insn],
     opts: &CompileOptions,
 ) -> Result<(Artifact, usize), CompileError> {
+    crate::compile::refuse_may_goto(insns)?;
     let opts = &*effective_options(opts, insns);
     match opts.arch {
         Arch::X86_64 => compile_with(
@@ -756,6 +757,7 @@ impl Driver<'_> {
                 src,
             } => e.alu(width, op, dst, src),
             Insn::Endian { order, bits, dst } => e.endian(order, bits, dst),
+            Insn::MayGoto { .. } => return Err(crate::compile::may_goto_unsupported(pc)),
             Insn::Ja { .. } => {
                 let target = insn.jump_target(pc).expect("a jump") as usize;
                 let l = self.edge(e, pc, target, stubs);
@@ -988,7 +990,9 @@ fn mentions(insn: &Insn, reg: Reg) -> bool {
         Insn::Atomic { base, src, .. } => *base == reg || *src == reg || reg == Reg(0),
         Insn::LoadImm64 { dst, .. } => *dst == reg,
         Insn::Call(CallTarget::Reg(r)) => *r == reg,
-        Insn::Call(_) | Insn::Exit | Insn::Ja { .. } | Insn::LoadImm64Hi => false,
+        Insn::Call(_) | Insn::Exit | Insn::Ja { .. } | Insn::MayGoto { .. } | Insn::LoadImm64Hi => {
+            false
+        }
     }
 }
 
@@ -1008,7 +1012,9 @@ fn reads(insn: &Insn, reg: Reg) -> bool {
         Insn::Load { base, .. } => *base == reg,
         Insn::Store { base, src, .. } => *base == reg || op(src),
         Insn::Atomic { base, src, .. } => *base == reg || *src == reg || reg == Reg(0),
-        Insn::LoadImm64 { .. } | Insn::LoadImm64Hi | Insn::Ja { .. } => false,
+        Insn::LoadImm64 { .. } | Insn::LoadImm64Hi | Insn::Ja { .. } | Insn::MayGoto { .. } => {
+            false
+        }
         Insn::Call(_) | Insn::Exit => true,
     }
 }

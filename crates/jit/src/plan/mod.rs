@@ -192,6 +192,10 @@ pub(crate) fn live_slots(insns: &[Insn], plan: FuncPlan, opts: &CompileOptions) 
         match insn {
             Insn::Exit => {}
             Insn::Ja { .. } => work.extend(insn.jump_target(pc).map(|t| t as usize)),
+            Insn::MayGoto { .. } => {
+                work.extend(insn.jump_target(pc).map(|t| t as usize));
+                work.push(pc + 1);
+            }
             Insn::Jmp { .. } => {
                 let target = insn.jump_target(pc).map(|t| t as usize);
                 match guard(pc) {
@@ -228,7 +232,7 @@ pub(crate) fn uses_defs(insn: &Insn) -> (u16, u16) {
         Insn::Alu { dst, src, .. } => (bit(*dst) | op(src), bit(*dst)),
         Insn::Endian { dst, .. } => (bit(*dst), bit(*dst)),
         Insn::Jmp { dst, src, .. } => (bit(*dst) | op(src), 0),
-        Insn::Ja { .. } | Insn::LoadImm64Hi => (0, 0),
+        Insn::Ja { .. } | Insn::MayGoto { .. } | Insn::LoadImm64Hi => (0, 0),
         Insn::Load { dst, base, .. } => (bit(*base), bit(*dst)),
         Insn::Store { base, src, .. } => (bit(*base) | op(src), 0),
         Insn::Atomic {
@@ -264,7 +268,7 @@ pub(crate) fn live_registers(insns: &[Insn], plan: FuncPlan) -> Vec<u16> {
         match insn {
             Insn::Exit => [None, None],
             Insn::Ja { .. } => [target, None],
-            Insn::Jmp { .. } => [target, Some(pc + 1)],
+            Insn::Jmp { .. } | Insn::MayGoto { .. } => [target, Some(pc + 1)],
             Insn::LoadImm64 { .. } => [Some(pc + 2), None],
             _ => [Some(pc + 1), None],
         }

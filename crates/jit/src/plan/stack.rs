@@ -52,6 +52,7 @@ fn successors(insns: &[Insn], pc: usize) -> [Option<usize>; 2] {
     match insn {
         Insn::Exit => [None, None],
         Insn::Ja { .. } => [target, None],
+        Insn::MayGoto { .. } => [target, Some(pc + 1)],
         Insn::Jmp { .. } => [target, Some(pc + 1)],
         Insn::LoadImm64 { .. } => [Some(pc + 2), None],
         _ => [Some(pc + 1), None],
@@ -154,7 +155,7 @@ fn analyse(
                 use_plain(&s, *dst)?;
                 op_plain(&s, src)?;
             }
-            Insn::Ja { .. } => {}
+            Insn::Ja { .. } | Insn::MayGoto { .. } => {}
             Insn::Load {
                 size,
                 dst,

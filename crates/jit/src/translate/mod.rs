@@ -638,6 +638,7 @@ impl Translator<'_, '_> {
                 src,
             } => self.alu(width, op, dst, src),
             Insn::Endian { order, bits, dst } => self.endian(order, bits, dst),
+            Insn::MayGoto { .. } => return Err(crate::compile::may_goto_unsupported(pc)),
             Insn::Ja { .. } => {
                 let target = insn.jump_target(pc).unwrap() as usize;
                 let dest = self.edge(pc, target);

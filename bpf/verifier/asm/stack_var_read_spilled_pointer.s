@@ -1,0 +1,19 @@
+# expect: reject pointer-leak
+# env: xdp
+# kernel: skip the privileged kernel lets a variable-offset read cover a spilled pointer (rdx never does: the number would be a host address)
+stdw [%r10-8], 1
+stdw [%r10-16], 2
+stdw [%r10-24], 3
+stdw [%r10-40], 5
+stdw [%r10-48], 6
+stdw [%r10-56], 7
+stdw [%r10-64], 8
+stxdw [%r10-32], %r1
+call 7
+and %r0, 7
+lsh %r0, 3
+mov %r1, %r10
+add %r1, -64
+add %r1, %r0
+ldxdw %r0, [%r1+0]
+exit

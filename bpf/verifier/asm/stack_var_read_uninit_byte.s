@@ -1,0 +1,21 @@
+# expect: reject uninit-stack
+# env: xdp
+# kernel: skip the privileged kernel lets programs read uninitialised stack (rdx never does: it is host memory)
+stdw [%r10-16], 2
+stdw [%r10-24], 3
+stdw [%r10-32], 4
+stdw [%r10-40], 5
+stdw [%r10-48], 6
+stdw [%r10-56], 7
+stdw [%r10-64], 8
+stw [%r10-8], 1
+sth [%r10-4], 2
+stb [%r10-2], 3
+call 7
+and %r0, 7
+lsh %r0, 3
+mov %r1, %r10
+add %r1, -64
+add %r1, %r0
+ldxdw %r0, [%r1+0]
+exit
