@@ -192,6 +192,35 @@ fn every_control_plane_command_against_a_live_host() {
     env.ok(&["rollback", "--node", "kv", "--hook", "on_request"]);
     assert_eq!(request(3), (2, 6));
 
+    // a deploy to a busy node says how to wait; with --wait it waits for the lease
+    holder.mutual_excl().unwrap();
+    let plus_one = object("plus_one");
+    let deploy = ["deploy", &plus_one, "--node", "kv", "--hook", "on_request"];
+    let err = env.fails(&deploy);
+    assert!(err.contains("--wait SECS"), "{err}");
+    let waiting = env
+        .command(&[&deploy[..], &["--wait", "30"]].concat())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(
+        request(3),
+        (2, 6),
+        "nothing is published while the lease is held"
+    );
+    holder.release().unwrap();
+    let out = waiting.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("waiting up to 30 s"), "{stderr}");
+    assert_eq!(
+        request(3).1,
+        4,
+        "plus_one runs once the waiting deploy went through"
+    );
+
     host.teardown(std::time::Duration::from_millis(100))
         .unwrap();
 }

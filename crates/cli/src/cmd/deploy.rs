@@ -5,11 +5,11 @@
 
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use rdx_control::codeflow::{DeployObserver, DeployStage, DeployTimings, StageDone};
-use rdx_control::{ControlError, Extension, Tier};
+use rdx_control::{CodeFlow, ControlError, Extension, Tier};
 use serde::Serialize;
 
 use super::compile::Tier as TierArg;
@@ -45,6 +45,10 @@ pub struct Args {
     /// tier of each version. See docs/jit.md.
     #[arg(long, value_enum, default_value_t = TierArg::Optimizing)]
     tier: TierArg,
+    /// While another control plane holds the node's lease, wait up to SECS for it to be
+    /// released or to expire instead of failing at once (default: fail at once).
+    #[arg(long, value_name = "SECS")]
+    wait: Option<f64>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -175,6 +179,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         class: None,
         artifact: None,
     };
+    if let Some(secs) = args.wait {
+        wait_for_lease(&mut cf, &node, secs, args.json)?;
+    }
     let deployed = cf.deploy_observed(
         &args.target.hook,
         &ext,
@@ -207,6 +214,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 source,
             }
             .into());
+        }
+        Err(e @ ControlError::LeaseHeld { .. }) => {
+            return Err(anyhow::Error::new(e).context(format!(
+                "node {node} is busy: `--wait SECS` waits for its lease instead of failing"
+            )))
         }
         Err(e) => return Err(explain_held(&cf, &node)(e)),
     };
@@ -250,4 +262,36 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `--wait SECS`: takes the node's lease before the deploy starts, waiting up to `secs` while
+/// another control plane holds it (the deploy then renews the lease it holds).
+fn wait_for_lease(cf: &mut CodeFlow, node: &str, secs: f64, quiet: bool) -> anyhow::Result<()> {
+    let wait = Duration::try_from_secs_f64(secs)
+        .map_err(|_| anyhow::anyhow!("--wait {secs}: expected a number of seconds >= 0"))?;
+    let started = Instant::now();
+    let mut told = false;
+    loop {
+        match cf.mutual_excl() {
+            Ok(()) => return Ok(()),
+            Err(ControlError::LeaseHeld {
+                pid, remaining_ms, ..
+            }) if started.elapsed() < wait => {
+                if !quiet && !told {
+                    eprintln!(
+                        "waiting up to {secs} s for {node}'s lease (held by pid {pid}, \
+                         {remaining_ms} ms left) ..."
+                    );
+                    told = true;
+                }
+                let pause = Duration::from_millis(remaining_ms.clamp(1, 50))
+                    .min(wait.saturating_sub(started.elapsed()));
+                std::thread::sleep(pause);
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e)
+                    .context(format!("node {node}: still busy after waiting {secs} s")))
+            }
+        }
+    }
 }
