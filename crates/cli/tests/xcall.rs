@@ -1,8 +1,8 @@
 //! `rdx xcall plan` and `rdx xcall deploy` against a sandbox joined to a real plan file.
 
 use rdx_runtime::Runtime;
-use rdx_xcall::plan::{Plan, PlanSpec};
 use rdx_xcall::service::Service;
+use rdx_xcall_plan::plan::{Plan, PlanSpec};
 use std::process::Command;
 
 const STORAGE_EIM: &str = include_str!("../../../examples/cache-and-store/storage.eim.yaml");

@@ -4,8 +4,9 @@
 //!
 //! - The control plane (the `rdx` binary and the crates it is made of) does not link the
 //!   data-plane runtime.
-//! - The data plane (the runtime, its C ABI, the fabric server, xcall without its `control`
-//!   feature, and the host binaries) links nothing that loads, verifies, compiles or deploys.
+//! - The data plane (the runtime, its C ABI, the fabric server, the host side of
+//!   cross-sandbox calls, and the host binaries) links nothing that loads, verifies, compiles
+//!   or deploys.
 //! - No crate depends on a test fixture (`rdx-testdata`, `rdx-test-support`,
 //!   `rdx-test-hosts`, `rdx-kernel`) outside `[dev-dependencies]`.
 //!
@@ -28,7 +29,8 @@ const CONTROL_PLANE: &[(&str, &[&str])] = &[
     ("rdx-deopt", &[]),
     ("rdx-jit", &[]),
     ("rdx-verifier", &[]),
-    ("rdx-xcall", &["control"]),
+    ("rdx-xcall-control", &[]),
+    ("rdx-xcall-plan", &[]),
 ];
 
 /// The data-plane runtime, which no control-plane root may link.
@@ -40,6 +42,7 @@ const DATA_PLANE: &[(&str, &[&str])] = &[
     ("rdx-runtime-c", &["fabric"]),
     ("rdx-fabric", &[]),
     ("rdx-xcall", &[]),
+    ("rdx-xcall-plan", &[]),
     ("rdx-test-hosts", &[]),
     ("rdx-kv-host", &[]),
     ("rdx-acl-gateway", &[]),
@@ -54,6 +57,7 @@ const CONTROL_PLANE_CODE: &[&str] = &[
     "rdx-control",
     "rdx-fleet",
     "rdx-deopt",
+    "rdx-xcall-control",
     "rdx-cli",
 ];
 
@@ -67,20 +71,11 @@ const FIXTURES: &[&str] = &[
 
 /// Dependencies (from, to) that still cross a line above, and why. A path through one of
 /// them is allowed; remove the entry when the dependency is gone.
-const KNOWN_CROSSINGS: &[(&str, &str, &str)] = &[
-    (
-        "rdx-xcall",
-        "rdx-runtime",
-        "one crate holds both sides of cross-sandbox calls: the service, attach and call \
-         helper (data plane) and, with feature `control`, deploying exports; the control \
-         side and the plan file it reads are not yet a crate of their own",
-    ),
-    (
-        "rdx-cache-and-store",
-        "rdx-testdata",
-        "an example run from a checkout: it deploys programs rdx-testdata compiled",
-    ),
-];
+const KNOWN_CROSSINGS: &[(&str, &str, &str)] = &[(
+    "rdx-cache-and-store",
+    "rdx-testdata",
+    "an example run from a checkout: it deploys programs rdx-testdata compiled",
+)];
 
 /// A workspace package as the resolver needs it.
 struct Package {

@@ -35,9 +35,9 @@
 use iceoryx2::prelude::*;
 use rdx_control::{create_codeflow, AttachOptions};
 use rdx_xcall::call::call;
-use rdx_xcall::plan::{Plan, PlanSpec};
 use rdx_xcall::service::Service;
-use rdx_xcall::Target;
+use rdx_xcall_plan::plan::{Plan, PlanSpec};
+use rdx_xcall_plan::Target;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -240,7 +240,7 @@ fn storage_eim() -> String {
         s += &format!("  - name: {e}\n    context:\n      size: 8\n      fields:\n        - {{ name: n, offset: 0, size: 8, access: read }}\n");
     }
     s += "  - name: put\n    context:\n      size: 16\n      fields:\n        - { name: key, offset: 0, size: 8, access: read }\n        - { name: value, offset: 8, size: 8, access: read }\nfunctions:\n";
-    s += &rdx_xcall::eim::reply_function(64);
+    s += &rdx_xcall_plan::eim::reply_function(64);
     s += "classes:\n";
     for (e, helpers) in [("lookup", "[map_lookup_elem]"), ("empty", "[]")] {
         s += &format!("  - name: {e}\n    hook: {e}\n    context: {{ read: [n] }}\n    functions: [xcall_reply]\n    helpers: {helpers}\n    instructions: \"< 10000\"\n    xstate_bytes: 1048576\n");
@@ -825,7 +825,7 @@ fn main() {
     cf.deploy("put", &ext("put"), None, None)
         .expect("deploy put");
     for e in ["lookup", "empty"] {
-        rdx_xcall::deploy::deploy_export(&mut cf, e, &ext(e), None).expect("deploy export");
+        rdx_xcall_control::deploy_export(&mut cf, e, &ext(e), None).expect("deploy export");
     }
     {
         let stdin = storage.stdin.as_mut().unwrap();

@@ -10,12 +10,13 @@
 //! Attached services stay mapped for the life of the process: a call in flight on any thread
 //! may be running their code, and nothing here could prove otherwise cheaply.
 
-use crate::plan::{ExportInfo, Plan, SlotEntry, EXPORT_SERIALIZED};
-use crate::{callee, XcallError, MAX_ARGS, MAX_EXPORTS, MAX_SLOTS};
+use crate::{callee, XcallError};
 use rdx_region::geometry::{check_header, HeaderInfo};
 use rdx_region::helpers::HelperId;
 use rdx_region::layout::{Arch, HookSlot, SectionId, ThreadSlot};
 use rdx_transport::local::LocalRegion;
+use rdx_xcall_plan::plan::{ExportInfo, Plan, SlotEntry, EXPORT_SERIALIZED};
+use rdx_xcall_plan::{PlanError, MAX_ARGS, MAX_EXPORTS, MAX_SLOTS};
 use std::os::fd::IntoRawFd;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -92,7 +93,7 @@ pub fn attach(plan: &Plan, slot: u16) -> Result<&'static ServiceMap, XcallError>
     let path = info.path.clone();
     // The plan names the file; a plan is shared, so the file is checked like any region
     // before it is mapped executable here.
-    let fd = crate::open_shared_file(&path, libc::O_RDWR)?.into_raw_fd();
+    let fd = rdx_xcall_plan::open_shared_file(&path, libc::O_RDWR)?.into_raw_fd();
     let r = map_region(plan, slot, fd, addr, &path);
     // SAFETY: closing our fd; mappings stay valid.
     unsafe { libc::close(fd) };
@@ -165,7 +166,7 @@ fn map_region(
         return Err(os_err("reading", path));
     }
     head.truncate(n as usize);
-    let arch = Arch::HOST.ok_or_else(|| XcallError::BadPlan {
+    let arch = Arch::HOST.ok_or_else(|| PlanError::BadPlan {
         path: plan.path().into(),
         reason: "unsupported architecture".into(),
     })?;

@@ -53,12 +53,13 @@
 
 use crate::attach::{self, ServiceMap};
 use crate::callee::MapCache;
-use crate::{errno, Target, MAX_ARGS, MAX_EXPORTS, MAX_SLOTS};
+use crate::errno;
 use rdx_region::abi::{EntryFn, RunState, RunStatus};
 use rdx_region::layout::{
     active_entry_offset, active_version, HookSlot, SectionId, ThreadSlot, ACTIVE_HOLD,
     CODE_ENTRY_ALIGN,
 };
+use rdx_xcall_plan::{Target, MAX_ARGS, MAX_EXPORTS, MAX_SLOTS};
 use std::cell::Cell;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};

@@ -9,36 +9,22 @@
 
 use crate::attach::ServiceMap;
 use crate::call::{current, Current};
-use crate::{errno, REPLY_ID};
+use crate::errno;
 use rdx_region::abi::HelperFn;
-use rdx_region::helpers::{Binders, HelperId};
+use rdx_region::helpers::HelperId;
 use rdx_region::layout::{offsets, MapHeader, MapType, MAP_ALIGN};
 use rdx_transport::xstate::{self, Copies, MapRef};
 use rdx_transport::Transport;
+use rdx_xcall_plan::REPLY_ID;
 use std::cell::Cell;
 use std::mem::size_of;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Whether a cross-sandbox callee may call helper `id` (the deploy step refuses any other):
-/// the entries of the ABI's helper table bound by [`Binders::CALLEE`], and `xcall_reply`.
-pub fn callee_may_call(id: HelperId) -> bool {
-    callee_helper(id).is_some()
-}
-
-/// The ids [`callee_may_call`] allows, in order.
-pub fn callee_helper_ids() -> Vec<u32> {
-    let mut ids: Vec<u32> = rdx_region::helpers::bound_by(Binders::CALLEE)
-        .map(|h| h.id.get())
-        .chain([REPLY_ID])
-        .collect();
-    ids.sort_unstable();
-    ids
-}
-
 const EINVAL: u64 = (-(libc::EINVAL as i64)) as u64;
 
 /// The callee's implementation of helper `id`: the table entries bound by
-/// [`Binders::CALLEE`] and `xcall_reply`.
+/// [`Binders::CALLEE`](rdx_region::helpers::Binders::CALLEE) and `xcall_reply`, exactly what [`rdx_xcall_plan::callee_may_call`]
+/// lets the deploy step accept.
 fn callee_helper(id: HelperId) -> Option<HelperFn> {
     Some(match id {
         HelperId::MAP_LOOKUP_ELEM => map_lookup_elem,
@@ -268,12 +254,18 @@ pub(crate) unsafe extern "C" fn reply(data: u64, len: u64, _: u64, _: u64, _: u6
 mod tests {
     use super::*;
 
+    use rdx_xcall_plan::{callee_helper_ids, callee_may_call};
+
     #[test]
     fn binds_exactly_the_callee_entries_of_the_table_and_the_reply() {
         let implemented: Vec<u32> = (0..4096)
-            .filter(|id| callee_may_call(HelperId::new(*id)))
+            .filter(|id| callee_helper(HelperId::new(*id)).is_some())
             .collect();
         assert_eq!(implemented, callee_helper_ids());
+        let allowed: Vec<u32> = (0..4096)
+            .filter(|id| callee_may_call(HelperId::new(*id)))
+            .collect();
+        assert_eq!(allowed, implemented);
         assert!(callee_helper_ids().contains(&REPLY_ID));
         assert!(rdx_region::helpers::by_id(HelperId::new(REPLY_ID)).is_none());
     }

@@ -4,9 +4,10 @@
 //! simply exports nothing): its region then sits at an address no other sandbox's region
 //! can take, so any process can map any other sandbox's region at the same address.
 
-use crate::plan::{ExportInfo, Plan, EXPORT_SERIALIZED};
-use crate::{XcallError, MAX_ARGS, MAX_EXPORTS, REPLY_ID, REPLY_NAME};
+use crate::XcallError;
 use rdx_runtime::{HookSpec, Runtime, RuntimeBuilder};
+use rdx_xcall_plan::plan::{ExportInfo, Plan, EXPORT_SERIALIZED};
+use rdx_xcall_plan::{MAX_ARGS, MAX_EXPORTS, REPLY_ID, REPLY_NAME};
 
 /// An entry to export.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -178,11 +179,11 @@ impl Service {
     }
 
     /// The target of one of this sandbox's exports.
-    pub fn target(&self, entry: &str) -> Option<crate::Target> {
+    pub fn target(&self, entry: &str) -> Option<rdx_xcall_plan::Target> {
         self.exports
             .iter()
             .find(|x| x.name == entry)
-            .map(|x| crate::Target::new(self.slot, x.index))
+            .map(|x| rdx_xcall_plan::Target::new(self.slot, x.index))
     }
 
     /// The control-plane address of this sandbox's region (`shm:<path>`).

@@ -10,9 +10,10 @@ use common::{extension, Storage};
 use rdx_control::{create_codeflow, AttachOptions};
 use rdx_runtime::{HookSpec, Runtime};
 use rdx_xcall::call::{call, xcall_call, CallError};
-use rdx_xcall::deploy::deploy_export;
 use rdx_xcall::service::Service;
-use rdx_xcall::{attach, errno, Target};
+use rdx_xcall::{attach, errno};
+use rdx_xcall_control::deploy_export;
+use rdx_xcall_plan::Target;
 
 /// Slots of this test binary's plan (`bpf/xcall/budget.c` names the storage's).
 const STORAGE_SLOT: u16 = 20;
@@ -52,7 +53,7 @@ fn caller_eim() -> String {
         );
     }
     s += "functions:\n";
-    s += &rdx_xcall::eim::call_function(
+    s += &rdx_xcall_plan::eim::call_function(
         "call_count",
         1100,
         Target::new(STORAGE_SLOT, COUNT_EXPORT),

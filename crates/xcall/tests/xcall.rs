@@ -8,9 +8,10 @@ use common::{cache_eim, extension, Storage};
 use rdx_control::{create_codeflow, AttachOptions};
 use rdx_runtime::{HookSpec, Runtime};
 use rdx_xcall::call::{call, xcall_call, CallError};
-use rdx_xcall::deploy::{deploy_export, DeployError};
 use rdx_xcall::service::Service;
-use rdx_xcall::{attach, errno, Target, XcallError};
+use rdx_xcall::{attach, errno, XcallError};
+use rdx_xcall_control::{deploy_export, DeployError};
+use rdx_xcall_plan::{PlanError, Target};
 use std::time::{Duration, Instant};
 
 /// Not a test: the child process's body (does nothing unless started by `Storage::start`).
@@ -171,11 +172,11 @@ fn bad_input_gets_typed_errors() {
     // Attaching: an empty slot, a slot outside the plan, an address already in use.
     assert!(matches!(
         attach::attach(&storage.plan, 5),
-        Err(XcallError::EmptySlot(5))
+        Err(XcallError::Plan(PlanError::EmptySlot(5)))
     ));
     assert!(matches!(
         attach::attach(&storage.plan, 200),
-        Err(XcallError::NoSuchSlot { slot: 200, .. })
+        Err(XcallError::Plan(PlanError::NoSuchSlot { slot: 200, .. }))
     ));
     let squatter = Service::builder(&storage.plan, "squatter")
         .slot(4)
@@ -189,7 +190,7 @@ fn bad_input_gets_typed_errors() {
     // A live slot cannot be claimed twice.
     assert!(matches!(
         Service::builder(&storage.plan, "again").slot(4).build(),
-        Err(XcallError::SlotTaken { slot: 4, .. })
+        Err(XcallError::Plan(PlanError::SlotTaken { slot: 4, .. }))
     ));
     let _ = squatter.runtime().unlink();
     drop(squatter);
@@ -199,7 +200,7 @@ fn bad_input_gets_typed_errors() {
     let mut cf = create_codeflow(&storage.address, AttachOptions::default()).unwrap();
     let printk = extension("xcall/misbehave", "uses_printk");
     assert!(matches!(
-        rdx_xcall::deploy::check_callee_helpers(printk.insns()),
+        rdx_xcall_control::check_callee_helpers(printk.insns()),
         Err(DeployError::UnsupportedHelper { id: 6, .. })
     ));
     assert!(deploy_export(&mut cf, "slow", &printk, None).is_err());
@@ -478,7 +479,7 @@ fn caller_threads_give_their_thread_slots_back() {
 #[test]
 fn plans_and_regions_of_another_user_are_refused() {
     use rdx_transport::region_file::UntrustedRegion;
-    use rdx_xcall::plan::{Plan, PlanSpec};
+    use rdx_xcall_plan::plan::{Plan, PlanSpec};
     let Some(stranger) = rdx_test_support::Stranger::new("xcall plan and region owner checks")
     else {
         return;
@@ -493,7 +494,7 @@ fn plans_and_regions_of_another_user_are_refused() {
     assert!(
         matches!(
             &e,
-            XcallError::Untrusted {
+            PlanError::Untrusted {
                 source: UntrustedRegion::Owner { owner, .. },
                 ..
             } if *owner == stranger.uid()
@@ -516,10 +517,10 @@ fn plans_and_regions_of_another_user_are_refused() {
     assert!(
         matches!(
             &e,
-            XcallError::Untrusted {
+            XcallError::Plan(PlanError::Untrusted {
                 source: UntrustedRegion::Owner { .. },
                 ..
-            }
+            })
         ),
         "{e}"
     );

@@ -20,9 +20,9 @@
 use anyhow::{bail, Context, Result};
 use rdx_control::{create_codeflow, AttachOptions, Extension};
 use rdx_runtime::{HookSpec, Runtime};
-use rdx_xcall::plan::{Plan, PlanSpec};
 use rdx_xcall::service::Service;
-use rdx_xcall::Target;
+use rdx_xcall_plan::plan::{Plan, PlanSpec};
+use rdx_xcall_plan::Target;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -65,7 +65,7 @@ functions:
     instructions: \"< 10000\"
     xstate_bytes: 1048576
 ",
-        call = rdx_xcall::eim::call_function(
+        call = rdx_xcall_plan::eim::call_function(
             "call_storage_lookup",
             CALL_ID,
             Target::new(STORAGE_SLOT, 0),
@@ -213,7 +213,7 @@ fn run(plan: &Plan, child: &mut std::process::Child) -> Result<()> {
     // Control plane: the storage's write path and its exported lookup.
     let mut cf = create_codeflow(&address, AttachOptions::default())?;
     cf.deploy("put", &extension("xcall/storage", "put")?, None, None)?;
-    let v = rdx_xcall::deploy::deploy_export(
+    let v = rdx_xcall_control::deploy_export(
         &mut cf,
         "lookup",
         &extension("xcall/storage", "lookup")?,

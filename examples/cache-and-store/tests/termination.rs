@@ -2,7 +2,7 @@
 //! both regions and ends the storage process; the storage process removes its region on
 //! SIGTERM and when its stdin ends.
 
-use rdx_xcall::plan::{Plan, PlanSpec};
+use rdx_xcall_plan::plan::{Plan, PlanSpec};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use rdx_control::{create_codeflow, AttachOptions, Extension};
-use rdx_xcall::plan::{Plan, EXPORT_SERIALIZED};
+use rdx_xcall_plan::plan::{Plan, EXPORT_SERIALIZED};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -86,7 +86,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                             index: x.index,
                             target: format!(
                                 "{:#x}",
-                                rdx_xcall::Target::new(s.slot, x.index).encode()
+                                rdx_xcall_plan::Target::new(s.slot, x.index).encode()
                             ),
                             max_args: x.max_args,
                             serialized: x.flags & EXPORT_SERIALIZED != 0,
@@ -141,7 +141,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let address = format!("shm:{}", s.path.display());
             let mut cf = create_codeflow(&address, AttachOptions::default())?;
             let published =
-                rdx_xcall::deploy::deploy_export(&mut cf, &entry, &ext, class.as_deref())?;
+                rdx_xcall_control::deploy_export(&mut cf, &entry, &ext, class.as_deref())?;
             let target = p.target(&service, &entry)?;
             println!(
                 "{service}.{entry}: version {} live (previous {}), target {:#x}",

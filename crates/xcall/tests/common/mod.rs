@@ -2,9 +2,9 @@
 //! `XCALL_CHILD_PLAN` set), and the EIM specs of the storage and cache sandboxes.
 #![allow(dead_code)]
 
-use rdx_xcall::plan::{Plan, PlanSpec};
 use rdx_xcall::service::Service;
-use rdx_xcall::Target;
+use rdx_xcall_plan::plan::{Plan, PlanSpec};
+use rdx_xcall_plan::Target;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -23,7 +23,7 @@ pub fn storage_eim() -> String {
     }
     s += "  - name: put\n    context:\n      size: 16\n      fields:\n        - { name: key, offset: 0, size: 8, access: read }\n        - { name: value, offset: 8, size: 8, access: read }\n";
     s += "functions:\n";
-    s += &rdx_xcall::eim::reply_function(64);
+    s += &rdx_xcall_plan::eim::reply_function(64);
     s += "classes:\n";
     for (e, helpers, limit) in [
         ("lookup", "[map_lookup_elem]", "\"< 10000\""),
@@ -44,7 +44,7 @@ pub fn cache_eim(storage_slot: u16) -> String {
     let mut s = String::from(
         "version: 1\nhooks:\n  - name: on_get\n    context:\n      size: 24\n      fields:\n        - { name: key, offset: 0, size: 8, access: read }\n        - { name: value, offset: 8, size: 8, access: read_write }\n        - { name: source, offset: 16, size: 8, access: read_write }\nfunctions:\n",
     );
-    s += &rdx_xcall::eim::call_function(
+    s += &rdx_xcall_plan::eim::call_function(
         "call_storage_lookup",
         1100,
         Target::new(storage_slot, 0),

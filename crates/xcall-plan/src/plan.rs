@@ -10,39 +10,52 @@
 //! rest, and publishes it with a release store of [`SLOT_LIVE`]; readers load `state` with
 //! acquire before trusting anything else in the entry.
 
-use crate::{XcallError, MAX_EXPORTS, MAX_SLOTS};
+use crate::{PlanError, MAX_EXPORTS, MAX_SLOTS};
 use std::os::fd::IntoRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// `"RDXPLAN1"` little-endian.
 pub const PLAN_MAGIC: u64 = u64::from_le_bytes(*b"RDXPLAN1");
+/// Layout version of the plan file this crate reads and writes.
 pub const PLAN_VERSION: u32 = 1;
 
+/// No sandbox holds the slot.
 pub const SLOT_FREE: u64 = 0;
 /// A sandbox is writing the entry.
 pub const SLOT_CLAIMING: u64 = 1;
+/// The entry is complete and its sandbox is serving.
 pub const SLOT_LIVE: u64 = 2;
 
 /// Export flag: at most one caller runs the entry at a time (across every process).
 pub const EXPORT_SERIALIZED: u32 = 1;
 
+/// Bytes of a sandbox or export name (NUL-padded).
 pub const NAME_LEN: usize = 32;
+/// Bytes of a region file path (NUL-padded).
 pub const PATH_LEN: usize = 128;
 
+/// The plan file's header.
 #[repr(C, align(64))]
 pub struct PlanHeader {
+    /// [`PLAN_MAGIC`], stored last when the plan is created.
     pub magic: AtomicU64,
+    /// [`PLAN_VERSION`].
     pub version: u32,
+    /// Number of [`SlotEntry`]s after the header.
     pub slots: u32,
+    /// Address of slot 0's region.
     pub base: u64,
+    /// Bytes of address space per slot.
     pub slot_size: u64,
+    /// Zero.
     pub reserved: [u64; 4],
 }
 
 /// One exported entry.
 #[repr(C, align(64))]
 pub struct ExportEntry {
+    /// The entry's name (NUL-padded).
     pub name: [u8; NAME_LEN],
     /// Hook slot index of the entry in the sandbox's region.
     pub hook_index: u32,
@@ -50,9 +63,11 @@ pub struct ExportEntry {
     pub max_args: u32,
     /// [`EXPORT_SERIALIZED`] or 0.
     pub flags: u32,
+    /// Zero.
     pub reserved0: u32,
     /// Serialised entries: 0 when free, else the running caller's thread id + 1.
     pub lock: AtomicU64,
+    /// Zero.
     pub reserved1: u64,
 }
 
@@ -63,12 +78,19 @@ pub struct SlotEntry {
     pub state: AtomicU64,
     /// Process id of the sandbox's host.
     pub pid: AtomicU64,
+    /// Bytes of the sandbox's region.
     pub region_size: u64,
+    /// Valid entries of `exports`.
     pub export_count: AtomicU32,
+    /// Zero.
     pub reserved0: u32,
+    /// The sandbox's name (NUL-padded).
     pub name: [u8; NAME_LEN],
+    /// Path of the sandbox's region file (NUL-padded).
     pub path: [u8; PATH_LEN],
+    /// Zero.
     pub reserved1: [u64; 6],
+    /// The sandbox's exported entries (the allow-list).
     pub exports: [ExportEntry; MAX_EXPORTS],
 }
 
@@ -87,6 +109,7 @@ pub struct PlanSpec {
     pub base: u64,
     /// Bytes of address space per slot (regions must fit).
     pub slot_size: u64,
+    /// Number of slots.
     pub slots: u32,
 }
 
@@ -103,22 +126,34 @@ impl Default for PlanSpec {
 /// An export as the plan lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExportInfo {
+    /// Index in the sandbox's export list ([`crate::Target::export`]).
     pub index: u16,
+    /// The entry's name.
     pub name: String,
+    /// Hook slot index of the entry in the sandbox's region.
     pub hook_index: u32,
+    /// Bytes of argument buffer the entry reads.
     pub max_args: u32,
+    /// [`EXPORT_SERIALIZED`] or 0.
     pub flags: u32,
 }
 
 /// A live sandbox as the plan lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlotInfo {
+    /// The slot the sandbox holds.
     pub slot: u16,
+    /// The sandbox's name.
     pub name: String,
+    /// Process id of the sandbox's host.
     pub pid: u64,
+    /// Path of the sandbox's region file.
     pub path: PathBuf,
+    /// Bytes of the sandbox's region.
     pub region_size: u64,
+    /// Address of the region in every process (the slot's address).
     pub address: u64,
+    /// The sandbox's exports.
     pub exports: Vec<ExportInfo>,
 }
 
@@ -150,16 +185,16 @@ fn file_len(slots: u32) -> u64 {
     (std::mem::size_of::<PlanHeader>() + slots as usize * std::mem::size_of::<SlotEntry>()) as u64
 }
 
-fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> XcallError + 'a {
-    move |source| XcallError::Io {
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> PlanError + 'a {
+    move |source| PlanError::Io {
         what,
         path: path.into(),
         source,
     }
 }
 
-fn bad(path: &Path, reason: impl Into<String>) -> XcallError {
-    XcallError::BadPlan {
+fn bad(path: &Path, reason: impl Into<String>) -> PlanError {
+    PlanError::BadPlan {
         path: path.into(),
         reason: reason.into(),
     }
@@ -190,7 +225,7 @@ fn pid_alive(pid: u64) -> bool {
 impl Plan {
     /// Creates the plan file, or opens it if it exists with the same spec (the first process
     /// to arrive writes the header, under an exclusive `flock`).
-    pub fn create(path: impl AsRef<Path>, spec: PlanSpec) -> Result<Plan, XcallError> {
+    pub fn create(path: impl AsRef<Path>, spec: PlanSpec) -> Result<Plan, PlanError> {
         let path = path.as_ref();
         if spec.slots == 0 || spec.slots as usize > MAX_SLOTS {
             return Err(bad(path, format!("{} slots (1..={MAX_SLOTS})", spec.slots)));
@@ -211,11 +246,11 @@ impl Plan {
     }
 
     /// Opens an existing plan file.
-    pub fn open(path: impl AsRef<Path>) -> Result<Plan, XcallError> {
+    pub fn open(path: impl AsRef<Path>) -> Result<Plan, PlanError> {
         Self::map(path.as_ref(), None)
     }
 
-    fn map(path: &Path, create: Option<PlanSpec>) -> Result<Plan, XcallError> {
+    fn map(path: &Path, create: Option<PlanSpec>) -> Result<Plan, PlanError> {
         // Several sandboxes create-or-open one plan, so no O_EXCL; but never through a link,
         // and never a file another user made or can write.
         let flags = libc::O_RDWR | create.map_or(0, |_| libc::O_CREAT);
@@ -230,7 +265,7 @@ impl Plan {
         result
     }
 
-    fn map_fd(fd: libc::c_int, path: &Path, create: Option<PlanSpec>) -> Result<Plan, XcallError> {
+    fn map_fd(fd: libc::c_int, path: &Path, create: Option<PlanSpec>) -> Result<Plan, PlanError> {
         // SAFETY: flock on our fd; released when the fd is closed.
         if unsafe { libc::flock(fd, libc::LOCK_EX) } != 0 {
             return Err(io("locking", path)(std::io::Error::last_os_error()));
@@ -276,6 +311,7 @@ impl Plan {
                 return Err(io("sizing", path)(std::io::Error::last_os_error()));
             }
         }
+        // SAFETY: `stat` is plain old data; all zeros is a valid value.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: fstat into a local struct.
         if unsafe { libc::fstat(fd, &mut st) } != 0 {
@@ -321,9 +357,14 @@ impl Plan {
         unsafe { &mut *(self.base as *mut PlanHeader) }
     }
 
-    pub(crate) fn entry(&self, slot: u16) -> &SlotEntry {
-        debug_assert!((slot as u32) < self.spec.slots);
-        // SAFETY: in bounds (slot < slots, checked by every caller), aligned, never unmapped.
+    /// The raw entry of `slot`, shared with every process that maps the plan (read `state`
+    /// with acquire before trusting the rest). Panics if `slot` is outside the plan.
+    pub fn entry(&self, slot: u16) -> &SlotEntry {
+        assert!(
+            (slot as u32) < self.spec.slots,
+            "slot {slot} outside the plan"
+        );
+        // SAFETY: in bounds (checked above), aligned, never unmapped.
         unsafe {
             &*(self
                 .base
@@ -344,23 +385,25 @@ impl Plan {
         }
     }
 
+    /// Where the plan's slots are.
     pub fn spec(&self) -> PlanSpec {
         self.spec
     }
 
+    /// The plan file.
     pub fn path(&self) -> &Path {
         self.path
     }
 
     /// Virtual address of `slot`'s region in every process of the plan.
-    pub fn slot_address(&self, slot: u16) -> Result<u64, XcallError> {
+    pub fn slot_address(&self, slot: u16) -> Result<u64, PlanError> {
         self.check_slot(slot)?;
         Ok(self.spec.base + slot as u64 * self.spec.slot_size)
     }
 
-    fn check_slot(&self, slot: u16) -> Result<(), XcallError> {
+    fn check_slot(&self, slot: u16) -> Result<(), PlanError> {
         if slot as u32 >= self.spec.slots {
-            return Err(XcallError::NoSuchSlot {
+            return Err(PlanError::NoSuchSlot {
                 slot: slot as u32,
                 slots: self.spec.slots,
             });
@@ -370,9 +413,9 @@ impl Plan {
 
     /// Claims `slot` (or the first free one) for a sandbox named `name`. A slot held by a
     /// process that no longer exists is taken over.
-    pub(crate) fn claim(&self, slot: Option<u16>) -> Result<u16, XcallError> {
+    pub fn claim(&self, slot: Option<u16>) -> Result<u16, PlanError> {
         let me = std::process::id() as u64;
-        let try_one = |s: u16| -> Result<bool, XcallError> {
+        let try_one = |s: u16| -> Result<bool, PlanError> {
             let e = self.entry(s);
             loop {
                 let state = e.state.load(Ordering::Acquire);
@@ -404,7 +447,7 @@ impl Plan {
                     continue;
                 }
                 if slot.is_some() {
-                    return Err(XcallError::SlotTaken {
+                    return Err(PlanError::SlotTaken {
                         slot: s,
                         name: decode_name(&e.name),
                         pid,
@@ -425,20 +468,20 @@ impl Plan {
                         return Ok(s);
                     }
                 }
-                Err(XcallError::PlanFull)
+                Err(PlanError::PlanFull)
             }
         }
     }
 
     /// Fills a claimed slot and makes it live.
-    pub(crate) fn publish(
+    pub fn publish(
         &self,
         slot: u16,
         name: &str,
         path: &Path,
         region_size: u64,
         exports: &[ExportInfo],
-    ) -> Result<(), XcallError> {
+    ) -> Result<(), PlanError> {
         let e = self.entry_mut(slot);
         e.name = encode_name(name)
             .ok_or_else(|| bad(self.path, format!("bad sandbox name {name:?}")))?;
@@ -447,7 +490,7 @@ impl Plan {
         e.region_size = region_size;
         for (i, x) in exports.iter().enumerate() {
             let slot_export = &mut e.exports[i];
-            slot_export.name = encode_name(&x.name).ok_or_else(|| XcallError::BadExport {
+            slot_export.name = encode_name(&x.name).ok_or_else(|| PlanError::BadExport {
                 name: x.name.clone(),
                 reason: format!("name must be 1..={NAME_LEN} bytes without NUL"),
             })?;
@@ -463,7 +506,7 @@ impl Plan {
     }
 
     /// Frees a slot this process holds.
-    pub(crate) fn release(&self, slot: u16) {
+    pub fn release(&self, slot: u16) {
         let e = self.entry(slot);
         if e.pid.load(Ordering::Acquire) == std::process::id() as u64 {
             e.export_count.store(0, Ordering::Relaxed);
@@ -472,11 +515,11 @@ impl Plan {
     }
 
     /// The live sandbox in `slot`.
-    pub fn slot(&self, slot: u16) -> Result<SlotInfo, XcallError> {
+    pub fn slot(&self, slot: u16) -> Result<SlotInfo, PlanError> {
         self.check_slot(slot)?;
         let e = self.entry(slot);
         if e.state.load(Ordering::Acquire) != SLOT_LIVE {
-            return Err(XcallError::EmptySlot(slot));
+            return Err(PlanError::EmptySlot(slot));
         }
         let count = (e.export_count.load(Ordering::Relaxed) as usize).min(MAX_EXPORTS);
         Ok(SlotInfo {
@@ -508,24 +551,24 @@ impl Plan {
     }
 
     /// The live sandbox named `name`.
-    pub fn find(&self, name: &str) -> Result<SlotInfo, XcallError> {
+    pub fn find(&self, name: &str) -> Result<SlotInfo, PlanError> {
         self.slots()
             .into_iter()
             .find(|s| s.name == name)
-            .ok_or_else(|| XcallError::NoSuchService(name.into()))
+            .ok_or_else(|| PlanError::NoSuchService(name.into()))
     }
 
     /// The [`crate::Target`] of `service`'s export `entry`.
-    pub fn target(&self, service: &str, entry: &str) -> Result<crate::Target, XcallError> {
+    pub fn target(&self, service: &str, entry: &str) -> Result<crate::Target, PlanError> {
         let s = self.find(service)?;
-        let x =
-            s.exports
-                .iter()
-                .find(|x| x.name == entry)
-                .ok_or_else(|| XcallError::BadExport {
-                    name: entry.into(),
-                    reason: format!("{service:?} exports no such entry"),
-                })?;
+        let x = s
+            .exports
+            .iter()
+            .find(|x| x.name == entry)
+            .ok_or_else(|| PlanError::BadExport {
+                name: entry.into(),
+                reason: format!("{service:?} exports no such entry"),
+            })?;
         Ok(crate::Target::new(s.slot, x.index))
     }
 }
@@ -556,7 +599,7 @@ mod tests {
         };
         assert!(matches!(
             Plan::create(&p, other),
-            Err(XcallError::BadPlan { .. })
+            Err(PlanError::BadPlan { .. })
         ));
         assert_eq!(
             plan.slot_address(3).unwrap(),
@@ -564,7 +607,7 @@ mod tests {
         );
         assert!(matches!(
             plan.slot_address(64),
-            Err(XcallError::NoSuchSlot {
+            Err(PlanError::NoSuchSlot {
                 slot: 64,
                 slots: 64
             })
@@ -598,7 +641,7 @@ mod tests {
             },
         ] {
             assert!(
-                matches!(Plan::create(&p, spec), Err(XcallError::BadPlan { .. })),
+                matches!(Plan::create(&p, spec), Err(PlanError::BadPlan { .. })),
                 "{spec:?}"
             );
         }
@@ -607,18 +650,18 @@ mod tests {
             b"not a plan at all, just some bytes that are long enough......",
         )
         .unwrap();
-        assert!(matches!(Plan::open(&p), Err(XcallError::BadPlan { .. })));
+        assert!(matches!(Plan::open(&p), Err(PlanError::BadPlan { .. })));
         std::fs::write(&p, b"").unwrap();
-        assert!(matches!(Plan::open(&p), Err(XcallError::BadPlan { .. })));
+        assert!(matches!(Plan::open(&p), Err(PlanError::BadPlan { .. })));
         // A valid header whose file was truncated.
         let _ = std::fs::remove_file(&p);
         Plan::create(&p, PlanSpec::default()).unwrap();
         let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
         f.set_len(100).unwrap();
-        assert!(matches!(Plan::open(&p), Err(XcallError::BadPlan { .. })));
+        assert!(matches!(Plan::open(&p), Err(PlanError::BadPlan { .. })));
         assert!(matches!(
             Plan::open("/dev/shm/rdx-xcall-no-such-plan"),
-            Err(XcallError::Io { .. })
+            Err(PlanError::Io { .. })
         ));
         std::fs::remove_file(&p).unwrap();
     }
@@ -628,7 +671,7 @@ mod tests {
         let p = temp("claim");
         let plan = Plan::create(&p, PlanSpec::default()).unwrap();
         let s = plan.claim(Some(5)).unwrap();
-        assert!(matches!(plan.slot(5), Err(XcallError::EmptySlot(5))));
+        assert!(matches!(plan.slot(5), Err(PlanError::EmptySlot(5))));
         let exports = [ExportInfo {
             index: 0,
             name: "lookup".into(),
@@ -644,11 +687,11 @@ mod tests {
         assert!(plan.target("storage", "store").is_err());
         assert!(matches!(
             plan.find("cache"),
-            Err(XcallError::NoSuchService(_))
+            Err(PlanError::NoSuchService(_))
         ));
         assert!(matches!(
             plan.claim(Some(5)),
-            Err(XcallError::SlotTaken { slot: 5, .. })
+            Err(PlanError::SlotTaken { slot: 5, .. })
         ));
         assert_eq!(plan.claim(None).unwrap(), 0, "first free slot");
         plan.release(5);

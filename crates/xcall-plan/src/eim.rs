@@ -13,7 +13,7 @@
 use crate::{Target, REPLY_ID, REPLY_NAME};
 
 /// One entry of an EIM spec's `functions:` list: the capability to call `target` through the
-/// host function `id` (bound to [`crate::call::xcall_call`] in the caller host).
+/// host function `id` (bound to `rdx_xcall::call::xcall_call` in the caller host).
 pub fn call_function(name: &str, id: u32, target: Target, max_args: u32, max_out: u32) -> String {
     format!(
         "  - name: {name}\n\

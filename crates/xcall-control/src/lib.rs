@@ -1,33 +1,54 @@
-//! The control-plane side (feature `control`): deploying an exported entry.
+//! `rdx-xcall-control`: the control-plane side of cross-sandbox direct calls, deploying an
+//! exported entry of a sandbox that joined an address plan (`rdx-xcall-plan`).
 //!
-//! The normal CodeFlow path with two differences. The code is compiled to reach helpers
-//! through the region's helper table (`HelperCalls::Table`) instead of by absolute address,
-//! because it will run in other processes whose helper implementations live elsewhere; and
+//! What it must not do: link the data-plane runtime or the host side of calls (`rdx-xcall`);
+//! which helpers a callee may call comes from the ABI's helper table
+//! ([`rdx_xcall_plan::callee_may_call`]), not from the host's implementations.
+//!
+//! Deploying is the normal CodeFlow path with two differences. The code is compiled to reach
+//! helpers through the region's helper table (`HelperCalls::Table`) instead of by absolute
+//! address, because it will run in other processes whose helper implementations live elsewhere; and
 //! the program may call only the helpers that have a cross-sandbox meaning
 //! ([`callee_may_call`]). Publication, versions, rollback and reclamation are CodeFlow's: the
 //! entry's code lives in the hook of the same name, and callers in other processes hold
 //! thread slots in the callee's region, so reclamation waits for them too.
 
-use crate::callee::{callee_helper_ids, callee_may_call};
 use rdx_bpf::isa::{CallTarget, Insn};
 use rdx_control::{CodeFlow, ControlError, Extension, Published};
 use rdx_region::helpers::HelperId;
+use rdx_xcall_plan::{callee_helper_ids, callee_may_call};
 
+/// Why an exported entry was not deployed.
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
+    /// CodeFlow refused it (verification, compilation or publication).
     #[error(transparent)]
     Control(#[from] ControlError),
+    /// The program calls a helper that has no cross-sandbox meaning.
     #[error(
         "instruction {pc}: helper {id} is not available to cross-sandbox callees (allowed: {:?})",
         callee_helper_ids()
     )]
-    UnsupportedHelper { pc: usize, id: i64 },
+    UnsupportedHelper {
+        /// Index of the call instruction.
+        pc: usize,
+        /// The helper id it calls.
+        id: i64,
+    },
+    /// The program calls through a register (`callx`).
     #[error("instruction {pc}: callx is not available to cross-sandbox callees")]
-    IndirectCall { pc: usize },
+    IndirectCall {
+        /// Index of the call instruction.
+        pc: usize,
+    },
+    /// The EIM spec lets the program read more context than callers pass.
     #[error("export {entry:?}: the EIM spec gives its context {eim} bytes, the sandbox declares {declared} bytes of arguments")]
     ContextTooLarge {
+        /// The export.
         entry: String,
+        /// Context bytes the EIM hook declares.
         eim: u64,
+        /// Argument bytes the sandbox declared for the export.
         declared: u64,
     },
 }
