@@ -1,0 +1,13 @@
+# expect: reject uninit-stack
+# env: xdp
+# review attack: fp-8 holds a number on the first pass and a pointer after; read back as a
+# number and returned.
+stdw [%r10-8], 0
+mov %r0, 0
+loop:
+may_goto done
+ldxdw %r0, [%r10-8]
+stxdw [%r10-8], %r10
+ja loop
+done:
+exit
