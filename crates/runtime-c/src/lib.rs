@@ -48,11 +48,17 @@ pub struct RdxOptions {
     pub path: *const c_char,
     /// EIM spec bytes (may be null when `eim_len` is 0).
     pub eim: *const u8,
+    /// Bytes at `eim`.
     pub eim_len: usize,
+    /// Hook slots (0: the default).
     pub max_hooks: u32,
+    /// Thread slots (0: the default).
     pub thread_slots: u32,
+    /// Bytes of the code arena (0: the default).
     pub code_size: u64,
+    /// Bytes of the XState scratchpad (0: the default).
     pub scratch_size: u64,
+    /// Longest wait on a held hook slot, in ns (0: the default).
     pub hold_timeout_ns: u64,
 }
 
@@ -358,10 +364,15 @@ pub unsafe extern "C" fn rdx_register_variable(
 #[repr(C)]
 #[derive(Default)]
 pub struct RdxHookStats {
+    /// Runs of extension code.
     pub runs: u64,
+    /// Runs that stopped abnormally (budget exhausted, deoptimisation not finished).
     pub failures: u64,
+    /// Times the host refused an invalid active word.
     pub errors: u64,
+    /// Callers that gave up waiting on a held slot.
     pub hold_timeouts: u64,
+    /// The slot's active word (version in the high 32 bits; 0: nothing attached).
     pub active: u64,
     /// Runs of elite code that stopped at a failed guard (also counted in `failures`).
     pub deopts: u64,

@@ -418,8 +418,8 @@ fn main() {
         i = if i == 999 { 0 } else { i + 1 };
         i
     };
-    // SAFETY (all helper calls below): the helpers get a map header address in this
-    // runtime's region and pointers to live keys/values of the map's sizes, as verified
+    // SAFETY: here and in every helper call below, the helpers get a map header address in
+    // this runtime's region and pointers to live keys/values of the map's sizes, as verified
     // extension code would pass them.
     let al = best_ns(M, || unsafe {
         black_box(lookup(
@@ -430,11 +430,13 @@ fn main() {
             0,
         ));
     });
+    // SAFETY: as above.
     let hl = best_ns(M, || unsafe {
         let r = lookup(hash_addr, &keys64[next()] as *const u64 as u64, 0, 0, 0);
         debug_assert_ne!(r, 0);
         black_box(r);
     });
+    // SAFETY: as above.
     let au = best_ns(M, || unsafe {
         black_box(update(
             array_addr,
@@ -444,6 +446,7 @@ fn main() {
             0,
         ));
     });
+    // SAFETY: as above.
     let hu = best_ns(M, || unsafe {
         black_box(update(
             hash_addr,
@@ -454,6 +457,7 @@ fn main() {
         ));
     });
     let lpm_addr = info.base_address + lpm.offset;
+    // SAFETY: as above.
     let ll = best_ns(M, || unsafe {
         let r = lookup(lpm_addr, lpm_lookups[next()].as_ptr() as u64, 0, 0, 0);
         debug_assert_ne!(r, 0);

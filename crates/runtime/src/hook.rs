@@ -24,8 +24,11 @@ pub struct HookSpec {
 }
 
 impl HookSpec {
+    /// Instruction budget of a hook no class has bound yet.
     pub const DEFAULT_BUDGET: u64 = 1_000_000;
 
+    /// A hook whose context structure is `context_size` bytes, returning 0 when nothing runs,
+    /// with [`HookSpec::DEFAULT_BUDGET`].
     pub fn new(context_size: u64) -> Self {
         Self {
             context_size,
@@ -34,15 +37,18 @@ impl HookSpec {
         }
     }
 
+    /// A hook whose context structure is a `T`.
     pub fn for_context<T>() -> Self {
         Self::new(std::mem::size_of::<T>() as u64)
     }
 
+    /// Returns `value` while nothing is attached (and when a run fails).
     pub fn default_return(mut self, value: u64) -> Self {
         self.default_return = value;
         self
     }
 
+    /// Instruction budget per run until a control plane binds a class.
     pub fn budget(mut self, budget: u64) -> Self {
         self.budget = budget;
         self
@@ -52,11 +58,17 @@ impl HookSpec {
 /// A hook's counters, summed over thread slots.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HookStats {
+    /// Runs of extension code (any outcome).
     pub runs: u64,
+    /// Runs that stopped abnormally (budget exhausted, deoptimisation not finished).
     pub failures: u64,
+    /// Times the host refused an invalid active word.
     pub errors: u64,
+    /// Callers that gave up waiting on a held slot.
     pub hold_timeouts: u64,
+    /// Runs whose duration was sampled.
     pub timed_runs: u64,
+    /// Total ns of the sampled runs.
     pub timed_ns: u64,
     /// Runs of elite code that stopped at a failed guard (also counted in `failures`).
     pub deopts: u64,
@@ -174,8 +186,8 @@ impl<'rt> Hook<'rt> {
     fn run_attached<C>(&self, ctx: *mut C) -> u64 {
         let ctx = ctx.cast::<u8>();
         let ts = thread::current_ptr();
-        // SAFETY: CURRENT is null or points to a live state of this thread.
         if ts.is_null()
+            // SAFETY: CURRENT is null or points to a live state of this thread.
             || unsafe { (*ts).runtime_id } != self.runtime_id
             || self.inner.torn_down.load(Ordering::Relaxed)
         {

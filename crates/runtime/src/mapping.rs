@@ -176,6 +176,7 @@ impl Mapping {
         // Truncate to zero first so that every byte of the new region starts zeroed.
         // SAFETY: plain system calls on our fd.
         if unsafe { libc::ftruncate(fd, 0) } != 0
+            // SAFETY: as above.
             || unsafe { libc::ftruncate(fd, region_size as libc::off_t) } != 0
         {
             return Err(close(os_err("sizing", path)));

@@ -74,6 +74,7 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Hook slots the region holds.
     pub fn max_hooks(mut self, n: u32) -> Self {
         self.params.max_hooks = n;
         self
@@ -85,11 +86,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Bytes of the code arena.
     pub fn code_size(mut self, bytes: u64) -> Self {
         self.params.code_size = bytes;
         self
     }
 
+    /// Bytes of the XState scratchpad.
     pub fn scratch_size(mut self, bytes: u64) -> Self {
         self.params.scratch_size = bytes;
         self
@@ -243,6 +246,7 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
+    /// A builder with the default capacities and a fresh region path.
     pub fn builder() -> RuntimeBuilder {
         RuntimeBuilder::default()
     }

@@ -3,7 +3,7 @@
 //! control plane wrote beside that code (`docs/deopt.md`, `docs/region.md` "Elite code
 //! records").
 //!
-//! Here: synchronous resumption ([`resume`], on the run's own thread before it leaves its
+//! Here: synchronous resumption (`resume`, on the run's own thread before it leaves its
 //! epoch). The state transfer of a run that leaves its thread is [`rdx_exec::transfer`],
 //! shared with `rdx-deopt`'s in-process tier (so that crate, a control-plane one, does not
 //! link the runtime). Elsewhere in this crate: `hook/stopped.rs` sends a stopped run here

@@ -68,6 +68,7 @@ pub struct Completed {
     pub result: Option<u64>,
     /// The context and packet after the run (what the host forwards or answers with).
     pub ctx: Vec<u8>,
+    /// The packet after the run.
     pub packet: Vec<u8>,
 }
 
