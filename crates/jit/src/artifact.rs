@@ -136,15 +136,18 @@ impl RelocKind {
 pub struct Relocation {
     /// Byte offset in the code.
     pub offset: u32,
+    /// How to patch the word at `offset`.
     pub kind: RelocKind,
     /// Index into [`Artifact::symbols`] (for [`RelocKind::Abs64`]).
     pub symbol: u32,
+    /// Added to the resolved address.
     pub addend: i64,
 }
 
 /// Facts about the code that a loader or runtime needs and that never change at link time.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Metadata {
+    /// The architecture the code is for.
     pub arch: Arch,
     /// Header flags (`FLAG_*`).
     pub flags: u32,
@@ -163,10 +166,12 @@ pub struct Metadata {
 }
 
 impl Metadata {
+    /// Whether the code meters instructions ([`FLAG_NEEDS_BUDGET`]).
     pub fn needs_budget(&self) -> bool {
         self.flags & FLAG_NEEDS_BUDGET != 0
     }
 
+    /// Whether the entry point takes a length argument ([`FLAG_ENTRY_LENGTH_ARG`]).
     pub fn entry_takes_length(&self) -> bool {
         self.flags & FLAG_ENTRY_LENGTH_ARG != 0
     }
@@ -180,9 +185,13 @@ impl Metadata {
 /// Compiled code, relocatable and free of any process-specific address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Artifact {
+    /// Facts fixed at compile time.
     pub meta: Metadata,
+    /// Machine code, position-independent except at the relocations.
     pub code: Vec<u8>,
+    /// The symbols the relocations name, by index.
     pub symbols: Vec<Symbol>,
+    /// The places the linker patches.
     pub relocations: Vec<Relocation>,
 }
 
@@ -190,48 +199,102 @@ pub struct Artifact {
 /// mapped executable.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ArtifactError {
+    /// The bytes end before a part of the artifact.
     #[error("artifact is truncated: {what} needs bytes {needed_end} but the artifact has {len}")]
     Truncated {
+        /// The part being read.
         what: &'static str,
+        /// The byte offset its end needs.
         needed_end: usize,
+        /// The artifact's length in bytes.
         len: usize,
     },
+    /// The first eight bytes are not the artifact magic.
     #[error("not an rdx artifact (bad magic {found:02x?})")]
-    BadMagic { found: [u8; 8] },
+    BadMagic {
+        /// The bytes found.
+        found: [u8; 8],
+    },
+    /// The artifact's format version is not this build's.
     #[error("artifact format version {found} is not supported (this build reads version {FORMAT_VERSION})")]
-    UnsupportedVersion { found: u32 },
+    UnsupportedVersion {
+        /// The version found.
+        found: u32,
+    },
+    /// An architecture code this build does not know: the code.
     #[error("artifact names unknown architecture code {0}")]
     UnknownArch(u32),
+    /// Header flags this build does not know: the unknown bits.
     #[error("artifact has unknown flags {0:#x}")]
     UnknownFlags(u32),
+    /// The header's body length differs from the bytes that follow it.
     #[error("artifact header says the body is {declared} bytes but {actual} follow it")]
-    LengthMismatch { declared: u64, actual: usize },
+    LengthMismatch {
+        /// The length the header declares.
+        declared: u64,
+        /// The bytes that follow.
+        actual: usize,
+    },
+    /// The body does not hash to the header's body hash.
     #[error("artifact body hash mismatch: the artifact was corrupted or tampered with")]
     HashMismatch,
+    /// A header field differs from the body's copy of it: the field.
     #[error("artifact header and body disagree on {0}")]
     HeaderBodyMismatch(&'static str),
+    /// The code is longer than [`MAX_CODE_LEN`]: its length.
     #[error("artifact code is {0} bytes, more than the {MAX_CODE_LEN}-byte limit")]
     CodeTooLarge(usize),
+    /// The entry point lies outside the code.
     #[error("entry offset {entry} is outside the {code_len}-byte code")]
-    EntryOutOfRange { entry: u32, code_len: usize },
-    #[error("symbol {index}: {source}")]
-    BadSymbol { index: usize, source: BadSymbol },
-    #[error("symbol {index} is not valid UTF-8")]
-    SymbolNotUtf8 { index: usize },
-    #[error("relocation {index}: unknown kind {kind}")]
-    BadRelocKind { index: usize, kind: u8 },
-    #[error("relocation {index}: offset {offset} + 8 is outside the {code_len}-byte code")]
-    RelocOutOfRange {
-        index: usize,
-        offset: u32,
+    EntryOutOfRange {
+        /// The entry offset.
+        entry: u32,
+        /// The code's length in bytes.
         code_len: usize,
     },
+    /// A symbol that does not parse.
+    #[error("symbol {index}: {source}")]
+    BadSymbol {
+        /// Its index in the symbol table.
+        index: usize,
+        /// What is wrong with it.
+        source: BadSymbol,
+    },
+    /// A symbol name that is not UTF-8.
+    #[error("symbol {index} is not valid UTF-8")]
+    SymbolNotUtf8 {
+        /// Its index in the symbol table.
+        index: usize,
+    },
+    /// A relocation of an unknown kind.
+    #[error("relocation {index}: unknown kind {kind}")]
+    BadRelocKind {
+        /// Its index.
+        index: usize,
+        /// The kind byte.
+        kind: u8,
+    },
+    /// A relocation whose 8-byte patch reaches past the code.
+    #[error("relocation {index}: offset {offset} + 8 is outside the {code_len}-byte code")]
+    RelocOutOfRange {
+        /// Its index.
+        index: usize,
+        /// Its byte offset in the code.
+        offset: u32,
+        /// The code's length in bytes.
+        code_len: usize,
+    },
+    /// A relocation names a symbol index past the symbol table.
     #[error("relocation {index}: symbol index {symbol} is outside the {count}-entry symbol table")]
     RelocBadSymbol {
+        /// Its index.
         index: usize,
+        /// The symbol index named.
         symbol: u32,
+        /// Entries in the symbol table.
         count: usize,
     },
+    /// Bytes left after the body: how many.
     #[error("{0} trailing bytes after the artifact body")]
     TrailingBytes(usize),
 }
@@ -456,9 +519,13 @@ impl Artifact {
 /// The fixed header of a serialised artifact, as [`Artifact::check_header`] validated it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Header {
+    /// Format version.
     pub version: u32,
+    /// Architecture the code is for.
     pub arch: Arch,
+    /// Header flags (`FLAG_*`).
     pub flags: u32,
+    /// SHA-256 of the body.
     pub body_hash: [u8; 32],
 }
 

@@ -29,9 +29,13 @@ use rdx_region::layout::Arch;
 /// Compile-time statistics, for benchmarks and `rdx compile`.
 #[derive(Clone, Debug, Default)]
 pub struct CompileStats {
+    /// Instruction slots compiled.
     pub insns: usize,
+    /// Functions compiled (entry plus subprograms).
     pub functions: usize,
+    /// Bytes of machine code.
     pub code_bytes: usize,
+    /// Wall-clock time of the compilation.
     pub elapsed: Duration,
     /// Guards compiled (elite artifacts).
     pub guards: usize,
@@ -58,6 +62,7 @@ struct Scratch {
 }
 
 impl Compiler {
+    /// A compiler for `arch` with the optimizing pipeline ready (others are built on first use).
     pub fn new(arch: Arch) -> Result<Self, CompileError> {
         Ok(Self {
             isa: build_isa(arch, Pipeline::Optimizing)?,
@@ -92,6 +97,7 @@ impl Compiler {
         }
     }
 
+    /// The architecture this compiler emits code for.
     pub fn arch(&self) -> Arch {
         self.arch
     }

@@ -15,15 +15,21 @@ use rdx_region::layout::Arch;
 /// Why code could not be made executable in this process.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
+    /// The JIT does not support this machine's architecture.
     #[error("this host's architecture is not supported by the JIT")]
     UnsupportedHost,
+    /// Linking the artifact failed.
     #[error(transparent)]
     Link(#[from] LinkError),
+    /// A system call failed while mapping the code.
     #[error("{call} failed: {source}")]
     Os {
+        /// The call (`mmap`, `mprotect`, ...).
         call: &'static str,
+        /// The operating system's error.
         source: std::io::Error,
     },
+    /// The artifact has no code to run.
     #[error("artifact has no code")]
     Empty,
 }

@@ -13,6 +13,7 @@ use rdx_region::layout::Arch;
 /// A target context: the addresses of the symbols an artifact may refer to, as one process
 /// exports them (helpers, host functions and variables, maps, tables).
 pub trait SymbolResolver {
+    /// The address of `symbol` in the target process, or `None` if it does not export it.
     fn resolve(&self, symbol: &Symbol) -> Option<u64>;
 }
 
@@ -38,31 +39,58 @@ impl<F: Fn(&Symbol) -> Option<u64>> SymbolResolver for F {
 /// Why an artifact could not be linked.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum LinkError {
+    /// The artifact itself is invalid.
     #[error("invalid artifact: {0}")]
     Artifact(#[from] ArtifactError),
+    /// The artifact was compiled for another architecture.
     #[error("artifact is for {found}, the target is {expected}")]
-    WrongArch { expected: Arch, found: Arch },
+    WrongArch {
+        /// The target's architecture.
+        expected: Arch,
+        /// The artifact's.
+        found: Arch,
+    },
+    /// The artifact's format version is not the target's.
     #[error("artifact format version {found} does not match the target's {expected}")]
-    VersionMismatch { expected: u32, found: u32 },
+    VersionMismatch {
+        /// The target's version.
+        expected: u32,
+        /// The artifact's.
+        found: u32,
+    },
+    /// Symbols the target does not export.
     #[error("unresolved symbols: {}", .0.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "))]
     Unresolved(Vec<Symbol>),
+    /// The load address is not 16-byte aligned: the address.
     #[error("load address {0:#x} is not 16-byte aligned")]
     MisalignedLoadAddress(u64),
+    /// The output buffer is smaller than the code.
     #[error("output buffer is {have} bytes, the code needs {need}")]
-    BufferTooSmall { have: usize, need: usize },
+    BufferTooSmall {
+        /// Bytes in the buffer.
+        have: usize,
+        /// Bytes of code.
+        need: usize,
+    },
 }
 
 /// What a link produces: final bytes for one load address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LinkedCode {
+    /// The architecture the code is for.
     pub arch: Arch,
+    /// The address the code was linked to run at.
     pub load_address: u64,
+    /// The linked bytes.
     pub code: Vec<u8>,
+    /// Offset of the entry point in `code`.
     pub entry_offset: u32,
+    /// The artifact's header flags (`FLAG_*`).
     pub flags: u32,
 }
 
 impl LinkedCode {
+    /// The entry point's address.
     pub fn entry_address(&self) -> u64 {
         self.load_address + self.entry_offset as u64
     }
@@ -72,11 +100,14 @@ impl LinkedCode {
 /// it was built to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LinkTarget {
+    /// Architecture the code will run on.
     pub arch: Arch,
+    /// Artifact format version the target accepts.
     pub format_version: u32,
 }
 
 impl LinkTarget {
+    /// A target of `arch` accepting this build's artifact format.
     pub fn new(arch: Arch) -> Self {
         Self {
             arch,

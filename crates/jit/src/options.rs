@@ -24,7 +24,10 @@ pub enum HelperCalls {
     /// at byte `8 * id`) holding `table_len` entries. Code that lives at the same address in
     /// several processes (cross-sandbox calls) uses this so that each process can have its
     /// own helper implementations behind one table address. Also what `callx` needs.
-    Table { table_len: u32 },
+    Table {
+        /// Entries in the table: helper ids must be below it.
+        table_len: u32,
+    },
 }
 
 /// The entry point's native signature.
@@ -146,7 +149,9 @@ pub struct CompileOptions {
     /// Meter executed instructions against [`rdx_region::abi::RunState::budget`]. Required
     /// whenever the verifier could not bound the run.
     pub needs_budget: bool,
+    /// How the code calls helpers and host functions.
     pub helper_calls: HelperCalls,
+    /// The entry point's native signature.
     pub entry_abi: EntryAbi,
     /// Identity of the EIM extension class the program was verified against; it only enters
     /// the options hash so that a cache keyed by that hash never mixes classes.
