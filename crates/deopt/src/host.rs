@@ -34,6 +34,7 @@ pub struct LowPacket {
 }
 
 impl LowPacket {
+    /// A packet buffer of `cap` bytes below 4 GiB, empty.
     pub fn new(cap: usize) -> std::io::Result<LowPacket> {
         Ok(LowPacket {
             memory: LowMemory::new(cap)?,
@@ -56,10 +57,12 @@ impl LowPacket {
         self.len = bytes.len();
     }
 
+    /// The packet's bytes.
     pub fn bytes(&self) -> &[u8] {
         &self.memory.as_slice()[..self.len]
     }
 
+    /// The packet as a memory region the interpreter may read and write.
     pub fn region(&self) -> PacketRegion {
         PacketRegion {
             addr: self.memory.as_ptr() as u64,

@@ -17,7 +17,9 @@ pub fn counter_bytes(insns: &[Insn]) -> usize {
 pub struct BranchCount {
     /// Slot of the jump.
     pub pc: usize,
+    /// Runs that fell through (the jump not taken).
     pub fell_through: u64,
+    /// Runs that took the jump.
     pub taken: u64,
 }
 
@@ -53,21 +55,32 @@ impl Default for Policy {
 /// A profile that does not fit the program it is applied to.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ProfileError {
+    /// The counter area's size does not match the program's conditional jumps.
     #[error("counter area is {got} bytes, the program's {sites} conditional jumps need {need}")]
     CounterSize {
+        /// Bytes in the counter area.
         got: usize,
+        /// Bytes the program's jumps need (16 each).
         need: usize,
+        /// Conditional jumps in the program.
         sites: usize,
     },
     #[error(
         "profile entry {index} names slot {pc}, which is not a conditional jump of the program"
     )]
-    NotABranch { index: usize, pc: usize },
+    /// A profile entry names a slot that is not a conditional jump.
+    NotABranch {
+        /// The entry's index in the profile.
+        index: usize,
+        /// The slot it names.
+        pc: usize,
+    },
 }
 
 /// Per-branch counts of one program, in [`branch_sites`] order.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BranchProfile {
+    /// One count per conditional jump, in [`branch_sites`] order.
     pub branches: Vec<BranchCount>,
 }
 

@@ -54,10 +54,13 @@ pub struct DeferredRun {
 /// A finished deferred run.
 #[derive(Debug)]
 pub struct Completed {
+    /// The ticket [`FallbackQueue::push`] returned for the run.
     pub ticket: u64,
+    /// The run's final `r0`, or why it could not be finished.
     pub result: Result<u64, ResumeError>,
     /// The context and packet after the run (what a host would forward or answer with).
     pub ctx: Vec<u8>,
+    /// The packet after the run.
     pub packet: Vec<u8>,
 }
 
@@ -130,6 +133,7 @@ impl FallbackQueue {
         self.runs.len()
     }
 
+    /// Whether no run is waiting.
     pub fn is_empty(&self) -> bool {
         self.runs.is_empty()
     }

@@ -32,10 +32,13 @@ impl Outcome {
 /// Why a request could not be completed.
 #[derive(Debug, thiserror::Error)]
 pub enum TierError {
+    /// Elite code stopped abnormally for another reason than a failed guard: the status.
     #[error("elite code stopped with status {0} (not a deoptimisation)")]
     Stopped(u32),
+    /// Finishing the deoptimised run in the interpreter failed.
     #[error(transparent)]
     Resume(#[from] ResumeError),
+    /// The deoptimised run could not be queued for a fallback worker.
     #[error(transparent)]
     Queue(#[from] QueueError),
 }
@@ -77,6 +80,7 @@ impl EliteTier {
         self
     }
 
+    /// The interpreter that finishes deoptimised runs.
     pub fn vm(&self) -> &Vm {
         &self.vm
     }

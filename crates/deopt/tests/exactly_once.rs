@@ -184,11 +184,12 @@ fn elite(
     for p in packets {
         low.set(p);
         let mut ctx = low.xdp_md();
-        // SAFETY: ctx is a real xdp_md for `low`'s packet.
         let outcome = match mode {
+            // SAFETY: ctx is a real xdp_md for `low`'s packet.
             Mode::Sync => unsafe {
                 tier.run_sync(&mut state, &mut ctx, Some(low.region()), budget)
             },
+            // SAFETY: as above.
             Mode::Queued => unsafe {
                 tier.run_queued(
                     &mut state,
