@@ -23,14 +23,19 @@ use std::sync::Mutex;
 
 /// An attached sandbox: everything the `call` helper needs, in this process's memory.
 pub struct ServiceMap {
+    /// The sandbox's slot in the plan.
     pub slot: u16,
+    /// The sandbox's name.
     pub name: String,
+    /// Where its region is mapped (the same address in every process).
     pub base: u64,
+    /// Its region header, checked at attach.
     pub info: HeaderInfo,
     /// The region's data part (everything before the code arena), for the map helpers.
     pub(crate) data: LocalRegion,
     pub(crate) exports: [ExportSlot; MAX_EXPORTS],
     pub(crate) export_count: usize,
+    /// Its exports, as the plan lists them.
     pub exports_info: Vec<ExportInfo>,
 }
 
@@ -153,6 +158,7 @@ fn map_region(
     addr: u64,
     path: &std::path::Path,
 ) -> Result<(HeaderInfo, u64), XcallError> {
+    // SAFETY: all-zero bytes are a valid `stat`, filled in by fstat below.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat into a local struct.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {

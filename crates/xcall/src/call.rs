@@ -700,22 +700,31 @@ fn failed(hook: &HookSlot, run: &RunState) -> u64 {
 /// Why [`call`] failed: the typed form of the helper's negative returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CallError {
+    /// The first argument is not an encoded [`rdx_xcall_plan::Target`].
     #[error("not a call target value")]
     BadTarget,
+    /// No sandbox is attached at the target's slot in this process.
     #[error("no service is attached at that slot in this process")]
     NotMapped,
+    /// The sandbox exports no entry at the target's index.
     #[error("the service exports no such entry")]
     NotExported,
+    /// The entry's hook has no code published.
     #[error("the entry is exported but no code is deployed for it")]
     NotDeployed,
+    /// The arguments are larger than the entry declares.
     #[error("the arguments are larger than the entry declares")]
     ArgsTooLarge,
+    /// The callee ran out of instruction budget.
     #[error("the callee ran out of instruction budget")]
     Budget,
+    /// The callee stopped abnormally, or its published word was invalid.
     #[error("the callee failed")]
     CalleeFailed,
+    /// A serialised entry stayed busy past the wait limit.
     #[error("the serialised entry stayed busy")]
     Busy,
+    /// Every thread slot of the callee's region is taken.
     #[error("no free thread slot in the callee's region")]
     NoThreadSlot,
 }

@@ -81,6 +81,7 @@ pub mod errno {
     pub const NO_THREAD_SLOT: u64 = neg(libc::EAGAIN);
     /// `xcall_reply` outside a call, or with more bytes than the caller's output buffer.
     pub const REPLY_TOO_LARGE: u64 = neg(libc::EMSGSIZE);
+    /// `xcall_reply` on a thread that is not running a cross-sandbox call.
     pub const NO_CALL: u64 = neg(libc::EPERM);
     /// A helper the callee's code called is not available to cross-sandbox callees.
     pub const NO_HELPER: u64 = neg(libc::ENOSYS);
@@ -89,50 +90,77 @@ pub mod errno {
 /// Why a service or attach operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum XcallError {
+    /// A file operation failed.
     #[error("{what} {path}: {source}")]
     Io {
+        /// The operation (`open`, `mmap`, ...).
         what: &'static str,
+        /// The file.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
     #[error(
         "slot {slot}: address range {addr:#x}..+{len:#x} is already in use in this process: {source}"
     )]
+    /// The slot's address range is already mapped in this process.
     AddressClash {
+        /// The slot.
         slot: u16,
+        /// First address of the range.
         addr: u64,
+        /// Bytes of the range.
         len: u64,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
     #[error(
         "slot {slot}: region of {size:#x} bytes does not fit the plan's {slot_size:#x}-byte slots"
     )]
+    /// The sandbox's region does not fit its slot.
     RegionTooLarge {
+        /// The slot.
         slot: u16,
+        /// The region's size in bytes.
         size: u64,
+        /// Bytes per slot in the plan.
         slot_size: u64,
     },
     #[error(
         "slot {slot}: region is mapped at {found:#x} in its host, the plan says {expected:#x}"
     )]
+    /// The region is mapped at another address in its host than the plan gives its slot.
     WrongBase {
+        /// The slot.
         slot: u16,
+        /// The address in the region's header.
         found: u64,
+        /// The address the plan gives.
         expected: u64,
     },
+    /// The region of a slot is not one this build can trust.
     #[error("region of slot {slot}: {source}")]
     Layout {
+        /// The slot.
         slot: u16,
+        /// What the header check found.
         #[source]
         source: rdx_region::geometry::LayoutError,
     },
+    /// An export that cannot be listed (name, hook, argument size).
     #[error("export {name:?}: {reason}")]
-    BadExport { name: String, reason: String },
+    BadExport {
+        /// The export's name.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The plan refused the operation, or a file it lists is not trusted.
     #[error(transparent)]
     Plan(#[from] rdx_xcall_plan::PlanError),
+    /// The sandbox's runtime failed.
     #[error(transparent)]
     Runtime(#[from] rdx_runtime::RuntimeError),
 }

@@ -152,6 +152,7 @@ impl std::fmt::Debug for Service {
 }
 
 impl Service {
+    /// A builder for the sandbox `name` in `plan` (its region placed at its slot's address).
     pub fn builder<'p>(plan: &'p Plan, name: &str) -> ServiceBuilder<'p> {
         ServiceBuilder {
             plan,
@@ -162,18 +163,22 @@ impl Service {
         }
     }
 
+    /// The sandbox's slot in the plan.
     pub fn slot(&self) -> u16 {
         self.slot
     }
 
+    /// The sandbox's name.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// Its runtime: declare hooks and register functions through it.
     pub fn runtime(&self) -> &Runtime {
         &self.runtime
     }
 
+    /// Its exports.
     pub fn exports(&self) -> &[ExportInfo] {
         &self.exports
     }
