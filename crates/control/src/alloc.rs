@@ -28,9 +28,13 @@ use rdx_region::layout::{align_up, SectionId, CODE_ENTRY_ALIGN, MAP_ALIGN};
 use rdx_transport::Transport;
 use std::collections::BTreeMap;
 
+/// `"RDXALOC1"` little-endian: the first word of the alloc section.
 pub const ALLOC_MAGIC: u64 = u64::from_le_bytes(*b"RDXALOC1");
+/// Format version of the alloc section.
 pub const ALLOC_VERSION: u32 = 1;
+/// Bytes of the alloc section's header.
 pub const ALLOC_HEADER_LEN: u64 = 128;
+/// Bytes of one extent record.
 pub const RECORD_LEN: u64 = 128;
 /// Map ids a code record remembers (the maps its version uses).
 pub const RECORD_MAPS: usize = 16;
@@ -47,12 +51,17 @@ const H_SEQ: u64 = 32;
 /// a host thread that ran a word skips the coherence step when it sees that word again.
 const H_FREED_VERSION: u64 = 40;
 
+/// Lifecycle of an extent record (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum RecordState {
+    /// Unused slot of the table.
     Free = 0,
+    /// Allocated by a deploy that has not finished.
     Pending = 1,
+    /// A complete version (active or kept for rollback), or a live map.
     Held = 2,
+    /// Unpublished; freed once no host thread can be running it.
     Retired = 3,
 }
 
@@ -68,14 +77,18 @@ impl RecordState {
     }
 }
 
+/// Which part of the region an extent lies in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum Arena {
+    /// The code arena.
     Code = 1,
+    /// The XState scratchpad.
     Scratch = 2,
 }
 
 impl Arena {
+    /// The arena's name in messages (`code`, `scratch`).
     pub fn name(self) -> &'static str {
         match self {
             Arena::Code => "code",
@@ -87,9 +100,13 @@ impl Arena {
 /// One extent of the code arena or the scratchpad.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
+    /// Where the record is in its lifecycle.
     pub state: RecordState,
+    /// The arena the extent lies in.
     pub arena: Arena,
+    /// Region offset of the extent.
     pub offset: u64,
+    /// Bytes of the extent.
     pub size: u64,
     /// Code: hook slot index. Maps: unused.
     pub hook: u32,
@@ -97,12 +114,15 @@ pub struct Record {
     pub version: u32,
     /// Code: region offset of the entry point. Maps: map id.
     pub entry: u64,
+    /// When the record was created, in ms since the Unix epoch.
     pub created_ms: u64,
     /// Region generation at publication.
     pub generation: u64,
+    /// Code: instructions of the version (for listings).
     pub insn_count: u32,
     /// Code: ids of the maps this version uses.
     pub maps: Vec<u16>,
+    /// Code: the first 16 bytes of the artifact's content hash.
     pub hash: [u8; 16],
     /// Code: the instruction budget the hook slot must carry for this version.
     pub budget: u64,
@@ -330,6 +350,7 @@ impl AllocTable {
         }
     }
 
+    /// Every used record with its table index.
     pub fn records(&self) -> impl Iterator<Item = (usize, &Record)> {
         self.records
             .iter()
@@ -342,6 +363,7 @@ impl AllocTable {
         self.freed_version
     }
 
+    /// Record `index`, if it is in use.
     pub fn get(&self, index: usize) -> Option<&Record> {
         self.records.get(index).and_then(|r| r.as_ref())
     }
@@ -477,6 +499,7 @@ impl AllocTable {
         self.gaps(arena).map(|(s, e)| e - s).sum()
     }
 
+    /// Bytes `arena` spans in the region.
     pub fn arena_bytes(&self, arena: Arena) -> u64 {
         let (lo, hi) = self.bounds(arena);
         hi - lo

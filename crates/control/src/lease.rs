@@ -61,6 +61,7 @@ pub fn lease_expiry_ms(word: u64) -> u64 {
     word & EXPIRY_MASK
 }
 
+/// Wall-clock time in ms since the Unix epoch, the unit of lease expiries.
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -134,9 +135,22 @@ pub fn holder_is_dead_here(record: u64) -> bool {
 /// What a lease looks like from outside.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseState {
+    /// Nobody holds the lease.
     Free,
-    Held { holder: u32, expiry_ms: u64 },
-    Expired { holder: u32, expiry_ms: u64 },
+    /// Held until `expiry_ms`.
+    Held {
+        /// The holder's id.
+        holder: u32,
+        /// Expiry, in ms since the Unix epoch.
+        expiry_ms: u64,
+    },
+    /// Held by a control plane that stopped renewing it: any control plane may break it.
+    Expired {
+        /// The holder's id.
+        holder: u32,
+        /// When it expired, in ms since the Unix epoch.
+        expiry_ms: u64,
+    },
 }
 
 /// Reads the lease word and classifies it.
@@ -167,6 +181,8 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// A lease for holder id `holder` (nonzero, at most [`HOLDER_MAX`]), taken for `ttl`
+    /// each time, not held yet.
     pub fn new(holder: u32, ttl: Duration) -> Self {
         Self {
             holder,
@@ -175,10 +191,12 @@ impl Lease {
         }
     }
 
+    /// This control plane's holder id.
     pub fn holder(&self) -> u32 {
         self.holder
     }
 
+    /// Whether this control plane believes it holds the lease (the next publish re-checks).
     pub fn is_held(&self) -> bool {
         self.word != 0
     }

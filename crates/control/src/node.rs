@@ -57,7 +57,9 @@ pub fn connect_read_only(address: &str) -> Result<Box<dyn Transport>> {
 /// Whether a connection may change the node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
+    /// May publish, roll back, detach and create maps (takes the lease).
     ReadWrite,
+    /// Reads only; the region is mapped read-only where the transport allows.
     ReadOnly,
 }
 
@@ -133,44 +135,66 @@ fn shm_trusted_owners(address: &str, query: &str) -> Result<Vec<u32>> {
 /// One exported symbol of the host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContextSymbol {
+    /// Helper, host function, host variable or hook.
     pub kind: ContextKind,
+    /// Helper or host-function id, or hook slot index.
     pub id: u32,
+    /// Host address (helpers, functions, variables) or region offset (hooks).
     pub addr: u64,
+    /// Variable or hook-context size in bytes; 0 for functions.
     pub size: u64,
+    /// The exported name.
     pub name: String,
 }
 
 /// A hook as declared in the context table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HookInfo {
+    /// The hook's name.
     pub name: String,
+    /// Its slot index.
     pub index: u32,
+    /// Region offset of its slot.
     pub slot_offset: u64,
+    /// Size of its context structure in bytes.
     pub ctx_size: u64,
 }
 
 /// A hook slot's state and counters, read remotely.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct HookStatus {
+    /// The slot's active word (version, entry, hold bit).
     pub active_word: u64,
+    /// The published version (0 = nothing attached).
     pub version: u32,
+    /// Whether a collective update holds the slot.
     pub held: bool,
+    /// Instruction budget per run.
     pub budget: u64,
+    /// Runs of extension code (summed over threads).
     pub runs: u64,
+    /// Runs that stopped abnormally (budget exhausted).
     pub failures: u64,
+    /// Times the host refused an invalid active word.
     pub errors: u64,
+    /// Callers that gave up waiting on a held slot.
     pub hold_timeouts: u64,
     /// Runs of elite code that left at a failed guard (summed over threads).
     pub deopts: u64,
+    /// Average run time in ns, from the sampled runs; `None` before any was sampled.
     pub avg_ns: Option<u64>,
 }
 
 /// What attaching to a node established.
 #[derive(Debug, Clone)]
 pub struct NodeView {
+    /// The region header, checked.
     pub info: HeaderInfo,
+    /// The host's incarnation when attached: a change means it restarted.
     pub incarnation: u64,
+    /// The EIM spec the host publishes, if any.
     pub eim_text: Option<String>,
+    /// The host's exports (the context table).
     pub symbols: Vec<ContextSymbol>,
 }
 
@@ -249,6 +273,7 @@ impl NodeView {
         })
     }
 
+    /// Every hook the host declares.
     pub fn hooks(&self) -> Vec<HookInfo> {
         self.symbols
             .iter()
@@ -262,6 +287,7 @@ impl NodeView {
             .collect()
     }
 
+    /// The hook called `name`, or [`crate::ControlError::NoSuchHook`].
     pub fn hook(&self, name: &str) -> Result<HookInfo> {
         let hooks = self.hooks();
         hooks
@@ -282,6 +308,7 @@ impl NodeView {
             })
     }
 
+    /// The hook in slot `index`.
     pub fn hook_by_index(&self, index: u32) -> Option<HookInfo> {
         self.hooks().into_iter().find(|h| h.index == index)
     }

@@ -44,9 +44,12 @@ pub fn default_state_dir() -> PathBuf {
 /// that prints it ([`NodeEntry::shown_address`]).
 #[derive(Clone, PartialEq, Eq, serde::Serialize)]
 pub struct NodeEntry {
+    /// The name the operator gave the node.
     pub name: String,
+    /// The node's address (`shm:PATH`, `fabric://...`); may hold a secret.
     #[serde(serialize_with = "serialize_redacted")]
     pub address: String,
+    /// When it was added, in ms since the Unix epoch.
     pub added_ms: u64,
 }
 
@@ -142,17 +145,29 @@ impl serde::Serialize for HistoryAction {
 /// One entry of a hook's deployment history.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct HistoryEntry {
+    /// Row id, increasing with time.
     pub id: i64,
+    /// The node's name.
     pub node: String,
+    /// The hook.
     pub hook: String,
+    /// Deploy, rollback or detach.
     pub action: HistoryAction,
+    /// The version the action left active (0 when detached).
     pub version: u32,
+    /// The version active before.
     pub previous_version: u32,
+    /// The program's name.
     pub program: String,
+    /// The object file it came from.
     pub object: String,
+    /// The class it was verified for.
     pub class: String,
+    /// The artifact's content hash (hex).
     pub artifact: String,
+    /// When it happened, in ms since the Unix epoch.
     pub at_ms: u64,
+    /// The region generation after the action.
     pub generation: u64,
 }
 
@@ -224,6 +239,7 @@ impl Registry {
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The directory holding the database and artifacts.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -286,6 +302,8 @@ impl Registry {
         }
     }
 
+    /// Adds node `name` at `address`, or replaces its address; names are non-empty and
+    /// without whitespace.
     pub fn add_node(&self, name: &str, address: &str) -> Result<()> {
         if name.is_empty() || name.contains(char::is_whitespace) {
             return Err(ControlError::Invalid(format!("bad node name {name:?}")));
@@ -334,6 +352,7 @@ impl Registry {
         Ok(())
     }
 
+    /// Every known node, by name.
     pub fn nodes(&self) -> Result<Vec<NodeEntry>> {
         let conn = self.conn();
         let mut st = conn
@@ -388,6 +407,7 @@ impl Registry {
         }
     }
 
+    /// Records `e` (an action that published no new code) and returns its row id.
     pub fn record(&self, e: &HistoryEntry) -> Result<i64> {
         self.record_with_tier(e, None)
     }

@@ -14,14 +14,18 @@ use crate::error::ControlError;
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Tier {
+    /// Cranelift: the fastest code.
     #[default]
     Optimizing,
+    /// One linear pass: much faster to compile, slower code, generic programs only.
     Baseline,
 }
 
 impl Tier {
+    /// Every tier.
     pub const ALL: [Tier; 2] = [Tier::Optimizing, Tier::Baseline];
 
+    /// The tier's name in flags, listings and the registry (`optimizing`, `baseline`).
     pub fn name(self) -> &'static str {
         match self {
             Tier::Optimizing => "optimizing",

@@ -200,26 +200,32 @@ impl CodeFlow {
         self.tier = tier;
     }
 
+    /// The node's address as given.
     pub fn address(&self) -> &str {
         &self.address
     }
 
+    /// What attaching established (header, exports, EIM spec).
     pub fn view(&self) -> &NodeView {
         &self.view
     }
 
+    /// The transport to the node's region.
     pub fn transport(&self) -> &dyn Transport {
         self.t.as_ref()
     }
 
+    /// The node's EIM spec, if it publishes one.
     pub fn eim(&self) -> Option<&EimSpec> {
         self.eim.as_ref()
     }
 
+    /// The architecture of the node's code.
     pub fn arch(&self) -> Arch {
         self.arch
     }
 
+    /// This control plane's lease holder id.
     pub fn holder(&self) -> u32 {
         self.lease.holder()
     }

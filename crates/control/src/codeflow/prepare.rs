@@ -15,18 +15,27 @@ use rdx_region::layout::*;
 /// A version written into the node but not yet visible.
 #[derive(Clone, Debug)]
 pub struct Prepared {
+    /// The hook it will be published in.
     pub hook: HookInfo,
+    /// The version it will be published as.
     pub version: u32,
+    /// The hook's active word when prepared: the publish CAS expects it.
     pub expected: u64,
+    /// The active word that publishes it.
     pub new_word: u64,
+    /// The instruction budget the slot must carry.
     pub budget: u64,
+    /// The JIT tier that built it.
     pub tier: Tier,
     /// Alloc records created for it (code first, then new maps).
     pub(super) records: Vec<usize>,
     /// Meta ids of maps created for it (freed on abort).
     pub(super) new_maps: Vec<u32>,
+    /// Region offset of its code record.
     pub code_offset: u64,
+    /// Bytes of its code record.
     pub code_len: u64,
+    /// The map ids its code uses, by map index.
     pub map_ids: Vec<u32>,
     /// What the history records when it is published.
     pub(super) record: PublishRecord,

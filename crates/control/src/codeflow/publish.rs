@@ -14,13 +14,21 @@ use rdx_transport::slot::{self, SlotError};
 /// A version made visible.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Published {
+    /// The hook.
     pub hook: String,
+    /// The version now active.
     pub version: u32,
+    /// The version active before (0 if none).
     pub previous_version: u32,
+    /// The active word written.
     pub word: u64,
+    /// The region generation after the publish.
     pub generation: u64,
+    /// Region offset of the code record.
     pub code_offset: u64,
+    /// Bytes of the code record.
     pub code_len: u64,
+    /// The map ids the code uses, by map index.
     pub map_ids: Vec<u32>,
     /// The JIT tier that built the version now published.
     pub tier: Tier,

@@ -16,13 +16,21 @@ use std::time::{Duration, Instant};
 /// A held version of a hook, from the node's allocator table.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct HeldVersion {
+    /// The version number.
     pub version: u32,
+    /// Whether it is the one the hook runs.
     pub active: bool,
+    /// Region offset of its code record.
     pub code_offset: u64,
+    /// Bytes of its code record.
     pub code_len: u64,
+    /// Instructions of the program.
     pub insns: u32,
+    /// When it was prepared, in ms since the Unix epoch.
     pub created_ms: u64,
+    /// Hex of the first bytes of its artifact's content hash.
     pub hash_prefix: String,
+    /// The map ids its code uses.
     pub map_ids: Vec<u16>,
     /// The JIT tier that built this version.
     pub tier: Tier,
@@ -31,9 +39,13 @@ pub struct HeldVersion {
 /// What [`CodeFlow::reclaim`] freed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Reclaimed {
+    /// Code versions freed.
     pub code_versions: u32,
+    /// Code bytes freed.
     pub code_bytes: u64,
+    /// Maps freed.
     pub maps: u32,
+    /// Map bytes freed.
     pub map_bytes: u64,
 }
 
