@@ -71,12 +71,14 @@ impl std::str::FromStr for CrashPoint {
     }
 }
 
+/// How a broadcast or migration runs.
 #[derive(Clone, Debug)]
 pub struct Options {
     /// The control plane's state directory; intent logs go under `<dir>/fleet/`.
     pub state_dir: PathBuf,
     /// Check everything (plan, nodes, hooks, classes, compilation), write nothing.
     pub dry_run: bool,
+    /// Lease duration taken on every node for the broadcast.
     pub lease_ttl: Duration,
     /// Test only: SIGKILL this process at that point.
     pub crash_at: Option<CrashPoint>,
@@ -89,6 +91,8 @@ pub struct Options {
 }
 
 impl Options {
+    /// Options for a control plane whose state lives in `state_dir`: a real run, the default
+    /// lease TTL, durability chosen from the nodes' addresses.
     pub fn new(state_dir: impl Into<PathBuf>) -> Options {
         Options {
             state_dir: state_dir.into(),
@@ -104,11 +108,17 @@ impl Options {
 /// One hook updated on one node.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct HookUpdate {
+    /// The node's name in the plan.
     pub node: String,
+    /// The hook.
     pub hook: String,
+    /// The program published.
     pub program: String,
+    /// The class it was verified under.
     pub class: String,
+    /// The version active before (0 if none).
     pub previous_version: u32,
+    /// The version now active.
     pub version: u32,
 }
 
@@ -132,13 +142,20 @@ pub struct Timings {
     pub commit_us: f64,
 }
 
+/// What a broadcast did.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
+    /// The broadcast's id (also its intent log's name).
     pub id: String,
+    /// Whether it was a dry run (nothing written).
     pub dry_run: bool,
+    /// The release order: hooks (`node/hook`) released together, level by level.
     pub release_order: Vec<Vec<String>>,
+    /// Every hook updated.
     pub updates: Vec<HookUpdate>,
+    /// Phase durations.
     pub timings: Timings,
+    /// The intent log written, if any (none for a dry run).
     pub intent_log: Option<PathBuf>,
     /// Publications the history ([`Options::history`]) could not record; the broadcast
     /// itself completed.
@@ -812,6 +829,7 @@ impl Default for Session {
 }
 
 impl Session {
+    /// A session with a fresh lease holder id and no node attached yet.
     pub fn new() -> Session {
         Session {
             holder: rdx_control::lease::new_holder_id(),

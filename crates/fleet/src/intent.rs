@@ -13,26 +13,37 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
+/// One record of the intent log.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "entry", rename_all = "snake_case")]
 pub enum Entry {
     /// The broadcast starts: its lease holder id on every node, and the nodes.
     Begin {
+        /// The broadcast's id.
         id: String,
+        /// Its lease holder id on every node.
         holder: u32,
         /// The control plane's pid: recovery leaves a live broadcast alone.
         pid: u32,
+        /// The nodes, as (name, address).
         nodes: Vec<(String, String)>,
     },
     /// One hook of one node is written, not visible: the word it replaces and the word
     /// that publishes it.
     Prepared {
+        /// The node.
         node: String,
+        /// The hook.
         hook: String,
+        /// Region offset of the hook's slot.
         slot_offset: u64,
+        /// The active word the flip replaces.
         expected: u64,
+        /// The active word that publishes the new version.
         new_word: u64,
+        /// The class budget the slot must carry.
         budget: u64,
+        /// The version prepared.
         version: u32,
     },
     /// Holds are about to be taken.
@@ -40,7 +51,10 @@ pub enum Entry {
     /// Every hold is released: nothing left to do.
     Done,
     /// Nothing was made visible; every hold released.
-    Aborted { reason: String },
+    Aborted {
+        /// Why the broadcast stopped.
+        reason: String,
+    },
 }
 
 /// What a record must survive once [`IntentLog::append`] returns.
@@ -130,6 +144,7 @@ impl IntentLog {
         })
     }
 
+    /// The log file.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -27,12 +27,17 @@ use std::time::{Duration, Instant};
 /// One map copied from the source to the target.
 #[derive(Clone, Debug, Serialize)]
 pub struct MapCopy {
+    /// The map's name.
     pub name: String,
+    /// Its id on the source.
     pub source_id: u32,
+    /// Its id on the target.
     pub target_id: u32,
+    /// Entries copied.
     pub entries: usize,
 }
 
+/// Phase durations of one migration, in microseconds.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct MigrationTimings {
     /// Attach both nodes, check the source's maps, validate and compile for the target.
@@ -47,18 +52,28 @@ pub struct MigrationTimings {
     pub total_us: f64,
 }
 
+/// What a migration did.
 #[derive(Clone, Debug, Serialize)]
 pub struct MigrationReport {
+    /// The migration's id (also its intent log's name).
     pub id: String,
+    /// The hook migrated.
     pub hook: String,
+    /// The program.
     pub program: String,
+    /// The source node.
     pub source: String,
+    /// The target node.
     pub target: String,
     /// The version the source ran (now detached there, still held for a rollback).
     pub source_version: u32,
+    /// The version now active on the target.
     pub target_version: u32,
+    /// Every map copied.
     pub maps: Vec<MapCopy>,
+    /// Phase durations.
     pub timings: MigrationTimings,
+    /// The intent log written.
     pub intent_log: std::path::PathBuf,
 }
 

@@ -20,16 +20,21 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+/// A node the plan updates.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSpec {
+    /// The name updates refer to it by.
     pub name: String,
+    /// Its address (`shm:PATH`, `fabric://...`).
     pub address: String,
 }
 
+/// A hook and the hooks it depends on.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct HookDeps {
+    /// The hook's name.
     pub name: String,
     /// Hooks whose new version this hook's new version relies on: their holds are released
     /// before this hook's.
@@ -37,9 +42,11 @@ pub struct HookDeps {
     pub depends_on: Vec<String>,
 }
 
+/// One program to publish in a hook on some nodes.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateSpec {
+    /// The hook.
     pub hook: String,
     /// eBPF object file (relative to the plan file).
     pub object: PathBuf,
@@ -55,6 +62,7 @@ pub struct UpdateSpec {
 }
 
 impl UpdateSpec {
+    /// `hook:program` (or the object's path when no program is named), for messages.
     pub fn label(&self) -> String {
         format!(
             "{}:{}",
@@ -70,7 +78,9 @@ impl UpdateSpec {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct HookRef {
+    /// The node's name in the plan.
     pub node: String,
+    /// The hook's name.
     pub hook: String,
 }
 
@@ -88,16 +98,22 @@ impl std::fmt::Display for HookRef {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Flow {
+    /// The hook every request of the flow runs first.
     pub entry: HookRef,
+    /// The hook every request of the flow runs last.
     pub exit: HookRef,
 }
 
+/// A broadcast plan (see the module doc).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Plan {
+    /// The nodes.
     pub nodes: Vec<NodeSpec>,
+    /// Hooks with dependencies; hooks not listed depend on nothing.
     #[serde(default)]
     pub hooks: Vec<HookDeps>,
+    /// The programs to publish.
     pub updates: Vec<UpdateSpec>,
     /// Request paths to drain inside the bubble (see [`Flow`]).
     #[serde(default)]
@@ -108,6 +124,7 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Parses and validates a plan; object paths are relative to `base_dir`.
     pub fn from_yaml(text: &str, base_dir: &Path) -> Result<Plan> {
         let mut plan: Plan = serde_yaml_ng::from_str(text).map_err(|e| FleetError::PlanParse {
             path: base_dir.to_path_buf(),
@@ -117,6 +134,7 @@ impl Plan {
         Ok(plan)
     }
 
+    /// Reads, parses and validates the plan file at `path`.
     pub fn load(path: &Path) -> Result<Plan> {
         let text = std::fs::read_to_string(path).map_err(|e| FleetError::PlanParse {
             path: path.to_path_buf(),
@@ -132,6 +150,7 @@ impl Plan {
         })
     }
 
+    /// Where `u`'s object file is: its path as given if absolute, else relative to the plan.
     pub fn object_path(&self, u: &UpdateSpec) -> PathBuf {
         if u.object.is_absolute() {
             u.object.clone()

@@ -35,11 +35,15 @@ use std::time::{Duration, Instant};
 /// One hook to watch.
 #[derive(Clone, Debug)]
 pub struct Target {
+    /// The node's name, for events.
     pub node: String,
+    /// Its address.
     pub address: String,
+    /// The hook.
     pub hook: String,
 }
 
+/// When a window is judged, and when it is unhealthy.
 #[derive(Clone, Debug)]
 pub struct Thresholds {
     /// Roll back when failures / runs in a window exceed this (0.0: any failure).
@@ -60,9 +64,12 @@ impl Default for Thresholds {
     }
 }
 
+/// How the watcher samples and when it stops.
 #[derive(Clone, Debug)]
 pub struct WatchOptions {
+    /// Time between samples.
     pub interval: Duration,
+    /// When a window is healthy or not.
     pub thresholds: Thresholds,
     /// Stop after this long (default: never).
     pub duration: Option<Duration>,
@@ -91,9 +98,13 @@ impl Default for WatchOptions {
 pub enum Event {
     /// A version ran a healthy window: it becomes a rollback target.
     Good {
+        /// The node.
         node: String,
+        /// The hook.
         hook: String,
+        /// The version judged good.
         version: u32,
+        /// Runs in the window.
         runs: u64,
     },
     /// A version crossed a threshold and the hook was rolled back.
@@ -106,23 +117,34 @@ pub enum Event {
     /// lease's TTL for another control plane's lease (reported once per wait; the rollback
     /// still happens when the lease is given back); the watcher keeps watching.
     Unhealthy {
+        /// The node.
         node: String,
+        /// The hook.
         hook: String,
+        /// The version judged.
         version: u32,
+        /// What went wrong, and what the watcher does about it.
         reason: String,
     },
 }
 
+/// A rollback the watcher made.
 #[derive(Clone, Debug, Serialize)]
 pub struct Rollback {
+    /// The node.
     pub node: String,
+    /// The hook.
     pub hook: String,
+    /// The version rolled back from.
     pub from_version: u32,
+    /// The version rolled back to.
     pub to_version: u32,
     /// The threshold crossed (and, when the rollback had to wait for another control
     /// plane's lease, how long it waited).
     pub reason: String,
+    /// Runs in the window that crossed the threshold.
     pub window_runs: u64,
+    /// Failures in that window.
     pub window_failures: u64,
     /// From the last sample that showed no new failure (the fault happened after it) to
     /// the rollback's compare-and-swap: an upper bound of the time from fault to rollback.
@@ -144,18 +166,26 @@ pub enum Reoptimized {
     Generic,
 }
 
+/// A re-optimisation the watcher made.
 #[derive(Clone, Debug, Serialize)]
 pub struct Reoptimization {
+    /// The node.
     pub node: String,
+    /// The hook.
     pub hook: String,
+    /// The version that deoptimised too often.
     pub from_version: u32,
+    /// The version published instead.
     pub to_version: u32,
+    /// Whether that is a new elite version or the generic build.
     pub outcome: Reoptimized,
     /// Why the hook was re-profiled (the deoptimisation rate).
     pub reason: String,
     /// What was published and why (guards of the new version, or why it reverted).
     pub detail: String,
+    /// Runs in the window.
     pub window_runs: u64,
+    /// Deoptimisations in the window.
     pub window_deopts: u64,
     /// Re-optimisations of this hook so far, this one included.
     pub count: u32,
@@ -209,17 +239,24 @@ pub trait Reoptimizer {
 
 /// Re-profiling settings of [`watch_reprofiling`].
 pub struct Reprofiling<'a> {
+    /// When a version deoptimises too often.
     pub thresholds: DeoptThresholds,
+    /// What re-profiles and republishes the hook.
     pub reoptimizer: &'a mut dyn Reoptimizer,
 }
 
 /// Counters of one hook, summed over the node's thread slots.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sample {
+    /// The hook's active word.
     pub word: u64,
+    /// Runs (any outcome).
     pub runs: u64,
+    /// Runs that stopped abnormally.
     pub failures: u64,
+    /// Runs whose duration was sampled.
     pub timed_runs: u64,
+    /// Total ns of the sampled runs.
     pub timed_ns: u64,
     /// Runs that left an elite version's fast path (`HookCounters::deopts`).
     pub deopts: u64,
@@ -290,10 +327,14 @@ pub fn judge(start: &Sample, now: &Sample, th: &Thresholds) -> Verdict {
     Verdict::Healthy
 }
 
+/// What [`judge`] concluded about a window.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
+    /// Too few runs yet: keep the window open.
     Wait,
+    /// Enough runs and no threshold crossed.
     Healthy,
+    /// A threshold was crossed; which, with the figures.
     Bad(String),
 }
 
