@@ -6,6 +6,8 @@ scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# Doc links that resolve nowhere (or to private items) fail like lint warnings.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 # Build every artifact first: integration tests link the runtime's C libraries
 # (librdx_runtime_c.a/.so) and run the workspace's binaries.
 cargo build --workspace
