@@ -1,5 +1,6 @@
 # expect: reject uninit-stack
 # env: xdp
+# kernel: skip the privileged kernel reads uninitialised stack bytes (rdx refuses them, docs/verifier.md)
 # review attack: the zero claim across a join: fp-16 is 0 on one path, 1 on the other; the
 # variable-offset read after the join gates an uninitialised read.
 stdw [%r10-8], 0

@@ -168,6 +168,7 @@ impl<'a> Explorer<'a> {
         let state = State {
             frames: vec![frame],
             refs: Vec::new(),
+            calls: 0,
         };
         self.work.push(Path {
             pc: 0,
@@ -316,6 +317,7 @@ impl<'a> Explorer<'a> {
         let mut last_in_progress = None;
         let mut pruned_by = None;
         let mut looping = None;
+        let mut counted_cycle = false;
         let mut evict = Vec::new();
         for (slot, &i) in self.by_pc[pc].iter().enumerate() {
             let c = &mut self.cps[i];
@@ -341,6 +343,7 @@ impl<'a> Explorer<'a> {
                 // that the paths still to come from its own branches will): not counted.
                 if c.state.subsumes_live(&p.state, &regs, &all_slots) {
                     looping = Some(p.state.subsumes_live(&c.state, &regs, &all_slots));
+                    counted_cycle |= spent_may_goto(&c.state, &p.state);
                 }
             }
         }
@@ -355,11 +358,12 @@ impl<'a> Explorer<'a> {
         let may_goto = matches!(self.insns[pc], Insn::MayGoto { .. });
         if let Some(exact) = looping {
             // The path came back to a state no better than one of its own ancestors: nothing
-            // forces progress, so it may loop forever, unless the cycle passes a `may_goto`,
-            // whose frame counter ends it at run time. Either way everything the path can do
+            // forces progress, so it may loop forever, unless the cycle took a `may_goto`'s
+            // fall-through in this same activation ([`spent_may_goto`]), whose counter ends
+            // it at run time. Either way everything the path can do
             // from here the ancestor can, and the ancestor's exploration covers it (the
             // `may_goto` ancestor's taken branch included).
-            if self.env.allow_budgeted_loops || may_goto {
+            if self.env.allow_budgeted_loops || (may_goto && counted_cycle) {
                 // What the ancestor's continuation reads is not known yet: everything.
                 for f in 0..p.state.frames.len().min(MAX_FRAMES) {
                     self.mark_read(p, f, ALL_SLOTS);
@@ -602,11 +606,17 @@ impl<'a> Explorer<'a> {
             }
             Insn::Ja { off } => Ok(Step::Next((pc as i64 + 1 + off as i64) as usize)),
             // The counter is not in the abstract state: either way may be taken.
-            Insn::MayGoto { off } => Ok(Step::Branch {
-                fall: pc + 1,
-                target: (pc as i64 + 1 + off as i64) as usize,
-                other: st.clone(),
-            }),
+            // The fall-through spends one unit of this activation's counter.
+            Insn::MayGoto { off } => {
+                let other = st.clone();
+                let frame = st.cur_mut();
+                frame.may_goto_passes = frame.may_goto_passes.saturating_add(1);
+                Ok(Step::Branch {
+                    fall: pc + 1,
+                    target: (pc as i64 + 1 + off as i64) as usize,
+                    other,
+                })
+            }
             Insn::LoadImm64 {
                 dst,
                 kind,
@@ -779,6 +789,7 @@ impl<'a> Explorer<'a> {
                         State {
                             frames: Vec::new(),
                             refs: Vec::new(),
+                            calls: 0,
                         },
                     ),
                     width,
@@ -827,7 +838,9 @@ impl<'a> Explorer<'a> {
                     ));
                 }
                 self.call_edges.insert((st.cur().subprog, target));
+                st.calls = st.calls.saturating_add(1);
                 let mut fr = Frame::new(target, pc);
+                fr.activation = st.calls;
                 for r in 1..=5 {
                     fr.regs[r] = st.reg(r);
                 }
@@ -1366,4 +1379,16 @@ fn widen_value(a: &Value, b: &Value) -> Value {
         }
         _ => Value::Uninit,
     }
+}
+
+/// Whether the cycle from in-progress ancestor state `ancestor` to `now` (at the same
+/// `may_goto`) took that instruction's fall-through in one and the same activation of the
+/// innermost function: only then does the activation's hidden counter, spent once per
+/// fall-through and never refilled, bound the cycle. A cycle through the taken edge spends
+/// nothing, and one through a new call of the function starts from a full counter.
+fn spent_may_goto(ancestor: &State, now: &State) -> bool {
+    let (a, b) = (ancestor.cur(), now.cur());
+    ancestor.frames.len() == now.frames.len()
+        && a.activation == b.activation
+        && b.may_goto_passes > a.may_goto_passes
 }

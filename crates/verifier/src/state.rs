@@ -217,6 +217,15 @@ pub struct Frame {
     pub callsite: usize,
     /// First instruction of the subprogram this frame runs.
     pub subprog: usize,
+    /// Which call created this frame: the path's count of calls made before it
+    /// ([`State::calls`]). Two frames at the same depth with the same number are one
+    /// activation; a frame entered again by a later call has a larger one.
+    pub activation: u32,
+    /// Fall-through edges of `may_goto` this activation has taken. Each takes one unit of
+    /// the activation's hidden counter at run time, so a cycle along which this grows
+    /// ends when the counter runs out; a cycle along which it does not (through a taken
+    /// edge, or through a new activation whose counter starts full) is not bounded by it.
+    pub may_goto_passes: u32,
 }
 
 impl Frame {
@@ -228,6 +237,8 @@ impl Frame {
             stack: Vec::new(),
             callsite,
             subprog,
+            activation: 0,
+            may_goto_passes: 0,
         }
     }
 
@@ -261,6 +272,8 @@ pub struct State {
     pub frames: Vec<Frame>,
     /// Ring-buffer records reserved and not yet submitted or discarded.
     pub refs: Vec<u32>,
+    /// Calls made along the path so far (saturating): numbers each frame's activation.
+    pub calls: u32,
 }
 
 impl State {
