@@ -6,6 +6,7 @@ use rdx_region::geometry::{check_header, HeaderInfo};
 use rdx_region::layout::*;
 use rdx_transport::local::LocalRegion;
 use rdx_transport::shm::{ShmOptions, ShmTransport};
+use rdx_transport::context::{read_context, ContextError, ContextSymbol};
 use rdx_transport::Transport;
 use std::mem::size_of;
 
@@ -132,21 +133,6 @@ fn shm_trusted_owners(address: &str, query: &str) -> Result<Vec<u32>> {
         .collect()
 }
 
-/// One exported symbol of the host.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ContextSymbol {
-    /// Helper, host function, host variable or hook.
-    pub kind: ContextKind,
-    /// Helper or host-function id, or hook slot index.
-    pub id: u32,
-    /// Host address (helpers, functions, variables) or region offset (hooks).
-    pub addr: u64,
-    /// Variable or hook-context size in bytes; 0 for functions.
-    pub size: u64,
-    /// The exported name.
-    pub name: String,
-}
-
 /// A hook as declared in the context table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HookInfo {
@@ -264,7 +250,10 @@ impl NodeView {
                 })?,
             )
         };
-        let symbols = read_context(t, &info)?;
+        let symbols = read_context(t, &info).map_err(|e| match e {
+            ContextError::Corrupt(what) => ControlError::BadContextTable(what),
+            ContextError::Transport(e) => ControlError::Transport(e),
+        })?;
         Ok(NodeView {
             info,
             incarnation,
@@ -314,50 +303,6 @@ impl NodeView {
     }
 }
 
-/// Reads the published part of the context table.
-pub fn read_context(t: &dyn Transport, info: &HeaderInfo) -> Result<Vec<ContextSymbol>> {
-    let ctx = info.section(SectionId::Context);
-    let count = t.read_u64(ctx.offset)?;
-    if count > info.context_capacity as u64 {
-        return Err(ControlError::BadContextTable(format!(
-            "count {count} above capacity {}",
-            info.context_capacity
-        )));
-    }
-    let entry = size_of::<ContextEntry>();
-    let mut bytes = vec![0u8; count as usize * entry];
-    t.read(info.context_entry_offset(0), &mut bytes)?;
-    let mut out = Vec::with_capacity(count as usize);
-    for (i, e) in bytes.chunks_exact(entry).enumerate() {
-        let raw_kind = u32::from_le_bytes(e[0..4].try_into().expect("4"));
-        let kind = ContextKind::from_u32(raw_kind).ok_or_else(|| {
-            ControlError::BadContextTable(format!("entry {i}: unknown kind {raw_kind}"))
-        })?;
-        let name_raw = &e[24..24 + CONTEXT_NAME_LEN];
-        let end = name_raw
-            .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(CONTEXT_NAME_LEN);
-        let name = std::str::from_utf8(&name_raw[..end])
-            .map_err(|_| ControlError::BadContextTable(format!("entry {i}: name not UTF-8")))?
-            .to_string();
-        let id = u32::from_le_bytes(e[4..8].try_into().expect("4"));
-        if kind == ContextKind::Hook && id >= info.max_hooks {
-            return Err(ControlError::BadContextTable(format!(
-                "entry {i}: hook {name:?} at slot {id} of {}",
-                info.max_hooks
-            )));
-        }
-        out.push(ContextSymbol {
-            kind,
-            id,
-            addr: u64::from_le_bytes(e[8..16].try_into().expect("8")),
-            size: u64::from_le_bytes(e[16..24].try_into().expect("8")),
-            name,
-        });
-    }
-    Ok(out)
-}
 
 /// Reads a hook's slot and sums its per-thread counters.
 pub fn hook_status(t: &dyn Transport, info: &HeaderInfo, index: u32) -> Result<HookStatus> {

@@ -33,8 +33,9 @@ impl ContextSymbol {
     }
 }
 
-/// Reads every published context entry. Entries with an unknown kind or a count beyond the
-/// capacity are refused as corrupt.
+/// Reads every published context entry. Entries with an unknown kind, a name that is not
+/// UTF-8, a hook slot beyond the region's hooks, or a count beyond the capacity are refused
+/// as corrupt.
 pub fn read_context<T: Transport + ?Sized>(
     t: &T,
     info: &HeaderInfo,
@@ -63,9 +64,16 @@ pub fn read_context<T: Transport + ?Sized>(
                 .unwrap_or(CONTEXT_NAME_LEN);
             let name = std::str::from_utf8(&name_raw[..end])
                 .map_err(|_| ContextError::Corrupt(format!("entry {i}: name is not UTF-8")))?;
+            let id = u32::from_le_bytes(e[4..8].try_into().expect("4"));
+            if kind == ContextKind::Hook && id >= info.max_hooks {
+                return Err(ContextError::Corrupt(format!(
+                    "entry {i}: hook {name:?} at slot {id} of {}",
+                    info.max_hooks
+                )));
+            }
             Ok(ContextSymbol {
                 kind,
-                id: u32::from_le_bytes(e[4..8].try_into().expect("4")),
+                id,
                 addr: u64::from_le_bytes(e[8..16].try_into().expect("8")),
                 size: u64::from_le_bytes(e[16..24].try_into().expect("8")),
                 name: name.to_string(),
