@@ -153,6 +153,16 @@ pub enum ControlError {
         /// Bytes in the largest free gap.
         free: u64,
     },
+    /// Reclamation waited for a host thread that stayed inside extension code: the versions
+    /// it may still run cannot be freed yet (nothing was freed; a later reclamation finishes
+    /// the job once the thread leaves).
+    #[error("thread slot {thread_slot} stayed inside extension code for {waited_ms} ms, so the versions it may still run cannot be freed (a host thread stuck in an extension, or a stopped host process); retry once it leaves")]
+    ReclaimBlocked {
+        /// Index of the thread slot whose epoch did not move.
+        thread_slot: u32,
+        /// How long reclamation waited (the attach option `reclaim_timeout`).
+        waited_ms: u64,
+    },
     /// The region's allocator table has no free record.
     #[error("the control-plane allocator table is full ({capacity} records)")]
     AllocTableFull {

@@ -310,6 +310,50 @@ fn a_full_code_arena_is_refused_and_the_old_version_stays() {
 }
 
 #[test]
+fn a_thread_stuck_in_extension_code_is_named_when_reclaiming() {
+    use rdx_region::layout::offsets;
+    let mut host = Host::start("stuck", &[]);
+    let spec = AttachOptions {
+        reclaim_timeout: Duration::from_millis(200),
+        ..AttachOptions::default()
+    };
+    let mut cf = create_codeflow(&host.address(), spec).unwrap();
+    cf.deploy("on_request", &extension("plus_one"), None, None)
+        .unwrap();
+    cf.deploy("on_request", &extension("times_two"), None, None)
+        .unwrap();
+    // A thread slot that is owned and inside extension code (odd epoch), and stays there.
+    let info = cf.view().info.clone();
+    let stuck = info.thread_slots - 1;
+    let slot = info.thread_offset(stuck);
+    cf.transport()
+        .write_u64(slot + offsets::THREAD_OWNER, 1)
+        .unwrap();
+    cf.transport()
+        .write_u64(slot + offsets::THREAD_EPOCH, 1)
+        .unwrap();
+    let err = cf.reclaim(0).unwrap_err();
+    assert!(
+        matches!(err, ControlError::ReclaimBlocked { thread_slot, waited_ms: 200 } if thread_slot == stuck),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains(&format!("thread slot {stuck} stayed inside extension code")),
+        "{err}"
+    );
+    // Once it leaves, the same reclamation frees the version no hook publishes.
+    cf.transport()
+        .write_u64(slot + offsets::THREAD_EPOCH, 2)
+        .unwrap();
+    assert_eq!(cf.reclaim(0).unwrap().code_versions, 1);
+    cf.transport()
+        .write_u64(slot + offsets::THREAD_OWNER, 0)
+        .unwrap();
+    assert_eq!(host.request(3), (2, 6));
+}
+
+#[test]
 fn two_control_planes_contend_for_the_lease() {
     let mut host = Host::start("lease", &[]);
     let spec = AttachOptions {

@@ -181,11 +181,10 @@ impl CodeFlow {
         match slot::wait_quiescent(t, &info, deadline, pause) {
             Ok(()) => {}
             // Leave them retired: a later reclamation finishes the job.
-            Err(QuiesceError::StillInside { .. }) => {
-                return Err(ControlError::ArenaFull {
-                    arena: "code",
-                    need: 0,
-                    free: 0,
+            Err(QuiesceError::StillInside { thread_slot }) => {
+                return Err(ControlError::ReclaimBlocked {
+                    thread_slot,
+                    waited_ms: self.reclaim_timeout.as_millis() as u64,
                 })
             }
             Err(QuiesceError::Transport(e)) => return Err(e.into()),
