@@ -4,9 +4,9 @@
 use crate::error::{ControlError, Result};
 use rdx_region::geometry::{check_header, HeaderInfo};
 use rdx_region::layout::*;
+use rdx_transport::context::{read_context, ContextError, ContextSymbol};
 use rdx_transport::local::LocalRegion;
 use rdx_transport::shm::{ShmOptions, ShmTransport};
-use rdx_transport::context::{read_context, ContextError, ContextSymbol};
 use rdx_transport::Transport;
 use std::mem::size_of;
 
@@ -302,7 +302,6 @@ impl NodeView {
         self.hooks().into_iter().find(|h| h.index == index)
     }
 }
-
 
 /// Reads a hook's slot and sums its per-thread counters.
 pub fn hook_status(t: &dyn Transport, info: &HeaderInfo, index: u32) -> Result<HookStatus> {
