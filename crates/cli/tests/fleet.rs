@@ -80,6 +80,13 @@ fn watch_rolls_a_faulting_release_back() {
     let env = rdx("watch");
     env.ok(&["node", "add", "kv", &host.address()]);
     assert!(env.fails(&["watch", "kv"]).contains("is not NODE/HOOK"));
+    // An address works as the node, and the watcher says what it watches.
+    let by_address = format!("{}/on_request", host.address());
+    let said = env.ok(&["watch", &by_address, "--duration", "0.2", "--no-reprofile"]);
+    assert!(
+        said.contains("/on_request at shm:") && said.contains("every 1 ms"),
+        "{said}"
+    );
     assert!(env
         .fails(&["watch", "kv/on_request", "--max-failure-ratio", "2"])
         .contains("between 0 and 1"));

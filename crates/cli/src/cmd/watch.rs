@@ -19,7 +19,8 @@ use super::profile::{published_profile_path, save_published_profile, scout, Save
 /// re-profile an elite version that deoptimises too often.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Hooks to watch, as NODE/HOOK (NODE: a registered name or an address).
+    /// Hooks to watch, as NODE/HOOK (NODE: a registered name or an address such as
+    /// `shm:/dev/shm/rdx-kv-1234/on_request`; the hook is what follows the last `/`).
     #[arg(required = true, value_name = "NODE/HOOK")]
     targets: Vec<String>,
     /// Time between two reads of the counters.
@@ -86,8 +87,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let registry = args.state.registry()?;
     let mut targets = Vec::new();
     for t in &args.targets {
+        // The hook is after the last '/': a node given as an address has slashes of its own.
         let (node, hook) = t
-            .split_once('/')
+            .rsplit_once('/')
             .filter(|(n, h)| !n.is_empty() && !h.is_empty() && !h.contains('/'))
             .with_context(|| format!("target {t:?} is not NODE/HOOK"))?;
         let entry = registry.node(node)?;
@@ -96,6 +98,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             address: entry.address,
             hook: hook.to_string(),
         });
+    }
+    if !args.json {
+        for t in &targets {
+            println!(
+                "watching {}/{} at {}: every {} ms, rollback above a failure ratio of {}{}",
+                t.node,
+                t.hook,
+                rdx_control::node::redact_address(&t.address),
+                args.interval_ms,
+                args.max_failure_ratio,
+                args.max_avg_ns
+                    .map(|ns| format!(" or an average run above {ns} ns"))
+                    .unwrap_or_default()
+            );
+        }
     }
     let opts = WatchOptions {
         interval: Duration::from_secs_f64(args.interval_ms / 1e3),
