@@ -305,6 +305,21 @@ impl Node {
         }
     }
 
+    /// Link-time symbols: map 0 is the program array, everything else the host's context
+    /// table.
+    fn resolver(&self) -> impl Fn(&Symbol) -> Option<u64> {
+        let info = self.t.info();
+        let ctx = read_context(&self.t, info).unwrap();
+        let progs = info.base_address + self.progs.offset;
+        move |s: &Symbol| match s {
+            Symbol::Map(0) => Some(progs),
+            other => ctx
+                .iter()
+                .find(|c| c.symbol() == other.to_string())
+                .map(|c| c.addr),
+        }
+    }
+
     /// Compiles, links and writes `insns` 16 bytes into a fresh 4 KiB of the arena (room for
     /// a tag before its entry); returns the entry's region offset and whether it is metered.
     fn place(&mut self, insns: &[Insn], tier: Tier, needs_budget: bool) -> (u64, bool) {
@@ -320,17 +335,7 @@ impl Node {
             .compile(insns, &opts)
             .unwrap();
         let info = self.t.info().clone();
-        let ctx = read_context(&self.t, &info).unwrap();
-        let progs = info.base_address + self.progs.offset;
-        let resolve = |s: &Symbol| -> Option<u64> {
-            match s {
-                Symbol::Map(0) => Some(progs),
-                other => ctx
-                    .iter()
-                    .find(|c| c.symbol() == other.to_string())
-                    .map(|c| c.addr),
-            }
-        };
+        let resolve = self.resolver();
         let load = self.next_code + 16;
         let linked = link(
             &artifact,
@@ -366,17 +371,7 @@ impl Node {
             .compile(insns, &opts)
             .unwrap();
         let info = self.t.info().clone();
-        let ctx = read_context(&self.t, &info).unwrap();
-        let progs = info.base_address + self.progs.offset;
-        let resolve = |s: &Symbol| -> Option<u64> {
-            match s {
-                Symbol::Map(0) => Some(progs),
-                other => ctx
-                    .iter()
-                    .find(|c| c.symbol() == other.to_string())
-                    .map(|c| c.addr),
-            }
-        };
+        let resolve = self.resolver();
         let entry = self.next_code + FallbackLocator::BYTES;
         let linked = link(
             &artifact,
@@ -387,7 +382,7 @@ impl Node {
         .unwrap();
         assert_eq!(linked.entry_offset, 0);
         let ops = rdx_bpf::interp::lower_linked(insns, |kind, index, _| {
-            (kind == ImmKind::MapIdx && index == 0).then_some(progs)
+            (kind == ImmKind::MapIdx && index == 0).then(|| resolve(&Symbol::Map(0)).unwrap())
         })
         .unwrap();
         let image = rdx_exec::image::encode(&ops);
